@@ -1,0 +1,14 @@
+"""dspk: the signal processing in front of spike sorting, on the GPU (CuPy) and the CPU (NumPy).
+
+Every heavy operation lowers to one exact, tuned matrix-product engine, `dspk.linalg`.
+Importing dspk is cheap: CuPy is imported, and CUDA kernels compiled, only when first used.
+"""
+
+__version__ = "0.1.0"
+
+from . import backend, linalg  # noqa: E402
+from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
+from .linalg import MatrixView, explain, matmul  # noqa: E402
+
+__all__ = ["__version__", "backend", "linalg", "matmul", "explain", "MatrixView",
+           "BackendError", "gpu_available", "resolve_backend"]

@@ -1,0 +1,197 @@
+"""NumPy/CuPy dispatch: which array module an array belongs to, which device, and timers.
+
+Nothing here imports CuPy at module import time: ``import dspk`` must stay fast and must work
+on machines without a GPU or without CuPy. CuPy is imported the first time a GPU is asked for
+or a CuPy array is seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BackendError",
+    "array_module",
+    "is_cupy_array",
+    "gpu_available",
+    "gpu_unavailable_reason",
+    "resolve_backend",
+    "device_of",
+    "device_name",
+    "to_numpy",
+]
+
+log = logging.getLogger("dspk")
+
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot be used on this machine."""
+
+
+def is_cupy_array(x: Any) -> bool:
+    """True for a ``cupy.ndarray`` (checked by type name, so CuPy is not imported)."""
+    cls = type(x)
+    return cls.__name__ == "ndarray" and cls.__module__.startswith("cupy")
+
+
+@lru_cache(maxsize=1)
+def _cupy() -> ModuleType | None:
+    try:
+        import cupy  # noqa: PLC0415  (deliberately lazy)
+    except Exception:  # ImportError, or a broken CUDA install raising at import
+        return None
+    return cupy
+
+
+def cupy_module() -> ModuleType:
+    """CuPy, imported on first use; `BackendError` if it cannot be imported."""
+    cp = _cupy()
+    if cp is None:
+        raise BackendError("CuPy is not installed (pip install 'dspk[cuda12]' or 'dspk[cuda13]')")
+    return cp
+
+
+@lru_cache(maxsize=1)
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA GPU can be used through CuPy, else why not (never raises)."""
+    cp = _cupy()
+    if cp is None:
+        return "CuPy is not installed"
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device, driver too old...
+        return f"CUDA is not usable: {exc}"
+    if n < 1:
+        return "no CUDA device found"
+    return None
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees at least one CUDA device."""
+    return gpu_unavailable_reason() is None
+
+
+_fallback_logged = False
+
+
+def resolve_backend(backend: str | None = None) -> str:
+    """Turn ``"auto" | "cpu" | "gpu"`` (default: ``$DSPK_BACKEND`` or ``"auto"``) into ``"cpu"``
+    or ``"gpu"``.
+
+    ``"gpu"`` without a usable GPU raises `BackendError`; ``"auto"`` falls back to the CPU and
+    logs that once per process.
+    """
+    global _fallback_logged
+    source = "backend"
+    if backend is None:
+        backend = os.environ.get("DSPK_BACKEND", "auto") or "auto"
+        source = "DSPK_BACKEND"
+    name = backend.strip().lower()
+    if name not in BACKENDS:
+        raise ValueError(f"{source} must be one of {BACKENDS}, got {backend!r}")
+    if name == "cpu":
+        return "cpu"
+    reason = gpu_unavailable_reason()
+    if name == "gpu":
+        if reason is not None:
+            raise BackendError(f"{source}='gpu' was requested but no GPU can be used: {reason}")
+        return "gpu"
+    if reason is not None:
+        if not _fallback_logged:
+            log.info("dspk: no GPU (%s); using the CPU backend", reason)
+            _fallback_logged = True
+        return "cpu"
+    return "gpu"
+
+
+def array_module(*arrays: Any) -> ModuleType:
+    """NumPy or CuPy, chosen by the arrays given.
+
+    Raises
+    ------
+    TypeError
+        If NumPy and CuPy arrays are mixed, or CuPy arrays live on different devices.
+    """
+    kinds = set()
+    devices = set()
+    for x in arrays:
+        if x is None:
+            continue
+        if is_cupy_array(x):
+            kinds.add("cupy")
+            devices.add(x.device.id)
+        else:
+            kinds.add("numpy")
+    if len(kinds) > 1:
+        raise TypeError("NumPy and CuPy arrays are mixed; move them to one device first")
+    if len(devices) > 1:
+        raise TypeError(f"CuPy arrays are on different GPUs {sorted(devices)}")
+    if kinds == {"cupy"}:
+        return cupy_module()
+    return np
+
+
+def device_of(x: Any) -> int | None:
+    """CUDA device id of a CuPy array, None for host arrays."""
+    return x.device.id if is_cupy_array(x) else None
+
+
+@lru_cache(maxsize=None)
+def device_name(device_id: int | None) -> str:
+    """A stable name for the tuner key: ``"cpu:<machine>"`` or ``"<GPU name> cc<XY> sm<N>"``."""
+    if device_id is None:
+        import platform
+
+        return f"cpu:{platform.machine()}:{os.cpu_count()}"
+    cp = cupy_module()
+    props = cp.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return f"{name} cc{props['major']}{props['minor']} sm{props['multiProcessorCount']}"
+
+
+@lru_cache(maxsize=None)
+def device_properties(device_id: int) -> dict:
+    """CUDA device properties (cached)."""
+    return cupy_module().cuda.runtime.getDeviceProperties(device_id)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Host copy of any array (CuPy arrays are transferred)."""
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+class Timer:
+    """Times a region on the device of ``xp``: CUDA events on the GPU, perf_counter on the CPU."""
+
+    def __init__(self, xp: ModuleType):
+        self.gpu = xp is not np
+        self.xp = xp
+
+    def __enter__(self) -> "Timer":
+        if self.gpu:
+            self._start = self.xp.cuda.Event()
+            self._stop = self.xp.cuda.Event()
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.gpu:
+            self._stop.record()
+            self._stop.synchronize()
+            self.seconds = self.xp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3
+        else:
+            self.seconds = time.perf_counter() - self._t0

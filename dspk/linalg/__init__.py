@@ -1,0 +1,12 @@
+"""The exact, tuned GEMM engine every heavy operation in dspk lowers to.
+
+- `MatrixView`: batches of matrices as shape, strides and offset over a 1-D buffer.
+- `matmul`: float32/float64 products in the operands' own precision (never TF32).
+- `explain`: which candidate runs for a product, and why.
+- `tuner`: the autotuner that chooses among cuBLAS, direct kernels, split-K and CPU BLAS.
+"""
+
+from .matmul import Explanation, explain, matmul, tuner
+from .view import MatrixView
+
+__all__ = ["MatrixView", "matmul", "explain", "Explanation", "tuner"]

@@ -1,0 +1,386 @@
+// Direct kernels for skinny products, the shapes where a tiled library has little to reuse and
+// where Python/launch overhead dominates (seed 002, "What the numbers teach").
+//
+//   gram_small  out[b] = A[b]·B[b] with a tiny output (M, N <= 8) and long K: covariance of a
+//               few channels. Split-K over CTAs; the last CTA to finish reduces the partials in
+//               a fixed order (deterministic), so it is one launch.
+//   gram_tiled  the same for outputs up to 64x64 (covariance of 64 channels): 64x64 register
+//               tile per CTA, K split over CTAs, partials reduced by splitk_reduce.
+//               SYM (A·Aᵀ): only the upper triangle of 4x4 thread tiles is computed, on a packed
+//               thread layout, so the redundant half of the products is never issued.
+//   wx_direct   out[b] = W[b]·X[b] with small W (M <= 64 rows, K <= 256): spatial filters and
+//               projections. W is staged once per CTA in shared memory; each thread owns CPT
+//               output columns and reads each X element once.
+//   splitk_reduce  sums split-K partials in a fixed order: G lanes per output, 4 accumulators
+//               per lane, then a butterfly; optionally mirrors a symmetric result.
+//   symblock_reduce  the same for partial products of the upper-triangular blocks of X·Xᵀ
+//               computed by cuBLAS (linalg/candidates_gpu.py, "cublas_symblock").
+//
+// Every product is an explicit fma() in the operands' precision: no promotion, no TF32.
+// Indices are 32-bit: the Python side checks every view with MatrixView.check(index_bits=32)
+// before launch. Pointers passed in point at element [0,0,0] of each view; strides may be 0
+// (broadcast) or negative.
+
+template <typename T> struct Vec4;
+template <> struct Vec4<float> {
+    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
+        const float4 t = *reinterpret_cast<const float4*>(p);
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    }
+};
+template <> struct Vec4<double> {
+    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
+        const double2 t0 = *reinterpret_cast<const double2*>(p);
+        const double2 t1 = *reinterpret_cast<const double2*>(p + 2);
+        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v, int width)
+{
+    // Butterfly over `width` lanes (a power of two <= 32): a fixed tree, so deterministic.
+    for (int off = width >> 1; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off, width);
+    return v;
+}
+
+// ------------------------------------------------------------------------------------------
+// gram_small: M, N <= 8, 256 threads, grid (S, batches).
+// ------------------------------------------------------------------------------------------
+template <typename T, typename Acc, int M, int N, bool SYM>
+__global__ void __launch_bounds__(256)
+gram_small(const T* __restrict__ A, int sab, int sam, int sak,
+           const T* __restrict__ B, int sbb, int sbk, int sbn,
+           int K, int kchunk, Acc* __restrict__ part, unsigned int* __restrict__ counters,
+           T* __restrict__ out, int sob, int som, int son)
+{
+    constexpr int MN = M * N;
+    constexpr int WARPS = 256 / 32;
+    __shared__ Acc red[WARPS][MN];
+    __shared__ bool is_last;
+
+    const int s = blockIdx.x, S = gridDim.x, b = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const T* Ab = A + b * sab;
+    const T* Bb = B + b * sbb;
+    const int k0 = s * kchunk;
+    const int k1 = min(K, k0 + kchunk);
+
+    Acc acc[M][N];
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int j = 0; j < N; ++j) acc[i][j] = Acc(0);
+
+    for (int k = k0 + tid; k < k1; k += 256) {
+        Acc a[M], bv[N];
+#pragma unroll
+        for (int i = 0; i < M; ++i) a[i] = Acc(Ab[i * sam + k * sak]);
+        if (SYM) {
+#pragma unroll
+            for (int j = 0; j < N; ++j) bv[j] = a[j];
+        } else {
+#pragma unroll
+            for (int j = 0; j < N; ++j) bv[j] = Acc(Bb[k * sbk + j * sbn]);
+        }
+#pragma unroll
+        for (int i = 0; i < M; ++i)
+#pragma unroll
+            for (int j = 0; j < N; ++j)
+                if (!SYM || j >= i) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
+    }
+
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            if (SYM && j < i) continue;
+            const Acc v = warp_sum(acc[i][j], 32);
+            if (lane == 0) red[warp][i * N + j] = v;
+        }
+    __syncthreads();
+    if (tid < MN) {
+        const int i = tid / N, j = tid % N;
+        if (!SYM || j >= i) {
+            const Acc v = ((red[0][tid] + red[1][tid]) + (red[2][tid] + red[3][tid])) +
+                        ((red[4][tid] + red[5][tid]) + (red[6][tid] + red[7][tid]));
+            part[(b * S + s) * MN + tid] = v;
+        }
+    }
+
+    // Last CTA of this batch reduces all S partials (deterministic order) and writes out.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        const unsigned int ticket = atomicAdd(&counters[b], 1u);
+        is_last = (ticket == (unsigned int)(S - 1));
+    }
+    __syncthreads();
+    if (!is_last) return;
+    if (tid == 0) counters[b] = 0u;  // ready for the next launch on this stream
+    __threadfence();
+    for (int o = warp; o < MN; o += WARPS) {
+        const int i = o / N, j = o % N;
+        if (SYM && j < i) continue;
+        const Acc* p = part + (size_t)b * S * MN + o;
+        Acc a0 = Acc(0), a1 = Acc(0);
+        int q = lane;
+        for (; q + 32 < S; q += 64) {
+            a0 += __ldcg(p + (size_t)q * MN);
+            a1 += __ldcg(p + (size_t)(q + 32) * MN);
+        }
+        if (q < S) a0 += __ldcg(p + (size_t)q * MN);
+        const T v = T(warp_sum(a0 + a1, 32));
+        if (lane == 0) {
+            out[b * sob + i * som + j * son] = v;
+            if (SYM && i != j) out[b * sob + j * som + i * son] = v;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// gram_tiled: M, N <= 64. Grid (S, batches). 256 threads (160 when SYM: 136 compute tiles).
+// part: [batches, S, 64, 64].
+// ------------------------------------------------------------------------------------------
+constexpr int GT_TILE = 64;
+constexpr int GT_KT = 32;
+constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
+
+template <typename T>
+__device__ __forceinline__ void gt_load_tile(T (*Ts)[GT_TILE + GT_PAD], const T* __restrict__ src,
+                                             int s_row, int s_k, int rows, int k0, int kend,
+                                             int tid, int nthreads)
+{
+    // Ts[k][row] = src[row * s_row + (k0 + k) * s_k], zero outside [0, rows) x [k0, kend).
+    // Lanes walk the operand's contiguous dimension so that global loads coalesce.
+    if (s_k == 1) {
+        for (int e = tid; e < GT_TILE * GT_KT; e += nthreads) {
+            const int k = e % GT_KT, r = e / GT_KT;
+            const int kk = k0 + k;
+            Ts[k][r] = (r < rows && kk < kend) ? src[r * s_row + kk] : T(0);
+        }
+    } else {
+        for (int e = tid; e < GT_TILE * GT_KT; e += nthreads) {
+            const int r = e % GT_TILE, k = e / GT_TILE;
+            const int kk = k0 + k;
+            Ts[k][r] = (r < rows && kk < kend) ? src[r * s_row + kk * s_k] : T(0);
+        }
+    }
+}
+
+template <typename T, typename Acc, bool SYM>
+__global__ void __launch_bounds__(256)
+gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
+           const T* __restrict__ B, int sbb, int sbk, int sbn,
+           int M, int N, int K, int kchunk, Acc* __restrict__ part)
+{
+    __shared__ __align__(16) T As[GT_KT][GT_TILE + GT_PAD];
+    __shared__ __align__(16) T Bs[SYM ? 1 : GT_KT][GT_TILE + GT_PAD];
+
+    const int s = blockIdx.x, S = gridDim.x, b = blockIdx.y;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int k0 = s * kchunk;
+    const int k1 = min(K, k0 + kchunk);
+    const T* Ab = A + b * sab;
+    const T* Bb = B + b * sbb;
+
+    // Thread tile (ty, tx) of the 16x16 grid of 4x4 tiles.
+    int ty = tid / 16, tx = tid % 16;
+    bool computes = tid < 256;
+    if (SYM) {
+        // Packed upper triangle: tile t -> (ty <= tx), row-major over the triangle.
+        int t = tid;
+        ty = 0;
+        while (ty < 16 && t >= 16 - ty) { t -= 16 - ty; ++ty; }
+        tx = ty + t;
+        computes = ty < 16;
+    }
+
+    Acc acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = Acc(0);
+
+    for (int kt = k0; kt < k1; kt += GT_KT) {
+        gt_load_tile<T>(As, Ab, sam, sak, M, kt, k1, tid, nthreads);
+        if (!SYM) gt_load_tile<T>(Bs, Bb, sbn, sbk, N, kt, k1, tid, nthreads);
+        __syncthreads();
+        if (computes) {
+#pragma unroll 8
+            for (int k = 0; k < GT_KT; ++k) {
+                T a[4], bv[4];
+                Vec4<T>::load(&As[k][ty * 4], a);
+                if (SYM) Vec4<T>::load(&As[k][tx * 4], bv);
+                else Vec4<T>::load(&Bs[k][tx * 4], bv);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[i][j] = fma(Acc(a[i]), Acc(bv[j]), acc[i][j]);
+            }
+        }
+        __syncthreads();
+    }
+
+    if (computes) {
+        Acc* p = part + ((size_t)b * S + s) * (GT_TILE * GT_TILE);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) p[(ty * 4 + i) * GT_TILE + tx * 4 + j] = acc[i][j];
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// splitk_reduce: out[b, i, j] = sum_s part[b*pbs + s*pss + pi*ldp + pj] in a fixed order,
+// (pi, pj) = (i, j), or (min, max) when SYM (mirror of an upper-triangular result).
+// G lanes per output (G in {1, 32}).
+// ------------------------------------------------------------------------------------------
+template <typename Acc, typename T, int G, bool SYM>
+__global__ void __launch_bounds__(256)
+splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
+              int Bn, int M, int N, T* __restrict__ out, int sob, int som, int son)
+{
+    const long long total = (long long)Bn * M * N;
+    const long long gid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long o = gid / G;
+    const int lane = (int)(gid % G);
+    const bool valid = o < total;
+    const long long oo = valid ? o : 0;
+    const int j = (int)(oo % N);
+    const int i = (int)((oo / N) % M);
+    const int b = (int)(oo / ((long long)M * N));
+    const int pi = SYM ? min(i, j) : i;
+    const int pj = SYM ? max(i, j) : j;
+    const Acc* p = part + b * pbs + (long long)pi * ldp + pj;
+    Acc a0 = Acc(0), a1 = Acc(0), a2 = Acc(0), a3 = Acc(0);
+    if (valid) {
+        int s = lane;
+        for (; s + 3 * G < S; s += 4 * G) {
+            a0 += p[(long long)s * pss];
+            a1 += p[(long long)(s + G) * pss];
+            a2 += p[(long long)(s + 2 * G) * pss];
+            a3 += p[(long long)(s + 3 * G) * pss];
+        }
+        for (; s < S; s += G) a0 += p[(long long)s * pss];
+    }
+    Acc v = (a0 + a1) + (a2 + a3);
+    if (G > 1) v = warp_sum(v, G);
+    if (valid && lane == 0) out[b * sob + i * som + j * son] = T(v);
+}
+
+// ------------------------------------------------------------------------------------------
+// symblock_reduce: X·Xᵀ assembled from cuBLAS products of upper-triangular blocks.
+// Block q covers rows [start(q), start(q)+bs) with start(q) = min(q*bs, M-bs); pair (p, q),
+// p <= q, has index p*nb - p*(p-1)/2 + (q-p); part layout [S][pairs][bs][bs], row-major, with
+// part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Each output element is read
+// from exactly one block (the first that contains it), so the result is exactly symmetric.
+// ------------------------------------------------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(256)
+symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
+                T* __restrict__ out, int som, int son)
+{
+    const long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (o >= (long long)M * M) return;
+    const int i = (int)(o / M), j = (int)(o % M);
+    const int r = min(i, j), c = max(i, j);
+    const int p = min(r / bs, nb - 1), q = min(c / bs, nb - 1);
+    const int rp = r - min(p * bs, M - bs), cq = c - min(q * bs, M - bs);
+    const long long pairs = (long long)nb * (nb + 1) / 2;
+    const long long pair = (long long)p * nb - (long long)p * (p - 1) / 2 + (q - p);
+    const long long pss = pairs * bs * bs;
+    const T* src = part + pair * bs * bs + (long long)rp * bs + cq;
+    T a0 = T(0), a1 = T(0), a2 = T(0), a3 = T(0);
+    int s = 0;
+    for (; s + 3 < S; s += 4) {
+        a0 += src[s * pss];
+        a1 += src[(s + 1) * pss];
+        a2 += src[(s + 2) * pss];
+        a3 += src[(s + 3) * pss];
+    }
+    for (; s < S; ++s) a0 += src[s * pss];
+    out[i * som + j * son] = (a0 + a1) + (a2 + a3);
+}
+
+// ------------------------------------------------------------------------------------------
+// wx_direct: out[b, m, n] = sum_k W[b, m, k] X[b, k, n], M <= 64, CPT*M <= 64.
+// Dynamic shared memory: K*M elements (W[b] transposed, Ws[k][m]). Grid (ceil(N/(256*CPT)), B).
+// ------------------------------------------------------------------------------------------
+template <typename T, int M, int CPT>
+__global__ void __launch_bounds__(256)
+wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
+          const T* __restrict__ X, int sxb, int sxk, int sxn,
+          int K, int N, T* __restrict__ out, int sob, int som, int son)
+{
+    extern __shared__ __align__(16) unsigned char wx_smem[];
+    T* Ws = reinterpret_cast<T*>(wx_smem);
+    const int b = blockIdx.y, tid = threadIdx.x;
+    const T* Wb = W + b * swb;
+    for (int e = tid; e < K * M; e += blockDim.x) {
+        const int k = e / M, m = e % M;
+        Ws[e] = Wb[m * swm + k * swk];
+    }
+    __syncthreads();
+
+    const int n0 = blockIdx.x * (256 * CPT) + tid;
+    const T* Xb = X + b * sxb;
+    T acc[CPT][M];
+#pragma unroll
+    for (int q = 0; q < CPT; ++q)
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[q][m] = T(0);
+
+    for (int k = 0; k < K; ++k) {
+        T x[CPT];
+#pragma unroll
+        for (int q = 0; q < CPT; ++q) {
+            const int n = n0 + q * 256;
+            x[q] = n < N ? Xb[k * sxk + n * sxn] : T(0);
+        }
+        const T* wk = Ws + k * M;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            const T w = wk[m];
+#pragma unroll
+            for (int q = 0; q < CPT; ++q) acc[q][m] = fma(w, x[q], acc[q][m]);
+        }
+    }
+
+    T* ob = out + b * sob;
+#pragma unroll
+    for (int q = 0; q < CPT; ++q) {
+        const int n = n0 + q * 256;
+        if (n < N) {
+#pragma unroll
+            for (int m = 0; m < M; ++m) ob[m * som + n * son] = acc[q][m];
+        }
+    }
+}
+
+#ifdef DSPK_COMPILE_CHECK
+// Instances compiled by the CI test with nvcc (NVRTC compiles the ones used at run time).
+#define GS(T, A, M, N, S)                                                                   \
+    template __global__ void gram_small<T, A, M, N, S>(const T*, int, int, int, const T*,   \
+                                                       int, int, int, int, int, A*,         \
+                                                       unsigned int*, T*, int, int, int);
+GS(float, float, 4, 4, true) GS(float, double, 3, 5, false) GS(double, double, 8, 8, true)
+GS(double, double, 1, 7, false)
+#define GTI(T, A, S)                                                                         \
+    template __global__ void gram_tiled<T, A, S>(const T*, int, int, int, const T*, int, int, \
+                                                 int, int, int, int, int, A*);
+GTI(float, float, true) GTI(float, double, false) GTI(double, double, true)
+GTI(double, double, false)
+#define SKR(A, T, G, S)                                                                      \
+    template __global__ void splitk_reduce<A, T, G, S>(const A*, int, long long, long long,  \
+                                                       int, int, int, int, T*, int, int, int);
+SKR(float, float, 1, false) SKR(double, float, 32, true) SKR(double, double, 32, false)
+SKR(double, double, 1, true)
+template __global__ void symblock_reduce<float>(const float*, int, int, int, int, float*, int, int);
+template __global__ void symblock_reduce<double>(const double*, int, int, int, int, double*, int, int);
+#define WXD(T, M, C)                                                                         \
+    template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
+                                                int, int, int, T*, int, int, int);
+WXD(float, 4, 2) WXD(float, 6, 2) WXD(float, 64, 1) WXD(double, 64, 1) WXD(double, 6, 1)
+#endif

@@ -1,0 +1,204 @@
+"""matmul(): batched float32/float64 products computed in the operands' own precision, on the
+candidate the tuner picked for the shape, layout and device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend import is_cupy_array
+from .problem import Problem
+from .tuner import Choice, Tuner, tune_mode
+from .view import MatrixView
+
+__all__ = ["matmul", "explain", "Explanation", "tuner", "FLOAT_DTYPES"]
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _candidates(gpu: bool) -> list:
+    if gpu:
+        from .candidates_gpu import gpu_candidates  # noqa: PLC0415 (needs CuPy)
+
+        return gpu_candidates()
+    from .candidates_cpu import cpu_candidates  # noqa: PLC0415
+
+    return cpu_candidates()
+
+
+tuner = Tuner(_candidates)
+
+
+def _view(x: Any, name: str) -> MatrixView:
+    if isinstance(x, MatrixView):
+        return x.named(name)
+    if isinstance(x, np.ndarray) or is_cupy_array(x):
+        return MatrixView.of(x, name)
+    raise TypeError(f"{name}: expected a NumPy or CuPy array or a MatrixView, got "
+                    f"{type(x).__name__}")
+
+
+def _overlaps(x: MatrixView, y: MatrixView) -> bool:
+    if x.is_gpu != y.is_gpu or x.size == 0 or y.size == 0:
+        return False
+    if x.is_gpu and x.device_id != y.device_id:
+        return False
+    x0, x1 = x.byte_range()
+    y0, y1 = y.byte_range()
+    return x0 <= y1 and y0 <= x1
+
+
+def _problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul") -> tuple:
+    """Validate the operands; returns (Problem, result to hand back, result ndim)."""
+    av, bv = _view(a, "a"), _view(b, "b")
+    for v in (av, bv):
+        if v.dtype not in allowed:
+            raise TypeError(f"{v.name}: unsupported dtype {v.dtype}; {what} takes "
+                            f"{', '.join(d.name for d in allowed)}")
+    if av.dtype != bv.dtype:
+        raise TypeError(f"a is {av.dtype} but b is {bv.dtype}: dspk never promotes or demotes "
+                        f"silently; convert one of them explicitly")
+    if av.is_gpu != bv.is_gpu:
+        raise TypeError("a and b mix NumPy and CuPy arrays; move both to one device first")
+    if av.is_gpu and av.device_id != bv.device_id:
+        raise ValueError(f"a is on GPU {av.device_id} but b is on GPU {bv.device_id}")
+    if av.shape[2] != bv.shape[1]:
+        raise ValueError(f"inner dimensions differ: a is [{av.shape[1]}, {av.shape[2]}] and b is "
+                         f"[{bv.shape[1]}, {bv.shape[2]}] (a's columns must equal b's rows)")
+    ba, bb = av.shape[0], bv.shape[0]
+    if ba != bb and 1 not in (ba, bb):
+        raise ValueError(f"batch counts differ: a has {ba}, b has {bb} (equal, or one of them 1)")
+    B, M, N = max(ba, bb), av.shape[1], bv.shape[2]
+    av.check()
+    bv.check()
+    symmetric = av.is_transpose_of(bv)
+    if ba != B:
+        av = av.broadcast_to(B)
+    if bb != B:
+        bv = bv.broadcast_to(B)
+    plain_2d = all(not isinstance(x, MatrixView) and x.ndim == 2 for x in (a, b))
+    ndim = 2 if plain_2d else 3
+    xp = av.xp
+    if out is None:
+        result = xp.empty((B, M, N) if ndim == 3 else (M, N), dtype=av.dtype)
+        ov = MatrixView.of(result, "out")
+    else:
+        result = out
+        ov = _view(out, "out")
+        if ov.dtype != av.dtype:
+            raise TypeError(f"out: dtype {ov.dtype} differs from the operands' {av.dtype}")
+        if ov.is_gpu != av.is_gpu or (ov.is_gpu and ov.device_id != av.device_id):
+            where = f"GPU {av.device_id}" if av.is_gpu else "the host"
+            raise ValueError(f"out: must be on the operands' device ({where})")
+        if ov.shape != (B, M, N):
+            raise ValueError(f"out: shape {tuple(getattr(out, 'shape', ov.shape))} does not hold "
+                             f"the [{B}, {M}, {N}] result")
+        if not ov.is_gpu and not ov.buffer.flags.writeable:
+            raise ValueError("out: array is read-only")
+        ov.check()
+        if ov.batches > 1 and ov.strides[0] == 0:
+            raise ValueError("out: batch stride 0 would write several results to one place")
+        for v in (av, bv):
+            if _overlaps(ov, v):
+                raise ValueError(f"out overlaps {v.name}: the product cannot be written over its "
+                                 f"own input")
+    return Problem(av, bv, ov, symmetric), result
+
+
+def matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """Batched matrix product ``out[i] = a[i] · b[i]``, exact in the operands' precision.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray, cupy.ndarray or MatrixView
+        float32 or float64 (both the same), 2-D ``[M, K]``/``[K, N]`` or 3-D with a batch axis.
+        A single-batch operand is broadcast against a batched one.
+    out : array or MatrixView, optional
+        Where to write the ``[B, M, N]`` (or ``[M, N]``) result; must not overlap ``a`` or ``b``.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        The array type of the operands: 2-D when both operands are 2-D arrays, else 3-D; ``out``
+        itself when given.
+
+    Notes
+    -----
+    The product is computed in the operands' dtype with fused multiply-adds: never TF32, never
+    a silent promotion or demotion. Which kernel runs (cuBLAS, a direct kernel for skinny
+    shapes, split-K, BLAS syrk for X·Xᵀ...) is decided by the autotuner; `explain` says which
+    and why. An X·Xᵀ product is detected when ``b`` is exactly ``a.T`` over the same memory.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> x = np.random.default_rng(0).standard_normal((4, 1000)).astype(np.float32)
+    >>> c = dspk.linalg.matmul(x, x.T)          # channel covariance (uncentred)
+    >>> c.shape, c.dtype
+    ((4, 4), dtype('float32'))
+    """
+    p, result = _problem(a, b, out)
+    if p.m == 0 or p.n == 0 or p.batches == 0:
+        return result
+    if p.k == 0:
+        p.out.to_array()[...] = 0
+        return result
+    tuner.select(p, run=True)
+    return result
+
+
+@dataclass
+class Explanation:
+    """Which candidate computes a product and why (`explain`)."""
+
+    choice: Choice
+    available: dict[str, str]
+    mode: str
+    shape: tuple
+
+    @property
+    def candidate(self) -> str:
+        return self.choice.candidate.name
+
+    def __str__(self) -> str:
+        c = self.choice
+        lines = [f"product {self.shape[0]} x [{self.shape[1]}, {self.shape[3]}]·"
+                 f"[{self.shape[3]}, {self.shape[2]}]",
+                 f"key: {c.key}",
+                 f"DSPK_TUNE={self.mode}; runs: {c.candidate.name} ({c.candidate.summary})",
+                 f"because: {c.source}"]
+        if c.timings_ms:
+            lines.append("measured (median ms per call): " + ", ".join(
+                f"{n} {t:.4g}" for n, t in sorted(c.timings_ms.items(), key=lambda kv: kv[1])))
+        for name, why in self.available.items():
+            if why != "available":
+                lines.append(f"  {name}: {why}")
+        for name, why in c.rejected.items():
+            if not why.startswith("unavailable"):
+                lines.append(f"  {name}: rejected: {why}")
+        return "\n".join(lines)
+
+
+def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
+    """Which candidate `matmul` runs for these operands, and why.
+
+    With ``tune=True`` an unseen key is tuned now (as `matmul` would); with ``tune=False``
+    nothing runs and an unseen key reports the candidate that would run without timing.
+    """
+    p, _ = _problem(a, b, out)
+    names = {c.name: (c.unavailable(p) or "available") for c in tuner.candidates(p.gpu)}
+    if tune:
+        choice = tuner.select(p, run=False)
+    else:
+        key = tuner.key(p)
+        cached = tuner._memory.get(key) or tuner._from_file(key)
+        if cached:
+            choice = tuner.select(p, run=False) if tune_mode() != "off" else \
+                tuner._first_available(p, tuner.candidates(p.gpu), key, "DSPK_TUNE=off", False)
+        else:
+            choice = tuner._first_available(p, tuner.candidates(p.gpu), key,
+                                            "not tuned yet (explain(tune=False)): first available "
+                                            "candidate", False)
+    return Explanation(choice, names, tune_mode(), (p.batches, p.m, p.n, p.k))

@@ -1,0 +1,93 @@
+"""A product to compute, ``out[i] = a[i] · b[i]``, as the candidates see it, and the candidate
+interface every way of computing it implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .view import MatrixView
+
+__all__ = ["Problem", "Candidate"]
+
+
+@dataclass
+class Problem:
+    """Validated operands: ``a`` [B, M, K], ``b`` [B, K, N], ``out`` [B, M, N], all views on one
+    device with one float dtype; single-batch operands already broadcast (batch stride 0)."""
+
+    a: MatrixView
+    b: MatrixView
+    out: MatrixView
+    symmetric: bool  # b is exactly a.T over the same memory: X·Xᵀ
+
+    @property
+    def batches(self) -> int:
+        return self.out.shape[0]
+
+    @property
+    def m(self) -> int:
+        return self.a.shape[1]
+
+    @property
+    def k(self) -> int:
+        return self.a.shape[2]
+
+    @property
+    def n(self) -> int:
+        return self.b.shape[2]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.a.dtype
+
+    @property
+    def gpu(self) -> bool:
+        return self.a.is_gpu
+
+    @property
+    def device_id(self) -> int | None:
+        return self.a.device_id
+
+    def transposed(self) -> "Problem":
+        """The same product as ``out.T = b.T · a.T`` (nothing is copied)."""
+        return Problem(self.b.T.named("b.T"), self.a.T.named("a.T"), self.out.T.named("out.T"),
+                       self.symmetric)
+
+    def with_operands(self, a: MatrixView, b: MatrixView, out: MatrixView) -> "Problem":
+        return Problem(a, b, out, self.symmetric)
+
+    def flops(self) -> float:
+        return 2.0 * self.batches * self.m * self.n * self.k
+
+
+class Candidate:
+    """One way of computing a `Problem`. Subclasses set ``name`` and ``gpu`` and implement
+    `unavailable` (None, or why this candidate cannot run this problem here) and `run`."""
+
+    name: str = "?"
+    gpu: bool = False
+    #: one line for explain(): what the candidate is
+    summary: str = ""
+
+    def unavailable(self, p: Problem) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, p: Problem) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<candidate {self.name}>"
+
+
+def scratch_like(xp: Any, shape: tuple, dtype: Any) -> MatrixView:
+    """A fresh contiguous [B, M, N] view (for candidates that cannot write a strided ``out``)."""
+    b, m, n = shape
+    return MatrixView(xp.empty(b * m * n, dtype=dtype), (b, m, n), (m * n, n, 1), 0, "scratch")
+
+
+def copy_into(out: MatrixView, src: MatrixView) -> None:
+    """``out[...] = src[...]`` for two views of the same shape and device."""
+    out.to_array()[...] = src.to_array()

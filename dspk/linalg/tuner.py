@@ -1,0 +1,406 @@
+"""The autotuner: one place decides how a product runs.
+
+A key is (device, dtype, layout of each operand and of the output, power-of-two size class of
+batches, M, N and K, symmetric or not). For an unseen key every available candidate runs on the
+real operands: its result is checked against a float64 reference of sampled rows, its precision
+is verified on a zero-mean probe of the same shape (TF32 or any demotion errs ~3e-4 there and is
+rejected), and it is timed (warm-up, then the median of several samples, CUDA events on the GPU).
+The ranking of the correct candidates is kept in memory and in a versioned JSON cache
+(``$DSPK_CACHE_DIR``, default ``~/.cache/dspk``), written atomically under a file lock so that
+several processes can tune at once.
+
+``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
+fixed order; ``readonly`` uses the cache but never times or writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import __version__
+from ..backend import cupy_module, device_name
+from .problem import Candidate, Problem
+from .view import MatrixView
+
+__all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "precision_tolerance"]
+
+TUNE_MODES = ("on", "off", "readonly")
+CACHE_FORMAT = "dspk-tuner"
+CACHE_SCHEMA = 1
+
+
+def tune_mode() -> str:
+    mode = (os.environ.get("DSPK_TUNE", "on") or "on").strip().lower()
+    if mode not in TUNE_MODES:
+        raise ValueError(f"DSPK_TUNE must be one of {TUNE_MODES}, got {mode!r}")
+    return mode
+
+
+def cache_path() -> Path:
+    base = os.environ.get("DSPK_CACHE_DIR")
+    root = Path(base) if base else Path.home() / ".cache" / "dspk"
+    return root / f"tuner-v{CACHE_SCHEMA}.json"
+
+
+def precision_tolerance(dtype: Any, k: int) -> float:
+    """Largest relative Frobenius error accepted on the zero-mean probe for a candidate that
+    computes in ``dtype``. TF32 (10-bit mantissa) gives ~3e-4 there; float32 ~1e-7·√K·c."""
+    if np.dtype(dtype) == np.float32:
+        return min(1e-4, max(2e-5, 1.2e-7 * np.sqrt(k)))
+    return max(1e-12, 1e-15 * np.sqrt(k))
+
+
+def _size_class(n: int) -> int:
+    return int(n).bit_length()  # 0 for 0; c for 2^(c-1) <= n < 2^c
+
+
+def _stamp(p: Problem) -> str:
+    if not p.gpu:
+        return f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
+    return _gpu_stamp(p.device_id)
+
+
+_gpu_stamps: dict[int, str] = {}
+
+
+def _gpu_stamp(device_id: int) -> str:
+    s = _gpu_stamps.get(device_id)
+    if s is None:
+        cp = cupy_module()
+        rt = cp.cuda.runtime
+        try:
+            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+
+            with cp.cuda.Device(device_id):
+                blas = cublas.getVersion(cp.cuda.device.get_cublas_handle())
+        except Exception:  # pragma: no cover - version query unavailable
+            blas = "?"
+        s = (f"{device_name(device_id)}|driver{rt.driverGetVersion()}|runtime"
+             f"{rt.runtimeGetVersion()}|cublas{blas}|cupy{cp.__version__}|dspk{__version__}")
+        _gpu_stamps[device_id] = s
+    return s
+
+
+@dataclass
+class Choice:
+    """What runs for a key, and why."""
+
+    candidate: Candidate
+    key: str
+    source: str  # "tuned now", "cache (memory)", "cache (file)", "DSPK_TUNE=off", ...
+    ranking: list[str] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+
+
+class Tuner:
+    """Chooses a candidate per key; see the module docstring."""
+
+    def __init__(self, candidates: Callable[[bool], list[Candidate]]):
+        self._candidates = candidates
+        self._by_name: dict[bool, dict[str, Candidate]] = {}
+        self._memory: dict[tuple, dict] = {}
+        self._file_loaded = False
+        self._file_entries: dict[str, dict] = {}
+        self._warned_write = False
+
+    # -- keys ----------------------------------------------------------------------------------
+    @staticmethod
+    def key(p: Problem) -> tuple:
+        return (_stamp(p), p.dtype.name, p.a.layout(), p.b.layout(), p.out.layout(),
+                _size_class(p.batches), _size_class(p.m), _size_class(p.n), _size_class(p.k),
+                "sym" if p.symmetric else "gen")
+
+    @staticmethod
+    def key_str(key: tuple) -> str:
+        return "|".join(str(k) for k in key)
+
+    def candidates(self, gpu: bool) -> list[Candidate]:
+        return list(self._names(gpu).values())
+
+    def _names(self, gpu: bool) -> dict[str, Candidate]:
+        d = self._by_name.get(gpu)
+        if d is None:
+            d = {c.name: c for c in self._candidates(gpu)}
+            self._by_name[gpu] = d
+        return d
+
+    # -- selection -----------------------------------------------------------------------------
+    def select(self, p: Problem, run: bool = False) -> Choice:
+        """The candidate for ``p``. With ``run=True`` the product is also computed into
+        ``p.out`` (tuning computes it anyway)."""
+        mode = tune_mode()
+        names = self._names(p.gpu)
+        key = self.key(p)
+        if mode == "off":
+            return self._first_available(p, names.values(), key, "DSPK_TUNE=off: first available "
+                                                                 "candidate in fixed order", run)
+        entry = self._memory.get(key)
+        source = "cache (memory)"
+        if entry is None:
+            entry = self._from_file(key)
+            source = "cache (file)"
+        if entry is not None:
+            for name in entry["ranking"]:
+                c = names.get(name)
+                if c is not None and c.unavailable(p) is None:
+                    if run:
+                        c.run(p)
+                    return Choice(c, self.key_str(key), source, entry["ranking"],
+                                  entry.get("timings_ms", {}), entry.get("rejected", {}))
+        if mode == "readonly":
+            return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
+                                         "choice: first available candidate", run)
+        return self._tune(p, key, names)
+
+    def _first_available(self, p: Problem, cands: Any, key: tuple, why: str, run: bool) -> Choice:
+        rejected = {}
+        for c in cands:
+            reason = c.unavailable(p)
+            if reason is None:
+                if run:
+                    c.run(p)
+                return Choice(c, self.key_str(key), why, rejected=rejected)
+            rejected[c.name] = reason
+        raise RuntimeError(f"no candidate can compute this product: {rejected}")
+
+    # -- tuning --------------------------------------------------------------------------------
+    def _tune(self, p: Problem, key: tuple, names: dict[str, Candidate]) -> Choice:
+        rejected: dict[str, str] = {}
+        usable = []
+        for c in names.values():
+            reason = c.unavailable(p)
+            if reason is None:
+                usable.append(c)
+            else:
+                rejected[c.name] = f"unavailable: {reason}"
+        if not usable:
+            raise RuntimeError(f"no candidate can compute this product: {rejected}")
+        sampler = _Sampler(p)
+        probe = _make_probe(p)
+        probe_sampler = _Sampler(probe)
+        tol = precision_tolerance(p.dtype, p.k)
+        timings: dict[str, float] = {}
+        for c in usable:
+            try:
+                sampler.poison()
+                c.run(p)
+                bad = sampler.check_result()
+                if bad:
+                    rejected[c.name] = f"wrong result: {bad}"
+                    continue
+                probe_sampler.poison()
+                c.run(probe)
+                err = probe_sampler.relative_error()
+                if not err <= tol:
+                    rejected[c.name] = (f"precision check failed: relative error {err:.2e} > "
+                                        f"{tol:.1e} on a zero-mean probe (not computed in "
+                                        f"{p.dtype.name}?)")
+                    continue
+                timings[c.name] = _median_time(lambda c=c: c.run(p), p.gpu) * 1e3
+            except Exception as exc:  # a candidate that breaks is rejected, not fatal
+                rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
+        if not timings:
+            raise RuntimeError(f"every candidate failed for this product: {rejected}")
+        ranking = sorted(timings, key=timings.get)
+        best = names[ranking[0]]
+        best.run(p)  # leave the winner's result in p.out
+        entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
+                 "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self._memory[key] = entry
+        self._save(key, entry)
+        return Choice(best, self.key_str(key), "tuned now", ranking, entry["timings_ms"], rejected)
+
+    # -- the cache file ------------------------------------------------------------------------
+    def _from_file(self, key: tuple) -> dict | None:
+        if not self._file_loaded:
+            self._file_entries = _read_cache(cache_path())
+            self._file_loaded = True
+        entry = self._file_entries.get(self.key_str(key))
+        if entry is not None:
+            self._memory[key] = entry
+        return entry
+
+    def _save(self, key: tuple, entry: dict) -> None:
+        path = cache_path()
+        try:
+            _merge_into_cache(path, {self.key_str(key): entry})
+        except OSError as exc:
+            if not self._warned_write:
+                warnings.warn(f"dspk tuner: cannot write its cache {path}: {exc}; choices are "
+                              f"kept in memory only", RuntimeWarning, stacklevel=3)
+                self._warned_write = True
+
+    def forget(self) -> None:
+        """Drop the in-memory choices (the file is read again on next use)."""
+        self._memory.clear()
+        self._file_loaded = False
+        self._file_entries = {}
+
+
+def _valid_cache(doc: Any) -> bool:
+    return (isinstance(doc, dict) and doc.get("format") == CACHE_FORMAT
+            and doc.get("schema") == CACHE_SCHEMA and isinstance(doc.get("entries"), dict)
+            and all(isinstance(v, dict) and isinstance(v.get("ranking"), list)
+                    for v in doc["entries"].values()))
+
+
+def _read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        if warn:
+            warnings.warn(f"dspk tuner: cannot read {path}: {exc}; ignored", RuntimeWarning,
+                          stacklevel=4)
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not _valid_cache(doc):
+        if warn:
+            warnings.warn(f"dspk tuner: {path} is corrupt or not a dspk tuner cache (schema "
+                          f"{CACHE_SCHEMA}); ignored, and rewritten on the next tuning",
+                          RuntimeWarning, stacklevel=4)
+        return {}
+    return doc["entries"]
+
+
+def _merge_into_cache(path: Path, new: dict[str, dict]) -> None:
+    """Read-merge-write under an exclusive lock; the write is a rename, so a reader never sees
+    a half-written file and two tuning processes never lose each other's entries."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_suffix(path.suffix + ".lock")
+    with open(lock_path, "a+") as lock:
+        try:
+            import fcntl  # noqa: PLC0415 (POSIX only)
+
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows: rename is still atomic
+            pass
+        entries = _read_cache(path, warn=False)
+        entries.update(new)
+        doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
+               "entries": entries}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+# -- checking and timing ------------------------------------------------------------------------
+class _Sampler:
+    """Sampled rows of a product and their float64 reference."""
+
+    MAX_ROWS = 8
+
+    def __init__(self, p: Problem):
+        self.p = p
+        B, M = p.batches, p.m
+        self.batches = sorted({0, B // 2, B - 1})
+        self.rows = sorted({int(r) for r in np.linspace(0, M - 1, min(M, self.MAX_ROWS))})
+        xp = p.a.xp
+        a = p.a.to_array()[self.batches][:, self.rows, :].astype(np.float64)
+        b = p.b.to_array()[self.batches].astype(np.float64)
+        self.ref = xp.matmul(a, b)
+        self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
+        self.xp = xp
+
+    def _out_rows(self) -> Any:
+        return self.p.out.to_array()[self.batches][:, self.rows, :]
+
+    def poison(self) -> None:
+        out = self.p.out.to_array()
+        for bi in self.batches:
+            out[bi, self.rows, :] = np.nan
+
+    def relative_error(self) -> float:
+        xp = self.xp
+        diff = self._out_rows().astype(np.float64) - self.ref
+        return float(xp.linalg.norm(diff) / max(float(xp.linalg.norm(self.ref)), 1e-300))
+
+    def check_result(self) -> str | None:
+        xp = self.xp
+        got = self._out_rows().astype(np.float64)
+        eps = float(np.finfo(self.p.dtype).eps)
+        k = max(self.p.k, 1)
+        bound = min(k, 64 * np.sqrt(k)) * eps * self.absprod + 1e-30
+        err = xp.abs(got - self.ref)
+        ok = bool(xp.all(err <= bound))  # NaN (an unwritten output) fails here
+        if ok:
+            return None
+        worst = float(xp.nanmax(err / bound)) if bool(xp.isfinite(got).all()) else float("nan")
+        return (f"sampled outputs differ from the float64 reference beyond the rounding bound "
+                f"(worst {worst:.3g}x the bound; NaN means an output was not written)")
+
+
+def _make_probe(p: Problem) -> Problem:
+    """Operands of the same geometry filled with zero-mean normal values."""
+    xp = p.a.xp
+    rng = xp.random.default_rng(12345)
+    new: dict[tuple, Any] = {}
+
+    def clone(v: MatrixView, fill: bool) -> MatrixView:
+        # Views over the same memory (X and X.T) get the same probe buffer.
+        base = v.buffer.data.ptr if v.is_gpu else v.buffer.ctypes.data
+        ident = (base, v.buffer.size, fill)
+        buf = new.get(ident)
+        if buf is None:
+            if fill:
+                buf = rng.standard_normal(v.buffer.size, dtype=v.dtype)
+            else:
+                buf = xp.empty(v.buffer.size, dtype=v.dtype)
+            new[ident] = buf
+        return MatrixView(buf, v.shape, v.strides, v.offset, v.name)
+
+    a = clone(p.a, True)
+    b = clone(p.b, True)
+    out = clone(p.out, False)
+    return Problem(a, b, out, p.symmetric)
+
+
+def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> float:
+    """Median seconds per call of ``fn`` after a warm-up."""
+    if gpu:
+        cp = cupy_module()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+        def timed(n: int) -> float:
+            start.record()
+            for _ in range(n):
+                fn()
+            stop.record()
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / n
+    else:
+        def timed(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter() - t0) / n
+
+    fn()
+    one = max(timed(1), 1e-7)
+    n = int(min(200, max(1, (2e-4 if gpu else 2e-3) / one)))
+    samples = max(3, min(9, int(budget_s / (one * n))))
+    return float(np.median([timed(n) for _ in range(samples)]))
