@@ -58,6 +58,14 @@ def _i32(*xs: int) -> tuple:
     return tuple(np.int32(x) for x in xs)
 
 
+def _pow2_at_least(n: int, lo: int) -> int:
+    """The template size class used for a runtime dimension n (fewer compiled instances)."""
+    v = lo
+    while v < n:
+        v *= 2
+    return v
+
+
 def _int32_reason(p: Problem) -> str | None:
     for v in (p.a, p.b, p.out):
         lo, hi = v.extent()
@@ -325,12 +333,13 @@ class GramSmall(_Direct):
         S = max(1, min(64, -(-K // 1024)))
         kchunk = -(-K // S)
         S = -(-K // kchunk)
-        part = cp.empty(B * S * M * N, dtype=acc)
-        fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {M}, {N}, "
+        md = _pow2_at_least(max(M, N), 1)
+        part = cp.empty(B * S * md * md, dtype=acc)
+        fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
                                  f"{'true' if sym else 'false'}>")
         a, b, out = p.a, p.b, p.out
         fn((S, B), (256,), (_u64(a), *_i32(*a.strides), _u64(b), *_i32(*b.strides),
-                            np.int32(K), np.int32(kchunk), part, counters(B),
+                            *_i32(M, N, K, kchunk), part, counters(B),
                             _u64(out), *_i32(*out.strides)))
 
 
@@ -388,7 +397,7 @@ class WxDirect(_Direct):
                         f"{cols_per_thread} column(s) per thread, one launch")
 
     def _fits(self, p: Problem) -> str | None:
-        if p.m * self.cpt > self.MAX_M:
+        if _pow2_at_least(p.m, 4) * self.cpt > self.MAX_M:
             return f"{p.m} output rows x {self.cpt} columns per thread > {self.MAX_M} registers"
         if p.m * p.k * p.dtype.itemsize > self.SMEM:
             return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
@@ -413,11 +422,12 @@ class WxDirect(_Direct):
         q = self.orient(p)
         _check32(q)
         M, K, N, B = q.m, q.k, q.n, q.batches
-        fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {M}, {self.cpt}>")
+        mm = _pow2_at_least(M, 4)
+        fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
         w, x, out = q.a, q.b, q.out
         grid = (-(-N // (256 * self.cpt)), B)
         fn(grid, (256,), (_u64(w), *_i32(*w.strides), _u64(x), *_i32(*x.strides),
-                          *_i32(K, N), _u64(out), *_i32(*out.strides)),
+                          *_i32(M, K, N), _u64(out), *_i32(*out.strides)),
            shared_mem=M * K * q.dtype.itemsize)
 
 

@@ -189,16 +189,9 @@ def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
     """
     p, _ = _problem(a, b, out)
     names = {c.name: (c.unavailable(p) or "available") for c in tuner.candidates(p.gpu)}
-    if tune:
+    if tune or tune_mode() == "off":
         choice = tuner.select(p, run=False)
     else:
-        key = tuner.key(p)
-        cached = tuner._memory.get(key) or tuner._from_file(key)
-        if cached:
-            choice = tuner.select(p, run=False) if tune_mode() != "off" else \
-                tuner._first_available(p, tuner.candidates(p.gpu), key, "DSPK_TUNE=off", False)
-        else:
-            choice = tuner._first_available(p, tuner.candidates(p.gpu), key,
-                                            "not tuned yet (explain(tune=False)): first available "
-                                            "candidate", False)
+        choice = tuner.cached(p) or tuner.first_available(
+            p, "not tuned yet (explain(tune=False)): first available candidate")
     return Explanation(choice, names, tune_mode(), (p.batches, p.m, p.n, p.k))

@@ -144,23 +144,37 @@ class Tuner:
         if mode == "off":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=off: first available "
                                                                  "candidate in fixed order", run)
+        choice = self.cached(p, key)
+        if choice is not None:
+            if run:
+                choice.candidate.run(p)
+            return choice
+        if mode == "readonly":
+            return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
+                                         "choice: first available candidate", run)
+        return self._tune(p, key, names)
+
+    def cached(self, p: Problem, key: tuple | None = None) -> Choice | None:
+        """The cached choice for ``p`` (memory, then the file), or None; never times anything."""
+        key = self.key(p) if key is None else key
+        names = self._names(p.gpu)
         entry = self._memory.get(key)
         source = "cache (memory)"
         if entry is None:
             entry = self._from_file(key)
             source = "cache (file)"
-        if entry is not None:
-            for name in entry["ranking"]:
-                c = names.get(name)
-                if c is not None and c.unavailable(p) is None:
-                    if run:
-                        c.run(p)
-                    return Choice(c, self.key_str(key), source, entry["ranking"],
-                                  entry.get("timings_ms", {}), entry.get("rejected", {}))
-        if mode == "readonly":
-            return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
-                                         "choice: first available candidate", run)
-        return self._tune(p, key, names)
+        if entry is None:
+            return None
+        for name in entry["ranking"]:
+            c = names.get(name)
+            if c is not None and c.unavailable(p) is None:
+                return Choice(c, self.key_str(key), source, entry["ranking"],
+                              entry.get("timings_ms", {}), entry.get("rejected", {}))
+        return None
+
+    def first_available(self, p: Problem, why: str) -> Choice:
+        """The first available candidate in the fixed order (no timing)."""
+        return self._first_available(p, self._names(p.gpu).values(), self.key(p), why, False)
 
     def _first_available(self, p: Problem, cands: Any, key: tuple, why: str, run: bool) -> Choice:
         rejected = {}

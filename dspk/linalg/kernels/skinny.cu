@@ -46,16 +46,17 @@ __device__ __forceinline__ T warp_sum(T v, int width)
 }
 
 // ------------------------------------------------------------------------------------------
-// gram_small: M, N <= 8, 256 threads, grid (S, batches).
+// gram_small: M, N <= MD (MD in {1, 2, 4, 8}), 256 threads, grid (S, batches).
+// part: [batches, S, MD*MD] in Acc. counters[b] must be 0 at launch; the last CTA resets it.
 // ------------------------------------------------------------------------------------------
-template <typename T, typename Acc, int M, int N, bool SYM>
+template <typename T, typename Acc, int MD, bool SYM>
 __global__ void __launch_bounds__(256)
 gram_small(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
-           int K, int kchunk, Acc* __restrict__ part, unsigned int* __restrict__ counters,
-           T* __restrict__ out, int sob, int som, int son)
+           int M, int N, int K, int kchunk, Acc* __restrict__ part,
+           unsigned int* __restrict__ counters, T* __restrict__ out, int sob, int som, int son)
 {
-    constexpr int MN = M * N;
+    constexpr int MN = MD * MD;
     constexpr int WARPS = 256 / 32;
     __shared__ Acc red[WARPS][MN];
     __shared__ bool is_last;
@@ -67,49 +68,49 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
 
-    Acc acc[M][N];
+    Acc acc[MD][MD];
 #pragma unroll
-    for (int i = 0; i < M; ++i)
+    for (int i = 0; i < MD; ++i)
 #pragma unroll
-        for (int j = 0; j < N; ++j) acc[i][j] = Acc(0);
+        for (int j = 0; j < MD; ++j) acc[i][j] = Acc(0);
 
     for (int k = k0 + tid; k < k1; k += 256) {
-        Acc a[M], bv[N];
+        Acc a[MD], bv[MD];
 #pragma unroll
-        for (int i = 0; i < M; ++i) a[i] = Acc(Ab[i * sam + k * sak]);
+        for (int i = 0; i < MD; ++i) a[i] = i < M ? Acc(Ab[i * sam + k * sak]) : Acc(0);
         if (SYM) {
 #pragma unroll
-            for (int j = 0; j < N; ++j) bv[j] = a[j];
+            for (int j = 0; j < MD; ++j) bv[j] = a[j];
         } else {
 #pragma unroll
-            for (int j = 0; j < N; ++j) bv[j] = Acc(Bb[k * sbk + j * sbn]);
+            for (int j = 0; j < MD; ++j) bv[j] = j < N ? Acc(Bb[k * sbk + j * sbn]) : Acc(0);
         }
 #pragma unroll
-        for (int i = 0; i < M; ++i)
+        for (int i = 0; i < MD; ++i)
 #pragma unroll
-            for (int j = 0; j < N; ++j)
+            for (int j = 0; j < MD; ++j)
                 if (!SYM || j >= i) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
     }
 
 #pragma unroll
-    for (int i = 0; i < M; ++i)
+    for (int i = 0; i < MD; ++i)
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-            if (SYM && j < i) continue;
+        for (int j = 0; j < MD; ++j) {
+            if ((SYM && j < i) || i >= M || j >= N) continue;
             const Acc v = warp_sum(acc[i][j], 32);
-            if (lane == 0) red[warp][i * N + j] = v;
+            if (lane == 0) red[warp][i * MD + j] = v;
         }
     __syncthreads();
     if (tid < MN) {
-        const int i = tid / N, j = tid % N;
-        if (!SYM || j >= i) {
+        const int i = tid / MD, j = tid % MD;
+        if ((!SYM || j >= i) && i < M && j < N) {
             const Acc v = ((red[0][tid] + red[1][tid]) + (red[2][tid] + red[3][tid])) +
-                        ((red[4][tid] + red[5][tid]) + (red[6][tid] + red[7][tid]));
-            part[(b * S + s) * MN + tid] = v;
+                          ((red[4][tid] + red[5][tid]) + (red[6][tid] + red[7][tid]));
+            part[((size_t)b * S + s) * MN + tid] = v;
         }
     }
 
-    // Last CTA of this batch reduces all S partials (deterministic order) and writes out.
+    // The last CTA of this batch reduces all S partials (fixed order) and writes out.
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -121,8 +122,8 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
     if (tid == 0) counters[b] = 0u;  // ready for the next launch on this stream
     __threadfence();
     for (int o = warp; o < MN; o += WARPS) {
-        const int i = o / N, j = o % N;
-        if (SYM && j < i) continue;
+        const int i = o / MD, j = o % MD;
+        if ((SYM && j < i) || i >= M || j >= N) continue;
         const Acc* p = part + (size_t)b * S * MN + o;
         Acc a0 = Acc(0), a1 = Acc(0);
         int q = lane;
@@ -305,14 +306,14 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
 }
 
 // ------------------------------------------------------------------------------------------
-// wx_direct: out[b, m, n] = sum_k W[b, m, k] X[b, k, n], M <= 64, CPT*M <= 64.
+// wx_direct: out[b, m, n] = sum_k W[b, m, k] X[b, k, n], M <= MM, CPT*MM <= 64.
 // Dynamic shared memory: K*M elements (W[b] transposed, Ws[k][m]). Grid (ceil(N/(256*CPT)), B).
 // ------------------------------------------------------------------------------------------
-template <typename T, int M, int CPT>
+template <typename T, int MM, int CPT>
 __global__ void __launch_bounds__(256)
 wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
           const T* __restrict__ X, int sxb, int sxk, int sxn,
-          int K, int N, T* __restrict__ out, int sob, int som, int son)
+          int M, int K, int N, T* __restrict__ out, int sob, int som, int son)
 {
     extern __shared__ __align__(16) unsigned char wx_smem[];
     T* Ws = reinterpret_cast<T*>(wx_smem);
@@ -326,11 +327,11 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 
     const int n0 = blockIdx.x * (256 * CPT) + tid;
     const T* Xb = X + b * sxb;
-    T acc[CPT][M];
+    T acc[CPT][MM];
 #pragma unroll
     for (int q = 0; q < CPT; ++q)
 #pragma unroll
-        for (int m = 0; m < M; ++m) acc[q][m] = T(0);
+        for (int m = 0; m < MM; ++m) acc[q][m] = T(0);
 
     for (int k = 0; k < K; ++k) {
         T x[CPT];
@@ -341,10 +342,12 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
         }
         const T* wk = Ws + k * M;
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const T w = wk[m];
+        for (int m = 0; m < MM; ++m) {
+            if (m < M) {
+                const T w = wk[m];
 #pragma unroll
-            for (int q = 0; q < CPT; ++q) acc[q][m] = fma(w, x[q], acc[q][m]);
+                for (int q = 0; q < CPT; ++q) acc[q][m] = fma(w, x[q], acc[q][m]);
+            }
         }
     }
 
@@ -354,19 +357,20 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
         const int n = n0 + q * 256;
         if (n < N) {
 #pragma unroll
-            for (int m = 0; m < M; ++m) ob[m * som + n * son] = acc[q][m];
+            for (int m = 0; m < MM; ++m)
+                if (m < M) ob[m * som + n * son] = acc[q][m];
         }
     }
 }
 
 #ifdef DSPK_COMPILE_CHECK
 // Instances compiled by the CI test with nvcc (NVRTC compiles the ones used at run time).
-#define GS(T, A, M, N, S)                                                                   \
-    template __global__ void gram_small<T, A, M, N, S>(const T*, int, int, int, const T*,   \
-                                                       int, int, int, int, int, A*,         \
-                                                       unsigned int*, T*, int, int, int);
-GS(float, float, 4, 4, true) GS(float, double, 3, 5, false) GS(double, double, 8, 8, true)
-GS(double, double, 1, 7, false)
+#define GS(T, A, D, S)                                                                      \
+    template __global__ void gram_small<T, A, D, S>(const T*, int, int, int, const T*, int, \
+                                                    int, int, int, int, int, int, A*,       \
+                                                    unsigned int*, T*, int, int, int);
+GS(float, float, 4, true) GS(float, double, 8, false) GS(double, double, 8, true)
+GS(double, double, 1, false) GS(float, float, 2, false)
 #define GTI(T, A, S)                                                                         \
     template __global__ void gram_tiled<T, A, S>(const T*, int, int, int, const T*, int, int, \
                                                  int, int, int, int, int, A*);
@@ -381,6 +385,7 @@ template __global__ void symblock_reduce<float>(const float*, int, int, int, int
 template __global__ void symblock_reduce<double>(const double*, int, int, int, int, double*, int, int);
 #define WXD(T, M, C)                                                                         \
     template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
-                                                int, int, int, T*, int, int, int);
-WXD(float, 4, 2) WXD(float, 6, 2) WXD(float, 64, 1) WXD(double, 64, 1) WXD(double, 6, 1)
+                                                int, int, int, int, T*, int, int, int);
+WXD(float, 4, 2) WXD(float, 8, 2) WXD(float, 64, 1) WXD(double, 64, 1) WXD(double, 8, 1)
+WXD(float, 32, 2)
 #endif

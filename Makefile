@@ -1,0 +1,29 @@
+# Quick start: `make demo` then `make test`. Both work on a fresh machine with only Python.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv gpu-check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job on bundled data. Until the pipeline exists: the linalg benchmark on the CPU at
+# small sizes, printing its table.
+demo: $(STAMP)
+	DSPK_BACKEND=$${DSPK_BACKEND:-auto} $(PY) benchmarks/bench_linalg.py --small
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+gpu-check:
+	scripts/gpu-check $${OUT:-gpu-results}
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,144 @@
+"""The tuner: choices persisted and reused, precision verified, modes, a corrupt or foreign cache,
+several processes tuning at once."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dspk.linalg import explain, matmul
+from dspk.linalg.candidates_cpu import NumpyMatmul
+from dspk.linalg.problem import Candidate
+from dspk.linalg.tuner import Tuner, cache_path
+
+engine = importlib.import_module("dspk.linalg.matmul")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
+    engine.tuner.forget()
+    yield tmp_path
+    engine.tuner.forget()
+
+
+def operands(m=8, k=300, n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+class RoundsToTF32(Candidate):
+    """A fast-looking candidate that computes with 10-bit mantissas, as TF32 tensor cores do."""
+
+    name = "fake_tf32"
+    summary = "rounds operands to TF32 (must be rejected)"
+
+    def unavailable(self, p):
+        return None
+
+    def run(self, p):
+        def tf32(x):
+            bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+            return ((bits + 0x1000) & 0xFFFFE000).view(np.float32)
+
+        a, b = tf32(p.a.to_array()), tf32(p.b.to_array())
+        p.out.to_array()[...] = np.matmul(a, b)
+
+
+class Wrong(Candidate):
+    name = "fake_wrong"
+    summary = "writes garbage"
+
+    def unavailable(self, p):
+        return None
+
+    def run(self, p):
+        p.out.to_array()[...] = 1.0
+
+
+def test_tuned_choice_persists_and_is_reused(fresh_cache):
+    a, b = operands()
+    matmul(a, b)
+    doc = json.loads(cache_path().read_text())
+    assert doc["format"] == "dspk-tuner" and len(doc["entries"]) == 1
+    entry = next(iter(doc["entries"].values()))
+    assert entry["ranking"] and all(t > 0 for t in entry["timings_ms"].values())
+    engine.tuner.forget()
+    e = explain(a, b, tune=False)
+    assert e.choice.source == "cache (file)"
+    assert e.candidate == entry["ranking"][0]
+
+
+def test_precision_check_rejects_tf32_and_wrong_results(fresh_cache):
+    t = Tuner(lambda gpu: [RoundsToTF32(), Wrong(), NumpyMatmul()])
+    a, b = operands(16, 2000, 16)
+    p, _ = engine._problem(a, b, None)
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "numpy"
+    assert "precision check failed" in choice.rejected["fake_tf32"]
+    assert "wrong result" in choice.rejected["fake_wrong"]
+    ref = a.astype(np.float64) @ b
+    assert np.linalg.norm(p.out.to_array()[0] - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_mode_off_takes_first_available(fresh_cache, monkeypatch):
+    monkeypatch.setenv("DSPK_TUNE", "off")
+    a, b = operands()
+    e = explain(a, b)
+    assert e.candidate == "numpy" and "DSPK_TUNE=off" in e.choice.source
+    matmul(a, b)
+    assert not cache_path().exists()
+
+
+def test_mode_readonly_never_writes(fresh_cache, monkeypatch):
+    monkeypatch.setenv("DSPK_TUNE", "readonly")
+    a, b = operands()
+    matmul(a, b)
+    assert not cache_path().exists()
+
+
+def test_bad_mode(fresh_cache, monkeypatch):
+    monkeypatch.setenv("DSPK_TUNE", "sometimes")
+    with pytest.raises(ValueError, match="DSPK_TUNE must be one of"):
+        matmul(*operands())
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": "other", "entries": {}}),
+                                     json.dumps({"format": "dspk-tuner", "schema": 1,
+                                                 "entries": {"k": "not a dict"}})])
+def test_corrupt_or_foreign_cache_is_ignored_with_warning_and_rewritten(fresh_cache, content):
+    cache_path().parent.mkdir(parents=True, exist_ok=True)
+    cache_path().write_text(content)
+    a, b = operands()
+    with pytest.warns(RuntimeWarning, match="corrupt or not a dspk tuner cache"):
+        matmul(a, b)
+    doc = json.loads(cache_path().read_text())
+    assert doc["format"] == "dspk-tuner" and len(doc["entries"]) == 1
+
+
+def test_explain_lists_candidates_and_reasons(fresh_cache):
+    a, b = operands(4, 100, 4)
+    text = str(explain(a, b))
+    assert "runs:" in text and "because: tuned now" in text
+    assert "numpy_splitk16384: K=100 shorter" in text
+
+
+def test_processes_tuning_at_once_keep_every_entry(fresh_cache):
+    code = (
+        "import sys, numpy as np, dspk\n"
+        "k = int(sys.argv[1])\n"
+        "for m in (3, 20, 70):\n"
+        "    a = np.ones((m, k), np.float32); dspk.matmul(a, np.ones((k, 2), np.float32))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(k)], env=env)
+             for k in (10, 100, 1000, 5000)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    doc = json.loads(cache_path().read_text())
+    assert len(doc["entries"]) == 12  # 4 K classes x 3 M classes, none lost
