@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
-    engine.tuner.forget()
+    engine.forget()
     yield tmp_path
-    engine.tuner.forget()
+    engine.forget()
 
 
 def operands(m=8, k=300, n=5, seed=0):
@@ -69,7 +69,7 @@ def test_tuned_choice_persists_and_is_reused(fresh_cache):
     assert doc["format"] == "dspk-tuner" and len(doc["entries"]) == 1
     entry = next(iter(doc["entries"].values()))
     assert entry["ranking"] and all(t > 0 for t in entry["timings_ms"].values())
-    engine.tuner.forget()
+    engine.forget()
     e = explain(a, b, tune=False)
     assert e.choice.source == "cache (file)"
     assert e.candidate == entry["ranking"][0]

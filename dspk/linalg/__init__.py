@@ -6,7 +6,7 @@
 - `tuner`: the autotuner that chooses among cuBLAS, direct kernels, split-K and CPU BLAS.
 """
 
-from .matmul import Explanation, explain, matmul, tuner
+from .matmul import Explanation, explain, forget, matmul, tuner
 from .view import MatrixView
 
-__all__ = ["MatrixView", "matmul", "explain", "Explanation", "tuner"]
+__all__ = ["MatrixView", "matmul", "explain", "Explanation", "tuner", "forget"]

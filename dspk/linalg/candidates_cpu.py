@@ -1,17 +1,18 @@
 """CPU candidates: NumPy's BLAS, BLAS syrk for X·Xᵀ, split-K with pairwise sums, and a direct
-(einsum) loop for tiny shapes where BLAS dispatch costs more than the product."""
+(einsum) loop for tiny shapes where BLAS dispatch costs more than the product.
+
+Each computes on 3-D arrays ``a`` [B, M, K], ``b`` [B, K, N] into ``out`` [B, M, N]; `bind`
+wraps that for the 2-D or 3-D arrays a caller passes to `matmul`.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .problem import Candidate, Problem
+from .problem import Candidate, Problem, Runner
 from .view import MatrixView
-
-
-def _blas_array(v: MatrixView) -> np.ndarray:
-    """The view as an array NumPy's matmul hands to BLAS without its slow non-BLAS loop."""
-    return (v if v.layout() != "S" else v.contiguous()).to_array()
 
 
 def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
@@ -24,19 +25,56 @@ def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0]
 
 
-class NumpyMatmul(Candidate):
+def _as3(x: np.ndarray) -> np.ndarray:
+    return x if x.ndim == 3 else x[None]
+
+
+class _CpuCandidate(Candidate):
+    gpu = False
+    #: whether the operands must be BLAS-ready (one unit stride) for `compute`
+    needs_blas_layout = True
+
+    def compute(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def run(self, p: Problem) -> None:
+        a, b = p.a, p.b
+        if self.needs_blas_layout:
+            a, b = (v if v.layout() != "S" else v.contiguous() for v in (a, b))
+        self.compute(a.to_array(), b.to_array(), p.out.to_array())
+
+    def bind(self, p: Problem) -> Runner | None:
+        if self.needs_blas_layout and "S" in (p.a.layout(), p.b.layout()):
+            return None
+        compute = self.compute
+
+        def run(a: Any, b: Any, out: Any) -> None:
+            compute(_as3(a), _as3(b), _as3(out))
+
+        return run
+
+
+class NumpyMatmul(_CpuCandidate):
     name = "numpy"
     summary = "numpy.matmul (the installed BLAS), operands gathered only if BLAS cannot take them"
 
     def unavailable(self, p: Problem) -> str | None:
         return None
 
-    def run(self, p: Problem) -> None:
-        out = p.out.to_array()
-        np.matmul(_blas_array(p.a), _blas_array(p.b), out=out)
+    def compute(self, a, b, out):
+        np.matmul(a, b, out=out)
+
+    def bind(self, p: Problem) -> Runner | None:
+        if "S" in (p.a.layout(), p.b.layout()):
+            return None
+
+        def run(a: Any, b: Any, out: Any) -> None:
+            np.matmul(a, b, out=out)  # 2-D or 3-D as given: no wrapper cost
+
+        return run
 
 
-class NumpySplitK(Candidate):
+class NumpySplitK(_CpuCandidate):
     def __init__(self, chunk: int):
         self.chunk = chunk
         self.name = f"numpy_splitk{chunk}"
@@ -47,14 +85,14 @@ class NumpySplitK(Candidate):
             return f"K={p.k} shorter than 4 chunks of {self.chunk}"
         return None
 
-    def run(self, p: Problem) -> None:
-        a, b = _blas_array(p.a), _blas_array(p.b)
-        parts = [np.matmul(a[:, :, k0:k0 + self.chunk], b[:, k0:k0 + self.chunk, :])
-                 for k0 in range(0, p.k, self.chunk)]
-        p.out.to_array()[...] = _pairwise_sum(parts)
+    def compute(self, a, b, out):
+        c = self.chunk
+        parts = [np.matmul(a[:, :, k0:k0 + c], b[:, k0:k0 + c, :])
+                 for k0 in range(0, a.shape[2], c)]
+        out[...] = _pairwise_sum(parts)
 
 
-class CpuSyrk(Candidate):
+class CpuSyrk(_CpuCandidate):
     name = "blas_syrk"
     summary = "BLAS ssyrk/dsyrk for X·Xᵀ (half the products), upper triangle mirrored"
 
@@ -63,32 +101,28 @@ class CpuSyrk(Candidate):
             return "only for X·Xᵀ (b is not a.T)"
         return None
 
-    def run(self, p: Problem) -> None:
+    def compute(self, a, b, out):
         from scipy.linalg import blas  # noqa: PLC0415 (scipy import is slow; only when used)
 
-        syrk = blas.ssyrk if p.dtype == np.float32 else blas.dsyrk
-        a = _blas_array(p.a)
-        out = p.out.to_array()
-        for i in range(p.batches):
-            x = a[i]
+        syrk = blas.ssyrk if a.dtype == np.float32 else blas.dsyrk
+        for i in range(a.shape[0]):
             # Fortran-ordered xᵀ (no copy for a C-ordered x): syrk(trans=1) gives x·xᵀ.
-            c = syrk(1.0, x.T, trans=1, lower=0)
-            upper = np.triu(c)
-            out[i] = upper + np.triu(c, 1).T
+            c = syrk(1.0, a[i].T, trans=1, lower=0)
+            out[i] = np.triu(c) + np.triu(c, 1).T
 
 
-class CpuDirect(Candidate):
+class CpuDirect(_CpuCandidate):
     name = "direct_einsum"
     summary = "numpy.einsum loop without BLAS, for tiny products"
+    needs_blas_layout = False
 
     def unavailable(self, p: Problem) -> str | None:
         if p.m * p.n * p.k > 4096:
             return f"M·N·K = {p.m * p.n * p.k} > 4096: BLAS is the better tool"
         return None
 
-    def run(self, p: Problem) -> None:
-        np.einsum("bmk,bkn->bmn", p.a.to_array(), p.b.to_array(), out=p.out.to_array(),
-                  optimize=False)
+    def compute(self, a, b, out):
+        np.einsum("bmk,bkn->bmn", a, b, out=out, optimize=False)
 
 
 def cpu_candidates() -> list[Candidate]:

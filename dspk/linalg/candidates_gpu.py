@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..backend import cupy_module, device_properties
 from .kernels import counters, ctype, grid_1d, kernel
-from .problem import Candidate, Problem, copy_into, scratch_like
+from .problem import Candidate, Problem, Runner, copy_into, scratch_like
 from .view import INT32_MAX, MatrixView
 
 # cuBLAS / CUDA enums (CuPy lacks some; values from cublas_api.h / library_types.h).
@@ -48,10 +48,6 @@ def _fp64_ratio(device_id: int) -> int:
 
 def _sm_count(device_id: int) -> int:
     return int(device_properties(device_id)["multiProcessorCount"])
-
-
-def _u64(v: MatrixView) -> np.uint64:
-    return np.uint64(v.ptr)
 
 
 def _i32(*xs: int) -> tuple:
@@ -87,30 +83,39 @@ def _blas_ready(v: MatrixView) -> MatrixView:
     return v if v.layout() != "S" else v.contiguous()
 
 
-def _gemm_batched(a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
-                  stride_a: int, stride_b: int, stride_out: int) -> None:
-    """``out = a·b`` for ``batches`` matrices through gemmStridedBatchedEx. ``out`` must be R or
-    C layout; ``a``, ``b`` R or C. Strides in elements between consecutive batches."""
+def _gemm_plan(a: MatrixView, b: MatrixView, out: MatrixView, batches: int, stride_a: int,
+               stride_b: int, stride_out: int) -> Callable[[int, int, int], None]:
+    """A runner ``f(ptr_a, ptr_b, ptr_out)`` computing ``out = a·b`` for ``batches`` matrices of
+    this geometry through gemmStridedBatchedEx. ``out``, ``a``, ``b`` must be R or C layout."""
     cublas = _cublas()
     dt = a.dtype
     target = out.layout()
     M, K = a.shape[1], a.shape[2]
     N = b.shape[2]
-    if target == "R":
-        first, second, m, n = b, a, N, M
-    else:
-        first, second, m, n = a, b, M, N
+    swap = target == "R"  # row-major out: compute outᵀ = bᵀ·aᵀ in cuBLAS's column-major terms
+    first, second = (b, a) if swap else (a, b)
+    m, n = (N, M) if swap else (M, N)
     la, lb = first.layout(), second.layout()
     op_a = OP_N if la == target else OP_T
     op_b = OP_N if lb == target else OP_T
-    cublas.gemmStridedBatchedEx(
-        _handle(), op_a, op_b, m, n, K,
-        _ONE[dt].ctypes.data, first.ptr, _DATA_TYPE[dt], first.leading_dim(la),
-        stride_b if first is b else stride_a,
-        second.ptr, _DATA_TYPE[dt], second.leading_dim(lb),
-        stride_a if second is a else stride_b,
-        _ZERO[dt].ctypes.data, out.ptr, _DATA_TYPE[dt], out.leading_dim(target), stride_out,
-        batches, _COMPUTE_TYPE[dt], CUBLAS_GEMM_DEFAULT)
+    lda, ldb, ldc = first.leading_dim(la), second.leading_dim(lb), out.leading_dim(target)
+    s1, s2 = (stride_b, stride_a) if swap else (stride_a, stride_b)
+    one, zero = _ONE[dt].ctypes.data, _ZERO[dt].ctypes.data
+    dtype_id, compute = _DATA_TYPE[dt], _COMPUTE_TYPE[dt]
+    gemm = cublas.gemmStridedBatchedEx
+    get_handle = cupy_module().cuda.device.get_cublas_handle
+
+    def run(pa: int, pb: int, po: int) -> None:
+        p1, p2 = (pb, pa) if swap else (pa, pb)
+        gemm(get_handle(), op_a, op_b, m, n, K, one, p1, dtype_id, lda, s1, p2, dtype_id, ldb,
+             s2, zero, po, dtype_id, ldc, stride_out, batches, compute, CUBLAS_GEMM_DEFAULT)
+
+    return run
+
+
+def _gemm_batched(a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
+                  stride_a: int, stride_b: int, stride_out: int) -> None:
+    _gemm_plan(a, b, out, batches, stride_a, stride_b, stride_out)(a.ptr, b.ptr, out.ptr)
 
 
 def _blas_dims_reason(p: Problem) -> str | None:
@@ -127,7 +132,17 @@ class CublasGemm(Candidate):
     def unavailable(self, p: Problem) -> str | None:
         return _blas_dims_reason(p)
 
+    def bind(self, p: Problem) -> Runner | None:
+        if "S" in (p.a.layout(), p.b.layout(), p.out.layout()):
+            return None
+        return _gemm_plan(p.a, p.b, p.out, p.batches, p.a.strides[0], p.b.strides[0],
+                          p.out.strides[0])
+
     def run(self, p: Problem) -> None:
+        fast = self.bind(p)
+        if fast is not None:
+            fast(p.a.ptr, p.b.ptr, p.out.ptr)
+            return
         a, b = _blas_ready(p.a), _blas_ready(p.b)
         out = p.out if p.out.layout() != "S" else scratch_like(cupy_module(), p.out.shape, p.dtype)
         _gemm_batched(a, b, out, p.batches, a.strides[0], b.strides[0], out.strides[0])
@@ -154,21 +169,39 @@ class CublasSplitK(Candidate):
             return f"K={p.k} is too short for {self.chunks} chunks of at least 64"
         return _blas_dims_reason(p) or _int32_reason(p)
 
-    def run(self, p: Problem) -> None:
-        cp = cupy_module()
-        a, b = _blas_ready(p.a), _blas_ready(p.b)
+    def bind(self, p: Problem) -> Runner | None:
+        if "S" in (p.a.layout(), p.b.layout()):
+            return None
+        a, b = p.a, p.b
         M, N, K, S = p.m, p.n, p.k, self.chunks
         kc = K // S
         rem = K - kc * S
         slots = S + (1 if rem else 0)
-        part = cp.empty(slots * M * N, dtype=p.dtype)
-        pv = MatrixView(part, (S, M, N), (M * N, N, 1), 0, "partials")
-        _gemm_batched(a.cols(0, kc), b.rows(0, kc), pv, S, kc * a.strides[2],
-                      kc * b.strides[1], M * N)
+        workspace = _Workspace(slots * M * N, p.dtype)
+        item = p.dtype.itemsize
+        scratch = MatrixView(cupy_module().empty(0, p.dtype), (S, M, N), (M * N, N, 1), 0)
+        chunks = _gemm_plan(a.cols(0, kc), b.rows(0, kc), scratch, S, kc * a.strides[2],
+                            kc * b.strides[1], M * N)
+        last = None
         if rem:
-            last = MatrixView(part, (1, M, N), (0, N, 1), S * M * N, "partials")
-            _gemm_batched(a.cols(S * kc, K), b.rows(S * kc, K), last, 1, 0, 0, 0)
-        _reduce_partials(part, slots, 0, M * N, N, p, symmetric=False, acc=p.dtype)
+            last_view = MatrixView(scratch.buffer, (1, M, N), (0, N, 1), 0)
+            last = _gemm_plan(a.cols(S * kc, K), b.rows(S * kc, K), last_view, 1, 0, 0, 0)
+        a_off = S * kc * a.strides[2] * item
+        b_off = S * kc * b.strides[1] * item
+        reduce = _reduce_plan(slots, 0, M * N, N, p, symmetric=False, acc=p.dtype)
+
+        def run(pa: int, pb: int, po: int) -> None:
+            part = workspace.get()
+            chunks(pa, pb, part.data.ptr)
+            if last is not None:
+                last(pa + a_off, pb + b_off, part.data.ptr + S * M * N * item)
+            reduce(part, po)
+
+        return run
+
+    def run(self, p: Problem) -> None:
+        a, b = _blas_ready(p.a), _blas_ready(p.b)
+        self.bind(p.with_operands(a, b, p.out))(a.ptr, b.ptr, p.out.ptr)
 
 
 class CublasSymBlocks(Candidate):
@@ -183,7 +216,6 @@ class CublasSymBlocks(Candidate):
         self.name = f"cublas_symblock{block}x{chunks}"
         self.summary = (f"X·Xᵀ from upper-triangular {block}-row blocks, {chunks} K-chunks, "
                         f"batched cuBLAS + reduction kernel")
-        self._pointers: OrderedDict = OrderedDict()
 
     def unavailable(self, p: Problem) -> str | None:
         if not p.symmetric:
@@ -198,94 +230,115 @@ class CublasSymBlocks(Candidate):
             return f"K={p.k} too short for {self.chunks} chunks"
         return _blas_dims_reason(p) or _int32_reason(p)
 
-    def _pointer_arrays(self, x: MatrixView, M: int, K: int, part_ptr: int) -> tuple:
-        cp = cupy_module()
-        key = (cp.cuda.runtime.getDevice(), x.ptr, x.strides, M, K, part_ptr)
-        hit = self._pointers.get(key)
-        if hit is not None:
-            self._pointers.move_to_end(key)
-            return hit
-        bs, S, item = self.block, self.chunks, x.itemsize
-        nb = -(-M // bs)
-        starts = [min(q * bs, M - bs) for q in range(nb)]
-        pairs = [(p_, q) for p_ in range(nb) for q in range(p_, nb)]
-        kc = K // S
-        rem = K - kc * S
-        sam, sak = x.strides[1], x.strides[2]
-        groups = []
-        for s_lo, s_hi, k_len in ((0, S, kc), (S, S + 1, rem)):
-            if k_len == 0 or s_hi <= s_lo:
-                continue
-            P, Q, C = [], [], []
-            for s in range(s_lo, s_hi):
-                k0 = s * kc
-                for idx, (pb, qb) in enumerate(pairs):
-                    P.append(x.ptr + (starts[qb] * sam + k0 * sak) * item)
-                    Q.append(x.ptr + (starts[pb] * sam + k0 * sak) * item)
-                    C.append(part_ptr + ((s * len(pairs) + idx) * bs * bs) * item)
-            arrs = [cp.asarray(np.array(v, dtype=np.uint64)) for v in (P, Q, C)]
-            groups.append((k_len, len(P), arrs))
-        hit = (nb, len(pairs), groups)
-        self._pointers[key] = hit
-        if len(self._pointers) > 32:
-            self._pointers.popitem(last=False)
-        return hit
-
-    def run(self, p: Problem) -> None:
+    def bind(self, p: Problem) -> Runner:
         cp = cupy_module()
         cublas = _cublas()
-        x = p.a
+        x, dt = p.a, p.dtype
         M, K, bs, S = p.m, p.k, self.block, self.chunks
         nb = -(-M // bs)
-        npairs = nb * (nb + 1) // 2
-        slots = S + (1 if K % S else 0)
-        part = self._workspace(cp, slots * npairs * bs * bs, p.dtype)
-        _, _, groups = self._pointer_arrays(x, M, K, part.data.ptr)
+        starts = [min(q * bs, M - bs) for q in range(nb)]
+        pairs = [(i, j) for i in range(nb) for j in range(i, nb)]
+        kc = K // S
+        rem = K - kc * S
+        slots = S + (1 if rem else 0)
+        workspace = _Workspace(slots * len(pairs) * bs * bs, dt)
+        item = dt.itemsize
+        sam, sak = x.strides[1], x.strides[2]
         if x.layout() == "R":
             op_p, op_q, ld = OP_T, OP_N, x.leading_dim("R")
         else:
             op_p, op_q, ld = OP_N, OP_T, x.leading_dim("C")
-        gemm = cublas.sgemmBatched if p.dtype == np.float32 else cublas.dgemmBatched
-        dt = p.dtype
-        for k_len, count, (P, Q, C) in groups:
-            gemm(_handle(), op_p, op_q, bs, bs, k_len, _ONE[dt].ctypes.data, P.data.ptr, ld,
-                 Q.data.ptr, ld, _ZERO[dt].ctypes.data, C.data.ptr, bs, count)
-        out = p.out
-        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}>")
-        fn(grid_1d(M * M, cap=2**31 - 1), (256,),
-           (part, *_i32(slots, nb, bs, M), _u64(out), *_i32(out.strides[1], out.strides[2])))
+        gemm = cublas.sgemmBatched if dt == np.float32 else cublas.dgemmBatched
+        one, zero = _ONE[dt].ctypes.data, _ZERO[dt].ctypes.data
+        # Byte offsets of every block product from X and from the partials: pointer arrays are
+        # these plus the call's base addresses (cached per address: the H2D copy is the cost).
+        groups = []
+        for s_lo, s_hi, k_len in ((0, S, kc), (S, S + 1, rem)):
+            if k_len == 0:
+                continue
+            P, Q, C = [], [], []
+            for s in range(s_lo, s_hi):
+                for idx, (pi, qj) in enumerate(pairs):
+                    P.append((starts[qj] * sam + s * kc * sak) * item)
+                    Q.append((starts[pi] * sam + s * kc * sak) * item)
+                    C.append((s * len(pairs) + idx) * bs * bs * item)
+            groups.append((k_len, len(P), np.array(P, np.uint64), np.array(Q, np.uint64),
+                           np.array(C, np.uint64)))
+        cache: OrderedDict = OrderedDict()
 
-    def _workspace(self, cp: Any, size: int, dtype: Any) -> Any:
-        # Kept between calls so that the cached pointer arrays stay valid; reuse on one stream
-        # is ordered by the stream, and a resize drops the pointer cache.
-        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, np.dtype(dtype))
-        ws = getattr(self, "_ws", {})
-        buf = ws.get(key)
-        if buf is None or buf.size < size:
-            buf = cp.empty(size, dtype=dtype)
-            ws[key] = buf
-            self._ws = ws
-            self._pointers.clear()
-        return buf
+        def pointer_arrays(px: int, pp: int) -> list:
+            hit = cache.get((px, pp))
+            if hit is None:
+                hit = [(k_len, n, cp.asarray(P + np.uint64(px)), cp.asarray(Q + np.uint64(px)),
+                        cp.asarray(C + np.uint64(pp))) for k_len, n, P, Q, C in groups]
+                cache[(px, pp)] = hit
+                if len(cache) > 16:
+                    cache.popitem(last=False)
+            return hit
+
+        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}>")
+        grid = grid_1d(M * M, cap=2**31 - 1)
+        head = _i32(slots, nb, bs, M)
+        so = _i32(p.out.strides[1], p.out.strides[2])
+        get_handle = cp.cuda.device.get_cublas_handle
+
+        def run(pa: int, pb: int, po: int) -> None:
+            part = workspace.get()
+            for k_len, count, P, Q, C in pointer_arrays(pa, part.data.ptr):
+                gemm(get_handle(), op_p, op_q, bs, bs, k_len, one, P.data.ptr, ld, Q.data.ptr,
+                     ld, zero, C.data.ptr, bs, count)
+            fn(grid, (256,), (part, *head, np.uint64(po), *so))
+
+        return run
+
+    def run(self, p: Problem) -> None:
+        self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
 
 
 # ------------------------------------------------------------------------------------------
 # Direct kernels
 # ------------------------------------------------------------------------------------------
-def _reduce_partials(part: Any, S: int, pbs: int, pss: int, ldp: int, p: Problem,
-                     symmetric: bool, acc: Any) -> None:
-    out = p.out
+def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
+                 acc: Any) -> Callable[[Any, int], None]:
+    """A runner ``f(partials, ptr_out)`` summing split-K partials into ``p.out``'s geometry."""
     G = 32 if S >= 16 else 1
     fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
                              f"{'true' if symmetric else 'false'}>")
     total = p.batches * p.m * p.n * G
-    fn(grid_1d(total, cap=2**31 - 1), (256,),
-       (part, np.int32(S), np.int64(pbs), np.int64(pss), np.int32(ldp),
-        *_i32(p.batches, p.m, p.n), _u64(out), *_i32(*out.strides)))
+    grid = grid_1d(total, cap=2**31 - 1)
+    head = (np.int32(S), np.int64(pbs), np.int64(pss), np.int32(ldp),
+            *_i32(p.batches, p.m, p.n))
+    so = _i32(*p.out.strides)
+
+    def run(part: Any, po: int) -> None:
+        fn(grid, (256,), (part, *head, np.uint64(po), *so))
+
+    return run
+
+
+class _Workspace:
+    """A scratch buffer reused by one bound runner, one per (device, stream): kernels on one
+    stream run in order, so the next launch cannot overwrite partials still being reduced."""
+
+    def __init__(self, size: int, dtype: Any):
+        self.size, self.dtype = size, dtype
+        self._bufs: dict = {}
+
+    def get(self) -> Any:
+        cp = cupy_module()
+        key = cp.cuda.get_current_stream().ptr
+        buf = self._bufs.get(key)
+        if buf is None:
+            buf = cp.empty(self.size, dtype=self.dtype)
+            self._bufs[key] = buf
+        return buf
 
 
 class _Direct(Candidate):
     gpu = True
+
+    def run(self, p: Problem) -> None:
+        self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
 
     def __init__(self, acc: str = "same"):
         self.acc = acc  # "same": accumulate in the operands' dtype; "f64": in float64
@@ -324,8 +377,7 @@ class GramSmall(_Direct):
             return "more than 65535 batches"
         return self._acc_reason(p) or _int32_reason(p)
 
-    def run(self, p: Problem) -> None:
-        cp = cupy_module()
+    def bind(self, p: Problem) -> Runner:
         _check32(p)
         acc = self._acc_dtype(p)
         M, N, K, B = p.m, p.n, p.k, p.batches
@@ -334,13 +386,18 @@ class GramSmall(_Direct):
         kchunk = -(-K // S)
         S = -(-K // kchunk)
         md = _pow2_at_least(max(M, N), 1)
-        part = cp.empty(B * S * md * md, dtype=acc)
         fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
                                  f"{'true' if sym else 'false'}>")
-        a, b, out = p.a, p.b, p.out
-        fn((S, B), (256,), (_u64(a), *_i32(*a.strides), _u64(b), *_i32(*b.strides),
-                            *_i32(M, N, K, kchunk), part, counters(B),
-                            _u64(out), *_i32(*out.strides)))
+        sa, sb, so = _i32(*p.a.strides), _i32(*p.b.strides), _i32(*p.out.strides)
+        mid = _i32(M, N, K, kchunk)
+        workspace = _Workspace(B * S * md * md, acc)
+        grid, block = (S, B), (256,)
+
+        def run(pa: int, pb: int, po: int) -> None:
+            fn(grid, block, (np.uint64(pa), *sa, np.uint64(pb), *sb, *mid, workspace.get(),
+                             counters(B), np.uint64(po), *so))
+
+        return run
 
 
 class GramTiled(_Direct):
@@ -363,8 +420,7 @@ class GramTiled(_Direct):
             return "more than 65535 batches"
         return self._acc_reason(p) or _int32_reason(p)
 
-    def run(self, p: Problem) -> None:
-        cp = cupy_module()
+    def bind(self, p: Problem) -> Runner:
         _check32(p)
         acc = self._acc_dtype(p)
         M, N, K, B = p.m, p.n, p.k, p.batches
@@ -373,13 +429,20 @@ class GramTiled(_Direct):
         S = max(1, min(target, -(-K // 128)))
         kchunk = -(-(-(-K // S)) // 32) * 32
         S = max(1, -(-K // kchunk))
-        part = cp.empty(B * S * 64 * 64, dtype=acc)
         fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
                                  f"{'true' if sym else 'false'}>")
-        a, b = p.a, p.b
-        fn((S, B), (160 if sym else 256,),
-           (_u64(a), *_i32(*a.strides), _u64(b), *_i32(*b.strides), *_i32(M, N, K, kchunk), part))
-        _reduce_partials(part, S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
+        sa, sb = _i32(*p.a.strides), _i32(*p.b.strides)
+        mid = _i32(M, N, K, kchunk)
+        workspace = _Workspace(B * S * 64 * 64, acc)
+        reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
+        grid, block = (S, B), (160 if sym else 256,)
+
+        def run(pa: int, pb: int, po: int) -> None:
+            part = workspace.get()
+            fn(grid, block, (np.uint64(pa), *sa, np.uint64(pb), *sb, *mid, part))
+            reduce(part, po)
+
+        return run
 
 
 class WxDirect(_Direct):
@@ -418,17 +481,24 @@ class WxDirect(_Direct):
             return self._fits(p) + "; mirrored: " + self._fits(p.transposed())
         return _int32_reason(p)
 
-    def run(self, p: Problem) -> None:
+    def bind(self, p: Problem) -> Runner:
         q = self.orient(p)
         _check32(q)
+        mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm = _pow2_at_least(M, 4)
         fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
-        w, x, out = q.a, q.b, q.out
-        grid = (-(-N // (256 * self.cpt)), B)
-        fn(grid, (256,), (_u64(w), *_i32(*w.strides), _u64(x), *_i32(*x.strides),
-                          *_i32(M, K, N), _u64(out), *_i32(*out.strides)),
-           shared_mem=M * K * q.dtype.itemsize)
+        sw, sx, so = _i32(*q.a.strides), _i32(*q.b.strides), _i32(*q.out.strides)
+        mid = _i32(M, K, N)
+        grid, block = (-(-N // (256 * self.cpt)), B), (256,)
+        smem = M * K * q.dtype.itemsize
+
+        def run(pa: int, pb: int, po: int) -> None:
+            pw, px = (pb, pa) if mirrored else (pa, pb)
+            fn(grid, block, (np.uint64(pw), *sw, np.uint64(px), *sx, *mid, np.uint64(po), *so),
+               shared_mem=smem)
+
+        return run
 
 
 def gpu_candidates() -> list[Candidate]:

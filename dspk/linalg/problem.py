@@ -4,13 +4,17 @@ interface every way of computing it implements."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .view import MatrixView
 
-__all__ = ["Problem", "Candidate"]
+__all__ = ["Problem", "Candidate", "Runner"]
+
+#: A bound candidate: ``f(a, b, out)`` for operands with the geometry it was bound to (GPU:
+#: addresses of element [0, 0, 0]; CPU: the arrays themselves).
+Runner = Callable[[Any, Any, Any], None]
 
 
 @dataclass
@@ -77,6 +81,12 @@ class Candidate:
 
     def run(self, p: Problem) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def bind(self, p: Problem) -> "Runner | None":
+        """A fast runner for operands of exactly ``p``'s geometry (same shapes, strides,
+        dtype, device and symmetry, other addresses), or None when this candidate has none.
+        `matmul` keeps it per geometry, so a repeated call skips validation and tuning."""
+        return None
 
     def __repr__(self) -> str:
         return f"<candidate {self.name}>"
