@@ -36,7 +36,9 @@ def rel_err(got, ref):
 
 @SETTINGS
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
-def test_random_views_give_reference_product(xp, data, dtype):
+def test_random_views_give_reference_product(xp, data, dtype, monkeypatch):
+    # Tuning every random shape would time every candidate; test_candidates runs them all.
+    monkeypatch.setenv("DSPK_TUNE", "off")
     a, b = data.draw(product_operands(xp, dtype))
     got = matmul(a, b)
     ref = reference(a, b)
