@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend  # noqa: E402
 
+from dspk.linalg.problem import prepared  # noqa: E402
+
 engine = importlib.import_module("dspk.linalg.matmul")
 
 # Targets on the H200 (issue 2), ms per call through the public matmul.
@@ -100,11 +102,49 @@ class Clock:
     def one_call_ms(self, fn):
         return statistics.median(self.sample(fn, 1) for _ in range(10))
 
+    def host_us(self, fn, reps=200):
+        """Host time per call (enqueue only, no synchronisation), µs."""
+        if self.gpu:
+            self.cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for i in range(reps):
+            fn(i)
+        t = (time.perf_counter() - t0) / reps * 1e6
+        if self.gpu:
+            self.cp.cuda.Device().synchronize()
+        return t
+
+    def device_ms(self, fn, reps=100):
+        """Device time per call: the GPU is held by a spin kernel while the host enqueues the
+        batch, so the events around the batch see back-to-back device work only. None when
+        the host could not finish enqueueing before the spin ended (e.g. a call synchronises)."""
+        if not self.gpu:
+            return None
+        cp = self.cp
+        if not hasattr(self, "_spin"):
+            src = (Path(__file__).parent / "spin.cu").read_text()
+            self._spin = cp.RawModule(code=src).get_function("spin")
+            self._hz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"] * 1e3
+        host_s = self.host_us(fn, 20) * 1e-6
+        for factor in (3, 10, 30):
+            cycles = int(self._hz * (reps * host_s * factor + 2e-3))
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            self._spin((1,), (1,), (np.int64(cycles),))
+            s.record()
+            for i in range(reps):
+                fn(i)
+            e.record()
+            early = s.done  # True: the spin ended before the host had enqueued everything
+            e.synchronize()
+            if not early:
+                return cp.cuda.get_elapsed_time(s, e) / reps
+        return None
+
 
 def ceilings(xp, gpu):
     """Measured FP32 GEMM rate (TFLOP/s) and copy bandwidth (GB/s, read + write)."""
     clock = Clock(gpu)
-    n = 8192 if gpu else 1024
+    n = 8192 if gpu else 2048
     a = xp.asarray(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
     b = xp.asarray(np.random.default_rng(1).standard_normal((n, n), dtype=np.float32))
     c = xp.empty((n, n), np.float32)
@@ -204,6 +244,7 @@ def run(backend, small, out_dir):
             one = clock.one_call_ms(fn) if gpu else med
             rows.append({"case": key, "label": label, "shape": shape, "impl": impl,
                          "median_ms": med, "min_ms": lo, "max_ms": hi, "one_call_ms": one,
+                         "device_ms": clock.device_ms(fn), "host_us": clock.host_us(fn),
                          "gflops": flop / (med * 1e-3) / 1e9,
                          "frac_fp32_ceiling": flop / (med * 1e-3) / 1e12 / flops_ceiling,
                          "rel_err": err(result), "note": note})
@@ -216,7 +257,7 @@ def run(backend, small, out_dir):
         row("dspk.matmul (tuned)", lambda i: dspk.matmul(A[i % nsets], B[i % nsets],
                                                            out=outs[i % nsets]),
             outs[0], f"runs {ex.candidate}; first call incl. tuning {tune_s:.2f} s")
-        # Every candidate, run directly.
+        # Every candidate, bound once as matmul binds it, then called per buffer set.
         problems = [engine._problem(A[s], B[s], outs[s])[0] for s in range(nsets)]
         for cand in engine.tuner.candidates(gpu):
             reason = cand.unavailable(problems[0])
@@ -224,8 +265,9 @@ def run(backend, small, out_dir):
                 notes.append(f"{key}: {cand.name} unavailable: {reason}")
                 continue
             try:
-                cand.run(problems[0])
-                row(f"candidate {cand.name}", lambda i, c=cand: c.run(problems[i % nsets]),
+                calls = [prepared(cand, q) for q in problems]
+                calls[0]()
+                row(f"candidate {cand.name}", lambda i, calls=calls: calls[i % nsets](),
                     outs[0], "cuBLAS alone" if cand.name == "cublas" else "")
             except Exception as exc:  # reported, never hidden
                 notes.append(f"{key}: {cand.name} failed: {type(exc).__name__}: {exc}")
@@ -250,6 +292,7 @@ def run(backend, small, out_dir):
                 med, lo, hi = clock.median_ms(fn)
                 rows.append({"case": key, "label": label, "shape": shape, "impl": f"peer {name}",
                              "median_ms": med, "min_ms": lo, "max_ms": hi,
+                             "device_ms": clock.device_ms(fn), "host_us": clock.host_us(fn),
                              "one_call_ms": clock.one_call_ms(fn) if gpu else med,
                              "gflops": flop / (med * 1e-3) / 1e9,
                              "frac_fp32_ceiling": flop / (med * 1e-3) / 1e12 / flops_ceiling,
@@ -301,12 +344,17 @@ def markdown(rows, notes, env, flops_ceiling, bw_ceiling, lookup_us, gpu):
              f"Measured ceilings: FP32 GEMM {flops_ceiling:.1f} TFLOP/s, copy "
              f"{bw_ceiling:.0f} GB/s (read+write). Tuner lookup of a known key: "
              f"{lookup_us:.1f} µs (worst case over the table).", "",
-             "| case | shape | implementation | median ms | min–max ms | 1-call ms | GFLOP/s | "
-             "of FP32 ceiling | rel. error vs f64 | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "median ms: CUDA events around back-to-back calls (throughput, host overhead "
+             "included); device ms: the same calls queued behind a spin kernel (GPU time alone); "
+             "host µs: Python/launch time per call.", "",
+             "| case | shape | implementation | median ms | min–max ms | 1-call ms | device ms | "
+             "host µs | GFLOP/s | of FP32 ceiling | rel. error vs f64 | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        dev = "n/a" if r.get("device_ms") is None else f"{r['device_ms']:.4f}"
         lines.append(f"| {r['label']} | {r['shape']} | {r['impl']} | {r['median_ms']:.4f} | "
-                     f"{r['min_ms']:.4f}–{r['max_ms']:.4f} | {r['one_call_ms']:.4f} | "
+                     f"{r['min_ms']:.4f}–{r['max_ms']:.4f} | {r['one_call_ms']:.4f} | {dev} | "
+                     f"{r.get('host_us', 0):.1f} | "
                      f"{r['gflops']:.0f} | {100 * r['frac_fp32_ceiling']:.1f}% | "
                      f"{r['rel_err']:.1e} | {r['note']} |")
     lines += ["", "## Summary: tuned matmul vs the best candidate and the targets", "",

@@ -6,7 +6,12 @@ import subprocess
 
 import pytest
 
+from pathlib import Path
+
 from dspk.linalg.kernels import CUDA_SOURCES
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "benchmarks").glob("*.cu")))
 
 NVCC = shutil.which("nvcc")
 
@@ -18,7 +23,7 @@ def test_sources_exist():
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_90", "sm_86"])
-@pytest.mark.parametrize("source", CUDA_SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_compiles_with_nvcc(source, arch, tmp_path):
     cmd = [NVCC, "-std=c++17", "-DDSPK_COMPILE_CHECK", f"-arch={arch}", "-Werror",
            "all-warnings", "-c", str(source), "-o", str(tmp_path / "k.o")]

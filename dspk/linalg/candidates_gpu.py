@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from .kernels import counters, ctype, grid_1d, kernel
+from .kernels import FastLaunch, ctype, grid_1d, kernel
 from .problem import Candidate, Problem, Runner, copy_into, scratch_like
 from .view import INT32_MAX, MatrixView
 
@@ -48,10 +48,6 @@ def _fp64_ratio(device_id: int) -> int:
 
 def _sm_count(device_id: int) -> int:
     return int(device_properties(device_id)["multiProcessorCount"])
-
-
-def _i32(*xs: int) -> tuple:
-    return tuple(np.int32(x) for x in xs)
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -191,11 +187,12 @@ class CublasSplitK(Candidate):
         reduce = _reduce_plan(slots, 0, M * N, N, p, symmetric=False, acc=p.dtype)
 
         def run(pa: int, pb: int, po: int) -> None:
-            part = workspace.get()
-            chunks(pa, pb, part.data.ptr)
+            stream = _stream()
+            part = workspace.get(stream)[0].data.ptr
+            chunks(pa, pb, part)
             if last is not None:
-                last(pa + a_off, pb + b_off, part.data.ptr + S * M * N * item)
-            reduce(part, po)
+                last(pa + a_off, pb + b_off, part + S * M * N * item)
+            reduce(stream, part, po)
 
         return run
 
@@ -211,11 +208,16 @@ class CublasSymBlocks(Candidate):
 
     gpu = True
 
-    def __init__(self, block: int, chunks: int):
-        self.block, self.chunks = block, chunks
-        self.name = f"cublas_symblock{block}x{chunks}"
-        self.summary = (f"X·Xᵀ from upper-triangular {block}-row blocks, {chunks} K-chunks, "
-                        f"batched cuBLAS + reduction kernel")
+    def __init__(self, block: int, waves: int):
+        self.block, self.waves = block, waves
+        self.name = f"cublas_symblock{block}w{waves}"
+        self.summary = (f"X·Xᵀ from upper-triangular {block}-row blocks, K split so that the "
+                        f"block products fill ~{waves} waves of SMs; batched cuBLAS + reduction")
+
+    def _chunks(self, p: Problem) -> int:
+        nb = -(-p.m // self.block)
+        pairs = nb * (nb + 1) // 2
+        return max(1, min(p.k // 32, -(-self.waves * _sm_count(p.device_id) // pairs)))
 
     def unavailable(self, p: Problem) -> str | None:
         if not p.symmetric:
@@ -226,15 +228,15 @@ class CublasSymBlocks(Candidate):
             return f"M={p.m} < 2 blocks of {self.block}: nothing to save"
         if p.a.layout() == "S":
             return "operand has no unit stride (would need a gather first)"
-        if p.k < 32 * self.chunks:
-            return f"K={p.k} too short for {self.chunks} chunks"
+        if p.k < 256:
+            return f"K={p.k} too short to split"
         return _blas_dims_reason(p) or _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner:
         cp = cupy_module()
         cublas = _cublas()
         x, dt = p.a, p.dtype
-        M, K, bs, S = p.m, p.k, self.block, self.chunks
+        M, K, bs, S = p.m, p.k, self.block, self._chunks(p)
         nb = -(-M // bs)
         starts = [min(q * bs, M - bs) for q in range(nb)]
         pairs = [(i, j) for i in range(nb) for j in range(i, nb)]
@@ -277,17 +279,18 @@ class CublasSymBlocks(Candidate):
             return hit
 
         fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}>")
-        grid = grid_1d(M * M, cap=2**31 - 1)
-        head = _i32(slots, nb, bs, M)
-        so = _i32(p.out.strides[1], p.out.strides[2])
+        reduce = FastLaunch(fn, grid_1d(M * M, cap=2**31 - 1), (256,),
+                            _args(None, slots, nb, bs, M, None, p.out.strides[1],
+                                  p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
 
         def run(pa: int, pb: int, po: int) -> None:
-            part = workspace.get()
-            for k_len, count, P, Q, C in pointer_arrays(pa, part.data.ptr):
+            stream = _stream()
+            part = workspace.get(stream)[0].data.ptr
+            for k_len, count, P, Q, C in pointer_arrays(pa, part):
                 gemm(get_handle(), op_p, op_q, bs, bs, k_len, one, P.data.ptr, ld, Q.data.ptr,
                      ld, zero, C.data.ptr, bs, count)
-            fn(grid, (256,), (part, *head, np.uint64(po), *so))
+            reduce(stream, part, po)
 
         return run
 
@@ -299,39 +302,55 @@ class CublasSymBlocks(Candidate):
 # Direct kernels
 # ------------------------------------------------------------------------------------------
 def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
-                 acc: Any) -> Callable[[Any, int], None]:
-    """A runner ``f(partials, ptr_out)`` summing split-K partials into ``p.out``'s geometry."""
+                 acc: Any) -> Callable[[int, int, int], None]:
+    """A runner ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
     G = 32 if S >= 16 else 1
     fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
                              f"{'true' if symmetric else 'false'}>")
     total = p.batches * p.m * p.n * G
-    grid = grid_1d(total, cap=2**31 - 1)
-    head = (np.int32(S), np.int64(pbs), np.int64(pss), np.int32(ldp),
-            *_i32(p.batches, p.m, p.n))
-    so = _i32(*p.out.strides)
-
-    def run(part: Any, po: int) -> None:
-        fn(grid, (256,), (part, *head, np.uint64(po), *so))
-
-    return run
+    launch = FastLaunch(fn, grid_1d(total, cap=2**31 - 1), (256,),
+                        _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.batches, p.m, p.n,
+                              None, p.out.strides))
+    return launch
 
 
 class _Workspace:
-    """A scratch buffer reused by one bound runner, one per (device, stream): kernels on one
-    stream run in order, so the next launch cannot overwrite partials still being reduced."""
+    """Scratch buffers of one bound runner, one set per stream: kernels on one stream run in
+    order, so a launch cannot overwrite partials a previous launch is still reducing."""
 
-    def __init__(self, size: int, dtype: Any):
-        self.size, self.dtype = size, dtype
+    def __init__(self, size: int, dtype: Any, counters: int = 0):
+        self.size, self.dtype, self.counters = size, dtype, counters
         self._bufs: dict = {}
 
-    def get(self) -> Any:
-        cp = cupy_module()
-        key = cp.cuda.get_current_stream().ptr
-        buf = self._bufs.get(key)
-        if buf is None:
-            buf = cp.empty(self.size, dtype=self.dtype)
-            self._bufs[key] = buf
-        return buf
+    def get(self, stream: int) -> tuple:
+        """(scratch buffer, counters buffer or None) for ``stream``."""
+        bufs = self._bufs.get(stream)
+        if bufs is None:
+            cp = cupy_module()
+            bufs = (cp.empty(self.size, dtype=self.dtype),
+                    cp.zeros(self.counters, dtype=np.uint32) if self.counters else None)
+            self._bufs[stream] = bufs
+        return bufs
+
+
+def _stream() -> int:
+    return cupy_module().cuda.get_current_stream().ptr
+
+
+def _args(*spec: Any) -> list:
+    """FastLaunch argument specs: None -> an address given per call; MatrixView strides and
+    ints -> int32 constants."""
+    out = []
+    for x in spec:
+        if x is None:
+            out.append(("ptr", None))
+        elif isinstance(x, tuple):
+            out.extend(("i32", int(v)) for v in x)
+        elif isinstance(x, np.int64):
+            out.append(("i64", int(x)))
+        else:
+            out.append(("i32", int(x)))
+    return out
 
 
 class _Direct(Candidate):
@@ -388,14 +407,15 @@ class GramSmall(_Direct):
         md = _pow2_at_least(max(M, N), 1)
         fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
                                  f"{'true' if sym else 'false'}>")
-        sa, sb, so = _i32(*p.a.strides), _i32(*p.b.strides), _i32(*p.out.strides)
-        mid = _i32(M, N, K, kchunk)
-        workspace = _Workspace(B * S * md * md, acc)
-        grid, block = (S, B), (256,)
+        workspace = _Workspace(B * S * md * md, acc, counters=B)
+        launch = FastLaunch(fn, (S, B), (256,),
+                            _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk,
+                                  None, None, None, p.out.strides))
 
         def run(pa: int, pb: int, po: int) -> None:
-            fn(grid, block, (np.uint64(pa), *sa, np.uint64(pb), *sb, *mid, workspace.get(),
-                             counters(B), np.uint64(po), *so))
+            stream = _stream()
+            part, count = workspace.get(stream)
+            launch(stream, pa, pb, part.data.ptr, count.data.ptr, po)
 
         return run
 
@@ -431,16 +451,16 @@ class GramTiled(_Direct):
         S = max(1, -(-K // kchunk))
         fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
                                  f"{'true' if sym else 'false'}>")
-        sa, sb = _i32(*p.a.strides), _i32(*p.b.strides)
-        mid = _i32(M, N, K, kchunk)
         workspace = _Workspace(B * S * 64 * 64, acc)
         reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
-        grid, block = (S, B), (160 if sym else 256,)
+        launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
+                            _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk, None))
 
         def run(pa: int, pb: int, po: int) -> None:
-            part = workspace.get()
-            fn(grid, block, (np.uint64(pa), *sa, np.uint64(pb), *sb, *mid, part))
-            reduce(part, po)
+            stream = _stream()
+            part = workspace.get(stream)[0].data.ptr
+            launch(stream, pa, pb, part)
+            reduce(stream, part, po)
 
         return run
 
@@ -488,15 +508,14 @@ class WxDirect(_Direct):
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm = _pow2_at_least(M, 4)
         fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
-        sw, sx, so = _i32(*q.a.strides), _i32(*q.b.strides), _i32(*q.out.strides)
-        mid = _i32(M, K, N)
-        grid, block = (-(-N // (256 * self.cpt)), B), (256,)
-        smem = M * K * q.dtype.itemsize
+        launch = FastLaunch(fn, (-(-N // (256 * self.cpt)), B), (256,),
+                            _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
+                                  q.out.strides), shared_mem=M * K * q.dtype.itemsize)
 
         def run(pa: int, pb: int, po: int) -> None:
-            pw, px = (pb, pa) if mirrored else (pa, pb)
-            fn(grid, block, (np.uint64(pw), *sw, np.uint64(px), *sx, *mid, np.uint64(po), *so),
-               shared_mem=smem)
+            if mirrored:
+                pa, pb = pb, pa
+            launch(_stream(), pa, pb, po)
 
         return run
 
@@ -508,7 +527,8 @@ def gpu_candidates() -> list[Candidate]:
         WxDirect(1), WxDirect(2),
         GramTiled(4), GramTiled(8), GramTiled(4, "f64"),
         CublasGemm(),
-        CublasSymBlocks(128, 8), CublasSymBlocks(128, 16), CublasSymBlocks(96, 8),
-        CublasSymBlocks(192, 16), CublasSymBlocks(64, 4),
+        CublasSymBlocks(128, 2), CublasSymBlocks(128, 4), CublasSymBlocks(96, 2),
+        CublasSymBlocks(192, 2), CublasSymBlocks(192, 4), CublasSymBlocks(64, 2),
+        CublasSymBlocks(64, 4), CublasSymBlocks(32, 2),
         CublasSplitK(16), CublasSplitK(64),
     ]

@@ -92,6 +92,19 @@ class Candidate:
         return f"<candidate {self.name}>"
 
 
+def prepared(c: Candidate, p: Problem) -> Callable[[], None]:
+    """``c`` on ``p`` as a zero-argument call, bound once when the candidate can bind: what
+    `matmul` runs for a repeated geometry, so this is what the tuner and benchmarks time."""
+    runner = c.bind(p)
+    if runner is None:
+        return lambda: c.run(p)
+    if p.gpu:
+        pa, pb, po = p.a.ptr, p.b.ptr, p.out.ptr
+    else:
+        pa, pb, po = p.a.to_array(), p.b.to_array(), p.out.to_array()
+    return lambda: runner(pa, pb, po)
+
+
 def scratch_like(xp: Any, shape: tuple, dtype: Any) -> MatrixView:
     """A fresh contiguous [B, M, N] view (for candidates that cannot write a strided ``out``)."""
     b, m, n = shape

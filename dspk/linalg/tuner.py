@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import __version__
 from ..backend import cupy_module, device_name
-from .problem import Candidate, Problem
+from .problem import Candidate, Problem, prepared
 from .view import MatrixView
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "precision_tolerance"]
@@ -220,7 +220,7 @@ class Tuner:
                                         f"{tol:.1e} on a zero-mean probe (not computed in "
                                         f"{p.dtype.name}?)")
                     continue
-                timings[c.name] = _median_time(lambda c=c: c.run(p), p.gpu) * 1e3
+                timings[c.name] = _median_time(prepared(c, p), p.gpu) * 1e3
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
         if not timings:
