@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from .kernels import FastLaunch, ctype, grid_1d, kernel
+from .kernels import FastLaunch, ctype, kernel
 from .problem import Candidate, Problem, Runner, copy_into, scratch_like
 from .view import INT32_MAX, MatrixView
 
@@ -279,7 +279,7 @@ class CublasSymBlocks(Candidate):
             return hit
 
         fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}>")
-        reduce = FastLaunch(fn, grid_1d(M * M, cap=2**31 - 1), (256,),
+        reduce = FastLaunch(fn, (M * -(-M // 32),), (1024,),
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
@@ -302,16 +302,14 @@ class CublasSymBlocks(Candidate):
 # Direct kernels
 # ------------------------------------------------------------------------------------------
 def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
-                 acc: Any) -> Callable[[int, int, int], None]:
-    """A runner ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
-    G = 32 if S >= 16 else 1
-    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
+                 acc: Any) -> Callable[..., None]:
+    """A launch ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
+    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, "
                              f"{'true' if symmetric else 'false'}>")
-    total = p.batches * p.m * p.n * G
-    launch = FastLaunch(fn, grid_1d(total, cap=2**31 - 1), (256,),
-                        _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.batches, p.m, p.n,
-                              None, p.out.strides))
-    return launch
+    grid = (p.m * -(-p.n // 32), p.batches)
+    return FastLaunch(fn, grid, (1024,),
+                      _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
+                            p.out.strides))
 
 
 class _Workspace:
@@ -470,6 +468,7 @@ class WxDirect(_Direct):
     Also takes the mirrored shape X·W (via outᵀ = Wᵀ·Xᵀ, no copy)."""
 
     MAX_M = 64
+    MAX_ACC = 128  # accumulators per thread (registers)
     SMEM = 48 * 1024
 
     def __init__(self, cols_per_thread: int = 1):
@@ -480,9 +479,12 @@ class WxDirect(_Direct):
                         f"{cols_per_thread} column(s) per thread, one launch")
 
     def _fits(self, p: Problem) -> str | None:
-        if _pow2_at_least(p.m, 4) * self.cpt > self.MAX_M:
-            return f"{p.m} output rows x {self.cpt} columns per thread > {self.MAX_M} registers"
-        if p.m * p.k * p.dtype.itemsize > self.SMEM:
+        mm = _pow2_at_least(p.m, 4)
+        if p.m > self.MAX_M:
+            return f"{p.m} output rows > {self.MAX_M}"
+        if mm * self.cpt > self.MAX_ACC:
+            return f"{mm} rows x {self.cpt} columns per thread > {self.MAX_ACC} accumulators"
+        if mm * p.k * p.dtype.itemsize > self.SMEM:
             return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
         return None
 
@@ -510,7 +512,7 @@ class WxDirect(_Direct):
         fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
         launch = FastLaunch(fn, (-(-N // (256 * self.cpt)), B), (256,),
                             _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
-                                  q.out.strides), shared_mem=M * K * q.dtype.itemsize)
+                                  q.out.strides), shared_mem=mm * K * q.dtype.itemsize)
 
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
@@ -524,8 +526,8 @@ def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
     return [
         GramSmall(), GramSmall("f64"),
-        WxDirect(1), WxDirect(2),
-        GramTiled(4), GramTiled(8), GramTiled(4, "f64"),
+        WxDirect(1), WxDirect(2), WxDirect(4),
+        GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, "f64"),
         CublasGemm(),
         CublasSymBlocks(128, 2), CublasSymBlocks(128, 4), CublasSymBlocks(96, 2),
         CublasSymBlocks(192, 2), CublasSymBlocks(192, 4), CublasSymBlocks(64, 2),

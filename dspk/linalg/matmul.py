@@ -164,7 +164,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
         if runner is not None:
             if len(_plans) >= _MAX_PLANS:
                 _plans.pop(next(iter(_plans)))
-            _plans[sig] = _Plan(runner, p, result.shape, sig[-1])
+            _plans[sig] = _Plan(runner, p, result.shape, a, b, out)
     return result
 
 
@@ -175,27 +175,29 @@ _plans: dict[tuple, "_Plan"] = {}
 
 def _signature(a: Any, b: Any, out: Any) -> tuple | None:
     """Everything the choice and the bound runner depend on, for plain arrays: types, shapes,
-    strides, dtypes, device, whether b is a.T (X·Xᵀ), and DSPK_TUNE. None for MatrixViews."""
+    strides, dtypes, device, whether b is a.T (X·Xᵀ), and DSPK_TUNE. None for MatrixViews.
+    Kept to cheap attribute reads: this runs on every call."""
     ta = type(a)
-    if ta is not type(b) or (out is not None and type(out) is not ta) or ta is MatrixView:
+    if ta is not type(b) or (out is not None and type(out) is not ta):
         return None
     if ta is np.ndarray:
         dev = -1
         if out is not None and not out.flags.writeable:
             return None
     elif is_cupy_array(a):
-        dev = a.device.id
-        if b.device.id != dev or (out is not None and out.device.id != dev):
+        dev = a.data.device_id
+        if b.data.device_id != dev or (out is not None and out.data.device_id != dev):
             return None
     else:
         return None
+    ash, ast, bsh, bst = a.shape, a.strides, b.shape, b.strides
     sym = False
-    if a.shape == b.shape[::-1] and a.strides == b.strides[::-1] and a.ndim == 2:
+    if len(ash) == 2 and ash == bsh[::-1] and ast == bst[::-1]:
         sym = (a.data.ptr == b.data.ptr) if dev >= 0 else \
             (a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-    osig = None if out is None else (out.shape, out.strides, out.dtype)
-    return (ta, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, osig, sym,
-            os.environ.get("DSPK_TUNE", "on"), dev)
+    osig = None if out is None else (out.shape, out.strides, out.dtype.char)
+    return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, osig, sym,
+            os.environ.get("DSPK_TUNE"))
 
 
 def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
@@ -205,28 +207,39 @@ def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
 
 
 class _Plan:
-    """A bound runner for one geometry; checks only what the signature does not fix."""
+    """A bound runner for one geometry; checks only what the signature does not fix (device
+    selection and, when ``out`` is given, that it does not overlap an input)."""
 
-    __slots__ = ("runner", "shape", "dtype", "gpu", "dev")
+    __slots__ = ("runner", "shape", "dtype", "gpu", "dev", "span_a", "span_b", "span_o", "_cp")
 
-    def __init__(self, runner: Any, p: Problem, shape: tuple, dev: int):
+    def __init__(self, runner: Any, p: Problem, shape: tuple, a: Any, b: Any, out: Any):
         self.runner = runner
         self.shape = shape
         self.dtype = p.dtype
         self.gpu = p.gpu
-        self.dev = dev
+        self.dev = p.device_id
+        self.span_a = _byte_span(a.shape, a.strides, a.itemsize)
+        self.span_b = _byte_span(b.shape, b.strides, b.itemsize)
+        self.span_o = None if out is None else _byte_span(out.shape, out.strides, out.itemsize)
+        self._cp = cupy_module() if p.gpu else None
 
     def __call__(self, a: Any, b: Any, out: Any) -> Any:
         if self.gpu:
-            cp = cupy_module()
+            cp = self._cp
             if cp.cuda.runtime.getDevice() != self.dev:
                 with cp.cuda.Device(self.dev):
                     return self(a, b, out)
+            pa, pb = a.data.ptr, b.data.ptr
             if out is None:
                 out = cp.empty(self.shape, self.dtype)
-            elif _arrays_overlap(out, a) or _arrays_overlap(out, b):
-                _problem(a, b, out)  # raises the precise error
-            self.runner(a.data.ptr, b.data.ptr, out.data.ptr)
+                po = out.data.ptr
+            else:
+                po = out.data.ptr
+                ol, oh = po + self.span_o[0], po + self.span_o[1]
+                if (ol <= pa + self.span_a[1] and pa + self.span_a[0] <= oh) or \
+                        (ol <= pb + self.span_b[1] and pb + self.span_b[0] <= oh):
+                    _problem(a, b, out)  # raises the precise error
+            self.runner(pa, pb, po)
             return out
         if out is None:
             out = np.empty(self.shape, self.dtype)
@@ -234,13 +247,6 @@ class _Plan:
             _problem(a, b, out)
         self.runner(a, b, out)
         return out
-
-
-def _arrays_overlap(x: Any, y: Any) -> bool:
-    xl, xh = _byte_span(x.shape, x.strides, x.itemsize)
-    yl, yh = _byte_span(y.shape, y.strides, y.itemsize)
-    px, py = x.data.ptr, y.data.ptr
-    return px + xl <= py + yh and py + yl <= px + xh
 
 
 def forget() -> None:

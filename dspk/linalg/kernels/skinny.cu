@@ -8,11 +8,11 @@
 //               tile per CTA, K split over CTAs, partials reduced by splitk_reduce.
 //               SYM (A·Aᵀ): only the upper triangle of 4x4 thread tiles is computed, on a packed
 //               thread layout, so the redundant half of the products is never issued.
-//   wx_direct   out[b] = W[b]·X[b] with small W (M <= 64 rows, K <= 256): spatial filters and
+//   wx_direct   out[b] = W[b]·X[b] with small W (M <= 64 rows, K·M in shared memory): spatial filters and
 //               projections. W is staged once per CTA in shared memory; each thread owns CPT
 //               output columns and reads each X element once.
-//   splitk_reduce  sums split-K partials in a fixed order: G lanes per output, 4 accumulators
-//               per lane, then a butterfly; optionally mirrors a symmetric result.
+//   splitk_reduce  sums split-K partials in a fixed order, coalesced (32 outputs x 32 groups of
+//               partials per block); optionally mirrors a symmetric result.
 //   symblock_reduce  the same for partial products of the upper-triangular blocks of X·Xᵀ
 //               computed by cuBLAS (linalg/candidates_gpu.py, "cublas_symblock").
 //
@@ -47,8 +47,11 @@ __device__ __forceinline__ T warp_sum(T v, int width)
 
 // ------------------------------------------------------------------------------------------
 // gram_small: M, N <= MD (MD in {1, 2, 4, 8}), 256 threads, grid (S, batches).
+// Each CTA covers kchunk = 256*GS_U*steps samples.
 // part: [batches, S, MD*MD] in Acc. counters[b] must be 0 at launch; the last CTA resets it.
 // ------------------------------------------------------------------------------------------
+constexpr int GS_U = 4;
+
 template <typename T, typename Acc, int MD, bool SYM>
 __global__ void __launch_bounds__(256)
 gram_small(const T* __restrict__ A, int sab, int sam, int sak,
@@ -74,22 +77,31 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
 #pragma unroll
         for (int j = 0; j < MD; ++j) acc[i][j] = Acc(0);
 
-    for (int k = k0 + tid; k < k1; k += 256) {
-        Acc a[MD], bv[MD];
+    // GS_U samples of k per thread per step, all loaded before any is used: the loads are in
+    // flight together (this kernel is bound by memory latency, not bandwidth).
+    for (int kb = k0 + tid; kb < k1; kb += 256 * GS_U) {
+        Acc a[GS_U][MD], bv[GS_U][MD];
 #pragma unroll
-        for (int i = 0; i < MD; ++i) a[i] = i < M ? Acc(Ab[i * sam + k * sak]) : Acc(0);
-        if (SYM) {
+        for (int u = 0; u < GS_U; ++u) {
+            const int k = kb + u * 256;
+            const bool in = k < k1;
 #pragma unroll
-            for (int j = 0; j < MD; ++j) bv[j] = a[j];
-        } else {
+            for (int i = 0; i < MD; ++i)
+                a[u][i] = (in && i < M) ? Acc(Ab[i * sam + k * sak]) : Acc(0);
+            if (!SYM) {
 #pragma unroll
-            for (int j = 0; j < MD; ++j) bv[j] = j < N ? Acc(Bb[k * sbk + j * sbn]) : Acc(0);
+                for (int j = 0; j < MD; ++j)
+                    bv[u][j] = (in && j < N) ? Acc(Bb[k * sbk + j * sbn]) : Acc(0);
+            }
         }
 #pragma unroll
-        for (int i = 0; i < MD; ++i)
+        for (int u = 0; u < GS_U; ++u)
 #pragma unroll
-            for (int j = 0; j < MD; ++j)
-                if (!SYM || j >= i) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
+            for (int i = 0; i < MD; ++i)
+#pragma unroll
+                for (int j = 0; j < MD; ++j)
+                    if (!SYM || j >= i)
+                        acc[i][j] = fma(a[u][i], SYM ? a[u][j] : bv[u][j], acc[i][j]);
     }
 
 #pragma unroll
@@ -234,80 +246,97 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// splitk_reduce: out[b, i, j] = sum_s part[b*pbs + s*pss + pi*ldp + pj] in a fixed order,
-// (pi, pj) = (i, j), or (min, max) when SYM (mirror of an upper-triangular result).
-// G lanes per output (G in {1, 32}).
+// Split-K reductions. A block of 1024 threads owns 32 consecutive outputs of one row: lane l
+// reads output l of every 32nd partial (32 groups g = threadIdx.x / 32), so each warp load is
+// 32 consecutive elements (coalesced); the 32 group sums are then added in a fixed pairwise
+// tree. Deterministic; for SYM only the upper triangle is read and each value is written to
+// both (i, j) and (j, i), so the result is exactly symmetric.
 // ------------------------------------------------------------------------------------------
-template <typename Acc, typename T, int G, bool SYM>
-__global__ void __launch_bounds__(256)
-splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
-              int Bn, int M, int N, T* __restrict__ out, int sob, int som, int son)
+template <typename Acc>
+__device__ __forceinline__ Acc group_tree_sum(Acc (*red)[33], int lane)
 {
-    const long long total = (long long)Bn * M * N;
-    const long long gid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long o = gid / G;
-    const int lane = (int)(gid % G);
-    const bool valid = o < total;
-    const long long oo = valid ? o : 0;
-    const int j = (int)(oo % N);
-    const int i = (int)((oo / N) % M);
-    const int b = (int)(oo / ((long long)M * N));
-    const int pi = SYM ? min(i, j) : i;
-    const int pj = SYM ? max(i, j) : j;
-    const Acc* p = part + b * pbs + (long long)pi * ldp + pj;
-    Acc a0 = Acc(0), a1 = Acc(0), a2 = Acc(0), a3 = Acc(0);
-    if (valid) {
-        int s = lane;
-        for (; s + 3 * G < S; s += 4 * G) {
-            a0 += p[(long long)s * pss];
-            a1 += p[(long long)(s + G) * pss];
-            a2 += p[(long long)(s + 2 * G) * pss];
-            a3 += p[(long long)(s + 3 * G) * pss];
-        }
-        for (; s < S; s += G) a0 += p[(long long)s * pss];
-    }
-    Acc v = (a0 + a1) + (a2 + a3);
-    if (G > 1) v = warp_sum(v, G);
-    if (valid && lane == 0) out[b * sob + i * som + j * son] = T(v);
+    Acc r[32];
+#pragma unroll
+    for (int g = 0; g < 32; ++g) r[g] = red[g][lane];
+#pragma unroll
+    for (int w = 16; w > 0; w >>= 1)
+#pragma unroll
+        for (int q = 0; q < w; ++q) r[q] = r[q] + r[q + w];
+    return r[0];
 }
 
-// ------------------------------------------------------------------------------------------
-// symblock_reduce: X·Xᵀ assembled from cuBLAS products of upper-triangular blocks.
-// Block q covers rows [start(q), start(q)+bs) with start(q) = min(q*bs, M-bs); pair (p, q),
-// p <= q, has index p*nb - p*(p-1)/2 + (q-p); part layout [S][pairs][bs][bs], row-major, with
-// part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Each output element is read
-// from exactly one block (the first that contains it), so the result is exactly symmetric.
-// ------------------------------------------------------------------------------------------
+template <typename Acc>
+__device__ __forceinline__ Acc strided_sum(const Acc* __restrict__ p, int S, long long pss, int g)
+{
+    Acc a0 = Acc(0), a1 = Acc(0), a2 = Acc(0), a3 = Acc(0);
+    int s = g;
+    for (; s + 96 < S; s += 128) {
+        a0 += p[(long long)s * pss];
+        a1 += p[(long long)(s + 32) * pss];
+        a2 += p[(long long)(s + 64) * pss];
+        a3 += p[(long long)(s + 96) * pss];
+    }
+    for (; s < S; s += 32) a0 += p[(long long)s * pss];
+    return (a0 + a1) + (a2 + a3);
+}
+
+// out[b, i, j] = sum_s part[b*pbs + s*pss + i*ldp + j]. Grid (M * ceil(N/32), batches).
+template <typename Acc, typename T, bool SYM>
+__global__ void __launch_bounds__(1024)
+splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
+              int M, int N, T* __restrict__ out, int sob, int som, int son)
+{
+    __shared__ Acc red[32][33];
+    const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
+    const int nj = (N + 31) / 32;
+    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * 32 + lane, b = blockIdx.y;
+    const bool valid = j < N && (!SYM || j >= i);
+    red[g][lane] = valid ? strided_sum(part + b * pbs + (long long)i * ldp + j, S, pss, g) : Acc(0);
+    __syncthreads();
+    if (g == 0 && valid) {
+        const T v = T(group_tree_sum(red, lane));
+        out[b * sob + i * som + j * son] = v;
+        if (SYM && i != j) out[b * sob + j * som + i * son] = v;
+    }
+}
+
+// X·Xᵀ assembled from cuBLAS products of upper-triangular blocks. Block q covers rows
+// [start(q), start(q)+bs), start(q) = min(q*bs, M-bs); pair (p, q), p <= q, has index
+// p*nb - p*(p-1)/2 + (q-p); part is [S][pairs][bs][bs] row-major with
+// part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Output (i, j), i <= j, is read
+// from the first block pair that contains it. Grid (M * ceil(M/32)).
 template <typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(1024)
 symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
                 T* __restrict__ out, int som, int son)
 {
-    const long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (o >= (long long)M * M) return;
-    const int i = (int)(o / M), j = (int)(o % M);
-    const int r = min(i, j), c = max(i, j);
-    const int p = min(r / bs, nb - 1), q = min(c / bs, nb - 1);
-    const int rp = r - min(p * bs, M - bs), cq = c - min(q * bs, M - bs);
-    const long long pairs = (long long)nb * (nb + 1) / 2;
-    const long long pair = (long long)p * nb - (long long)p * (p - 1) / 2 + (q - p);
-    const long long pss = pairs * bs * bs;
-    const T* src = part + pair * bs * bs + (long long)rp * bs + cq;
-    T a0 = T(0), a1 = T(0), a2 = T(0), a3 = T(0);
-    int s = 0;
-    for (; s + 3 < S; s += 4) {
-        a0 += src[s * pss];
-        a1 += src[(s + 1) * pss];
-        a2 += src[(s + 2) * pss];
-        a3 += src[(s + 3) * pss];
+    __shared__ T red[32][33];
+    const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
+    const int nj = (M + 31) / 32;
+    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * 32 + lane;
+    const bool valid = j < M && j >= i;
+    T v = T(0);
+    if (valid) {
+        const int p = min(i / bs, nb - 1), q = min(j / bs, nb - 1);
+        const int rp = i - min(p * bs, M - bs), cq = j - min(q * bs, M - bs);
+        const long long pairs = (long long)nb * (nb + 1) / 2;
+        const long long pair = (long long)p * nb - (long long)p * (p - 1) / 2 + (q - p);
+        v = strided_sum(part + pair * bs * bs + (long long)rp * bs + cq, S, pairs * bs * bs, g);
     }
-    for (; s < S; ++s) a0 += src[s * pss];
-    out[i * som + j * son] = (a0 + a1) + (a2 + a3);
+    red[g][lane] = v;
+    __syncthreads();
+    if (g == 0 && valid) {
+        const T r = group_tree_sum(red, lane);
+        out[i * som + j * son] = r;
+        if (i != j) out[j * som + i * son] = r;
+    }
 }
 
 // ------------------------------------------------------------------------------------------
-// wx_direct: out[b, m, n] = sum_k W[b, m, k] X[b, k, n], M <= MM, CPT*MM <= 64.
-// Dynamic shared memory: K*M elements (W[b] transposed, Ws[k][m]). Grid (ceil(N/(256*CPT)), B).
+// wx_direct: out[b, m, n] = sum_k W[b, m, k] X[b, k, n], M <= MM (a multiple of 4), CPT*MM <= 128.
+// Dynamic shared memory: K*MM elements, Ws[k][m] = W[b, m, k], zero for m >= M, so each k step
+// reads W with MM/4 vector loads (broadcast to the warp). K is unrolled by 4 with the X loads
+// issued first, so each thread keeps 4*CPT loads in flight. Grid (ceil(N/(256*CPT)), B).
 // ------------------------------------------------------------------------------------------
 template <typename T, int MM, int CPT>
 __global__ void __launch_bounds__(256)
@@ -315,47 +344,77 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
           const T* __restrict__ X, int sxb, int sxk, int sxn,
           int M, int K, int N, T* __restrict__ out, int sob, int som, int son)
 {
+    constexpr int KU = 4;
     extern __shared__ __align__(16) unsigned char wx_smem[];
     T* Ws = reinterpret_cast<T*>(wx_smem);
     const int b = blockIdx.y, tid = threadIdx.x;
     const T* Wb = W + b * swb;
-    for (int e = tid; e < K * M; e += blockDim.x) {
-        const int k = e / M, m = e % M;
-        Ws[e] = Wb[m * swm + k * swk];
+    for (int e = tid; e < K * MM; e += blockDim.x) {
+        const int k = e / MM, m = e % MM;
+        Ws[e] = m < M ? Wb[m * swm + k * swk] : T(0);
     }
     __syncthreads();
 
     const int n0 = blockIdx.x * (256 * CPT) + tid;
     const T* Xb = X + b * sxb;
+    int col[CPT];
+    bool ok[CPT];
+#pragma unroll
+    for (int q = 0; q < CPT; ++q) {
+        const int n = n0 + q * 256;
+        ok[q] = n < N;
+        col[q] = (ok[q] ? n : 0) * sxn;
+    }
     T acc[CPT][MM];
 #pragma unroll
     for (int q = 0; q < CPT; ++q)
 #pragma unroll
         for (int m = 0; m < MM; ++m) acc[q][m] = T(0);
 
-    for (int k = 0; k < K; ++k) {
+    int k = 0;
+    for (; k + KU <= K; k += KU) {
+        T x[KU][CPT];
+#pragma unroll
+        for (int u = 0; u < KU; ++u)
+#pragma unroll
+            for (int q = 0; q < CPT; ++q)
+                x[u][q] = ok[q] ? Xb[(k + u) * sxk + col[q]] : T(0);
+#pragma unroll
+        for (int u = 0; u < KU; ++u) {
+            const T* wk = Ws + (k + u) * MM;
+#pragma unroll
+            for (int m4 = 0; m4 < MM; m4 += 4) {
+                T w[4];
+                Vec4<T>::load(wk + m4, w);
+#pragma unroll
+                for (int t = 0; t < 4; ++t)
+#pragma unroll
+                    for (int q = 0; q < CPT; ++q)
+                        acc[q][m4 + t] = fma(w[t], x[u][q], acc[q][m4 + t]);
+            }
+        }
+    }
+    for (; k < K; ++k) {
         T x[CPT];
 #pragma unroll
-        for (int q = 0; q < CPT; ++q) {
-            const int n = n0 + q * 256;
-            x[q] = n < N ? Xb[k * sxk + n * sxn] : T(0);
-        }
-        const T* wk = Ws + k * M;
+        for (int q = 0; q < CPT; ++q) x[q] = ok[q] ? Xb[k * sxk + col[q]] : T(0);
+        const T* wk = Ws + k * MM;
 #pragma unroll
-        for (int m = 0; m < MM; ++m) {
-            if (m < M) {
-                const T w = wk[m];
+        for (int m4 = 0; m4 < MM; m4 += 4) {
+            T w[4];
+            Vec4<T>::load(wk + m4, w);
 #pragma unroll
-                for (int q = 0; q < CPT; ++q) acc[q][m] = fma(w, x[q], acc[q][m]);
-            }
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int q = 0; q < CPT; ++q) acc[q][m4 + t] = fma(w[t], x[q], acc[q][m4 + t]);
         }
     }
 
     T* ob = out + b * sob;
 #pragma unroll
     for (int q = 0; q < CPT; ++q) {
-        const int n = n0 + q * 256;
-        if (n < N) {
+        if (ok[q]) {
+            const int n = n0 + q * 256;
 #pragma unroll
             for (int m = 0; m < MM; ++m)
                 if (m < M) ob[m * som + n * son] = acc[q][m];
@@ -376,16 +435,16 @@ GS(double, double, 1, false) GS(float, float, 2, false)
                                                  int, int, int, int, int, A*);
 GTI(float, float, true) GTI(float, double, false) GTI(double, double, true)
 GTI(double, double, false)
-#define SKR(A, T, G, S)                                                                      \
-    template __global__ void splitk_reduce<A, T, G, S>(const A*, int, long long, long long,  \
-                                                       int, int, int, int, T*, int, int, int);
-SKR(float, float, 1, false) SKR(double, float, 32, true) SKR(double, double, 32, false)
-SKR(double, double, 1, true)
+#define SKR(A, T, S)                                                                         \
+    template __global__ void splitk_reduce<A, T, S>(const A*, int, long long, long long, int, \
+                                                    int, int, T*, int, int, int);
+SKR(float, float, false) SKR(double, float, true) SKR(double, double, false)
+SKR(double, double, true)
 template __global__ void symblock_reduce<float>(const float*, int, int, int, int, float*, int, int);
 template __global__ void symblock_reduce<double>(const double*, int, int, int, int, double*, int, int);
 #define WXD(T, M, C)                                                                         \
     template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
                                                 int, int, int, int, T*, int, int, int);
-WXD(float, 4, 2) WXD(float, 8, 2) WXD(float, 64, 1) WXD(double, 64, 1) WXD(double, 8, 1)
-WXD(float, 32, 2)
+WXD(float, 4, 4) WXD(float, 8, 2) WXD(float, 64, 1) WXD(float, 64, 2) WXD(double, 64, 1)
+WXD(double, 8, 1) WXD(float, 32, 4)
 #endif
