@@ -240,15 +240,26 @@ def run(backend, small, out_dir):
         outs = [xp.empty((m_, n_), np.float32) for _ in range(nsets)]
 
         def row(impl, fn, result, note=""):
+            # Two passes over the case (the second after every other implementation ran), the
+            # better median kept: the first timing after tuning can meet the GPU's clocks
+            # still ramping.
+            pending.append((impl, fn, result, note))
+
+        def measure(impl, fn, result, note, first):
+            if result is outs[0]:
+                outs[0].fill(np.nan)  # an implementation that writes nothing shows NaN error
             med, lo, hi = clock.median_ms(fn)
+            if first is not None and first["median_ms"] <= med:
+                return first
             one = clock.one_call_ms(fn) if gpu else med
-            rows.append({"case": key, "label": label, "shape": shape, "impl": impl,
+            return {"case": key, "label": label, "shape": shape, "impl": impl,
                          "median_ms": med, "min_ms": lo, "max_ms": hi, "one_call_ms": one,
                          "device_ms": clock.device_ms(fn), "host_us": clock.host_us(fn),
                          "gflops": flop / (med * 1e-3) / 1e9,
                          "frac_fp32_ceiling": flop / (med * 1e-3) / 1e12 / flops_ceiling,
-                         "rel_err": err(result), "note": note})
+                         "rel_err": err(result), "note": note}
 
+        pending = []
         # The public, tuned matmul (tuning happens here, on first sight of the key).
         t0 = time.perf_counter()
         dspk.matmul(A[0], B[0], out=outs[0])
@@ -300,6 +311,8 @@ def run(backend, small, out_dir):
                              "note": "centred covariance (more work), vs centred reference"})
             else:
                 row(f"peer {name}", fn, res)
+        first = [measure(*args, None) for args in pending]
+        rows.extend(measure(*args, f) for args, f in zip(pending, first))
         # Tuner lookup cost for a known key (no product run).
         p0 = problems[0]
         t0 = time.perf_counter()

@@ -332,7 +332,13 @@ class _Workspace:
 
 
 def _stream() -> int:
-    return cupy_module().cuda.get_current_stream().ptr
+    return _get_current_stream().ptr
+
+
+def _get_current_stream() -> Any:
+    global _get_current_stream
+    _get_current_stream = cupy_module().cuda.get_current_stream  # resolved once
+    return _get_current_stream()
 
 
 def _args(*spec: Any) -> list:

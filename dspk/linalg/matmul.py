@@ -173,10 +173,15 @@ _MAX_PLANS = 256
 _plans: dict[tuple, "_Plan"] = {}
 
 
+_cupy_ndarray: Any = None  # cupy.ndarray, once CuPy has been imported by a call
+
+
 def _signature(a: Any, b: Any, out: Any) -> tuple | None:
-    """Everything the choice and the bound runner depend on, for plain arrays: types, shapes,
-    strides, dtypes, device, whether b is a.T (X·Xᵀ), and DSPK_TUNE. None for MatrixViews.
-    Kept to cheap attribute reads: this runs on every call."""
+    """Everything the choice and the bound runner depend on, for plain arrays: device, shapes,
+    strides, dtypes, and whether b is a.T (X·Xᵀ). None for MatrixViews. Kept to cheap attribute
+    reads: this runs on every call. (DSPK_TUNE is read when a plan is made; `forget` drops
+    the plans.)"""
+    global _cupy_ndarray
     ta = type(a)
     if ta is not type(b) or (out is not None and type(out) is not ta):
         return None
@@ -184,7 +189,8 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
         dev = -1
         if out is not None and not out.flags.writeable:
             return None
-    elif is_cupy_array(a):
+    elif ta is _cupy_ndarray or (_cupy_ndarray is None and is_cupy_array(a)):
+        _cupy_ndarray = ta
         dev = a.data.device_id
         if b.data.device_id != dev or (out is not None and out.data.device_id != dev):
             return None
@@ -195,9 +201,10 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
     if len(ash) == 2 and ash == bsh[::-1] and ast == bst[::-1]:
         sym = (a.data.ptr == b.data.ptr) if dev >= 0 else \
             (a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-    osig = None if out is None else (out.shape, out.strides, out.dtype.char)
-    return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, osig, sym,
-            os.environ.get("DSPK_TUNE"))
+    if out is None:
+        return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym)
+    return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, out.shape, out.strides,
+            out.dtype.char)
 
 
 def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
@@ -231,7 +238,7 @@ class _Plan:
                     return self(a, b, out)
             pa, pb = a.data.ptr, b.data.ptr
             if out is None:
-                out = cp.empty(self.shape, self.dtype)
+                out = cp.ndarray(self.shape, self.dtype)
                 po = out.data.ptr
             else:
                 po = out.data.ptr
@@ -250,7 +257,8 @@ class _Plan:
 
 
 def forget() -> None:
-    """Drop every in-memory tuning decision and bound plan (the cache file is read again)."""
+    """Drop every in-memory tuning decision and bound plan (the cache file is read again).
+    Call it after changing ``DSPK_TUNE`` in a running process."""
     _plans.clear()
     tuner.forget()
 

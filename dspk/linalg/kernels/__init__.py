@@ -117,7 +117,9 @@ class FastLaunch:
 
     def __call__(self, stream: int, *ptrs: int) -> None:
         """Launch on ``stream`` (a ``cudaStream_t`` as int) with the call-time addresses."""
+        dims = self.dims
         with self._lock:  # the packed parameters are shared; cuLaunchKernel copies them
             for slot, p in zip(self._dyn, ptrs):
                 slot.value = p
-            self._launch(self.fptr, *self.dims, stream, self._addr, 0)
+            self._launch(self.fptr, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
+                         dims[6], stream, self._addr, 0)
