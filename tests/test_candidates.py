@@ -80,6 +80,8 @@ def test_candidates_on_seed_shapes(xp, case, dtype):
         results, ref = run_all(w, x)
         if xp.__name__ == "cupy":
             assert "direct_wx1" in results
+            if n % 4 == 0:
+                assert "direct_wxv1" in results
         # the mirrored shape, X·W with W small on the right
         results_t, ref_t = run_all(x.T, w.T)
         if xp.__name__ == "cupy":

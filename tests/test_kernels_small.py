@@ -14,10 +14,10 @@ pytestmark = pytest.mark.gpu
 engine = importlib.import_module("dspk.linalg.matmul")
 
 
-def check_all(a, b, expect):
+def check_all(a, b, expect, out=None):
     import cupy as cp
 
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine._problem(a, b, out)
     ah = np.asarray(p.a.to_array().get(), np.float64)
     bh = np.asarray(p.b.to_array().get(), np.float64)
     ref = np.matmul(ah, bh)
@@ -50,7 +50,12 @@ def test_small_shapes_every_kernel(dtype):
     check_all(big, big.T, {"cublas_symblock64w2", "cublas"})
     w = cp.asarray(rng.standard_normal((6, 61)).astype(dtype))
     cl = cp.asarray(rng.standard_normal((61, 1000)).astype(dtype))
-    check_all(w, cl, {"direct_wx1", "direct_wx2"})
+    check_all(w, cl, {"direct_wx1", "direct_wx2", "direct_wxv1", "direct_wxv2"})
+    # 16-byte rows but a ragged last column block, K not a multiple of 4, 3 row slices used
+    x = cp.asarray(rng.standard_normal((7, 1004)).astype(dtype))[:, :1001]
+    w = cp.asarray(rng.standard_normal((40, 7)).astype(dtype))
+    out = MatrixView.of(cp.zeros((40, 1004), dtype)).cols(0, 1001)
+    check_all(w, x, {"direct_wxv1", "direct_wxv2", "direct_wxv4"}, out=out)
     check_all(cl.T, w.T, {"direct_wx1"})
     v = MatrixView.of(cp.asarray(rng.standard_normal((2, 40, 700)).astype(dtype))).cols(3, 603)
     check_all(v, MatrixView.of(cp.asarray(rng.standard_normal((600, 9)).astype(dtype))),

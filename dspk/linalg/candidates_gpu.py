@@ -278,8 +278,9 @@ class CublasSymBlocks(Candidate):
                     cache.popitem(last=False)
             return hit
 
-        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}>")
-        reduce = FastLaunch(fn, (M * -(-M // 32),), (1024,),
+        G = _groups(slots)
+        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}, {G}>")
+        reduce = FastLaunch(fn, (M * -(-M // (256 // G)),), (256,),
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
@@ -301,13 +302,20 @@ class CublasSymBlocks(Candidate):
 # ------------------------------------------------------------------------------------------
 # Direct kernels
 # ------------------------------------------------------------------------------------------
+def _groups(S: int) -> int:
+    """Partial-sum groups per output in the reduction kernels: enough loads in flight per
+    thread (S/G of them), enough consecutive outputs per block (256/G) to coalesce."""
+    return 4 if S <= 64 else 32
+
+
 def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
                  acc: Any) -> Callable[..., None]:
     """A launch ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
-    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, "
+    G = _groups(S)
+    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
                              f"{'true' if symmetric else 'false'}>")
-    grid = (p.m * -(-p.n // 32), p.batches)
-    return FastLaunch(fn, grid, (1024,),
+    grid = (p.m * -(-p.n // (256 // G)), p.batches)
+    return FastLaunch(fn, grid, (256,),
                       _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
                             p.out.strides))
 
@@ -528,11 +536,78 @@ class WxDirect(_Direct):
         return run
 
 
+class WxVec(_Direct):
+    """Small W [M ≤ 64] times a wide X with unit column stride: 4 consecutive columns per
+    thread (16-byte loads/stores), rows split over ``slices`` warp groups of 64 threads."""
+
+    SMEM = 48 * 1024
+
+    def __init__(self, slices: int):
+        super().__init__("same")
+        self.slices = slices
+        self.name = f"direct_wxv{slices}"
+        self.summary = (f"direct kernel for small W·X, 4 columns per thread with 16-byte "
+                        f"loads, rows over {slices} slice(s), one launch")
+
+    def _rows_per_slice(self, m: int) -> int:
+        return _pow2_at_least(-(-m // self.slices), 4)
+
+    def _fits(self, p: Problem) -> str | None:
+        mt = self._rows_per_slice(p.m)
+        x, out, item = p.b, p.out, p.dtype.itemsize
+        if p.m > 64 or mt > 32:
+            return f"{p.m} rows > {32 * self.slices} for {self.slices} slice(s)"
+        if mt * (self.slices - 1) >= p.m:
+            return f"{p.m} rows leave a slice empty"
+        if mt * self.slices * p.k * item > self.SMEM:
+            return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        if x.strides[2] != 1 or out.strides[2] != 1:
+            return "needs unit column stride in X and out"
+        if x.strides[1] % 4 or out.strides[1] % 4 or (p.batches > 1 and (x.strides[0] % 4 or
+                                                                           out.strides[0] % 4)):
+            return "needs row strides that are multiples of 4 (16-byte aligned rows)"
+        if x.ptr % 16 or out.ptr % 16:
+            return "X or out does not start on a 16-byte boundary"
+        return None
+
+    def orient(self, p: Problem) -> Problem | None:
+        if self._fits(p) is None:
+            return p
+        t = p.transposed()
+        return t if self._fits(t) is None else None
+
+    def unavailable(self, p: Problem) -> str | None:
+        if p.batches > 65535:
+            return "more than 65535 batches"
+        if self.orient(p) is None:
+            return self._fits(p) + "; mirrored: " + self._fits(p.transposed())
+        return _int32_reason(p)
+
+    def bind(self, p: Problem) -> Runner:
+        q = self.orient(p)
+        _check32(q)
+        mirrored = q is not p
+        M, K, N, B = q.m, q.k, q.n, q.batches
+        mt = self._rows_per_slice(M)
+        fn = kernel("skinny.cu", f"wx_vec<{ctype(q.dtype)}, {mt}, {self.slices}>")
+        launch = FastLaunch(fn, (-(-N // 256), B), (64, self.slices),
+                            _args(None, q.a.strides, None, q.b.strides[:2], M, K, N, None,
+                                  q.out.strides[:2]),
+                            shared_mem=mt * self.slices * K * q.dtype.itemsize)
+
+        def run(pa: int, pb: int, po: int) -> None:
+            if mirrored:
+                pa, pb = pb, pa
+            launch(_stream(), pa, pb, po)
+
+        return run
+
+
 def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
     return [
         GramSmall(), GramSmall("f64"),
-        WxDirect(1), WxDirect(2), WxDirect(4),
+        WxVec(1), WxVec(2), WxVec(4), WxDirect(1), WxDirect(2), WxDirect(4),
         GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, "f64"),
         CublasGemm(),
         CublasSymBlocks(128, 2), CublasSymBlocks(128, 4), CublasSymBlocks(96, 2),

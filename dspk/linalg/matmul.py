@@ -187,13 +187,17 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
         return None
     if ta is np.ndarray:
         dev = -1
+        misaligned = 0
         if out is not None and not out.flags.writeable:
             return None
     elif ta is _cupy_ndarray or (_cupy_ndarray is None and is_cupy_array(a)):
         _cupy_ndarray = ta
-        dev = a.data.device_id
-        if b.data.device_id != dev or (out is not None and out.data.device_id != dev):
+        ad, bd = a.data, b.data
+        dev = ad.device_id
+        if bd.device_id != dev or (out is not None and out.data.device_id != dev):
             return None
+        # 16-byte alignment of the operands decides some candidates (vector loads)
+        misaligned = (ad.ptr | bd.ptr | (0 if out is None else out.data.ptr)) & 15
     else:
         return None
     ash, ast, bsh, bst = a.shape, a.strides, b.shape, b.strides
@@ -202,9 +206,9 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
         sym = (a.data.ptr == b.data.ptr) if dev >= 0 else \
             (a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
     if out is None:
-        return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym)
-    return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, out.shape, out.strides,
-            out.dtype.char)
+        return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, misaligned)
+    return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, misaligned, out.shape,
+            out.strides, out.dtype.char)
 
 
 def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
@@ -217,7 +221,8 @@ class _Plan:
     """A bound runner for one geometry; checks only what the signature does not fix (device
     selection and, when ``out`` is given, that it does not overlap an input)."""
 
-    __slots__ = ("runner", "shape", "dtype", "gpu", "dev", "span_a", "span_b", "span_o", "_cp")
+    __slots__ = ("runner", "shape", "dtype", "gpu", "dev", "span_a", "span_b", "span_o", "_cp",
+                 "_get_device", "_new")
 
     def __init__(self, runner: Any, p: Problem, shape: tuple, a: Any, b: Any, out: Any):
         self.runner = runner
@@ -229,16 +234,17 @@ class _Plan:
         self.span_b = _byte_span(b.shape, b.strides, b.itemsize)
         self.span_o = None if out is None else _byte_span(out.shape, out.strides, out.itemsize)
         self._cp = cupy_module() if p.gpu else None
+        self._get_device = self._cp.cuda.runtime.getDevice if p.gpu else None
+        self._new = self._cp.ndarray if p.gpu else np.empty
 
     def __call__(self, a: Any, b: Any, out: Any) -> Any:
         if self.gpu:
-            cp = self._cp
-            if cp.cuda.runtime.getDevice() != self.dev:
-                with cp.cuda.Device(self.dev):
+            if self._get_device() != self.dev:
+                with self._cp.cuda.Device(self.dev):
                     return self(a, b, out)
             pa, pb = a.data.ptr, b.data.ptr
             if out is None:
-                out = cp.ndarray(self.shape, self.dtype)
+                out = self._new(self.shape, self.dtype)
                 po = out.data.ptr
             else:
                 po = out.data.ptr

@@ -99,19 +99,23 @@ class FastLaunch:
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         self.dims = (*g, *b, int(shared_mem))
+        ndyn = sum(1 for kind, value in args if kind == "ptr" and value is None)
+        self._dyn = (ctypes.c_uint64 * max(ndyn, 1))()  # call-time addresses, set in one slice
+        self.ndyn = ndyn
         self._vals = []
-        self._dyn = []
+        addrs = []
+        d = 0
         for kind, value in args:
             if kind == "ptr" and value is None:
-                v = ctypes.c_uint64(0)
-                self._dyn.append(v)
-            else:
-                if hasattr(value, "data") and hasattr(value.data, "ptr"):
-                    value = value.data.ptr
-                v = self._CT[kind](int(value))
+                addrs.append(ctypes.addressof(self._dyn) + 8 * d)
+                d += 1
+                continue
+            if hasattr(value, "data") and hasattr(value.data, "ptr"):
+                value = value.data.ptr
+            v = self._CT[kind](int(value))
             self._vals.append(v)
-        self._params = (ctypes.c_void_p * len(self._vals))(
-            *[ctypes.addressof(v) for v in self._vals])
+            addrs.append(ctypes.addressof(v))
+        self._params = (ctypes.c_void_p * len(addrs))(*addrs)
         self._addr = ctypes.addressof(self._params)
         self._lock = threading.Lock()
 
@@ -119,7 +123,6 @@ class FastLaunch:
         """Launch on ``stream`` (a ``cudaStream_t`` as int) with the call-time addresses."""
         dims = self.dims
         with self._lock:  # the packed parameters are shared; cuLaunchKernel copies them
-            for slot, p in zip(self._dyn, ptrs):
-                slot.value = p
+            self._dyn[:self.ndyn] = ptrs
             self._launch(self.fptr, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
                          dims[6], stream, self._addr, 0)

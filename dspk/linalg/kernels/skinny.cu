@@ -11,8 +11,10 @@
 //   wx_direct   out[b] = W[b]·X[b] with small W (M <= 64 rows, K·M in shared memory): spatial filters and
 //               projections. W is staged once per CTA in shared memory; each thread owns CPT
 //               output columns and reads each X element once.
-//   splitk_reduce  sums split-K partials in a fixed order, coalesced (32 outputs x 32 groups of
-//               partials per block); optionally mirrors a symmetric result.
+//   wx_vec      the same with 4 consecutive columns per thread (16-byte loads and stores, each W
+//               value feeds 4 FMAs) and the rows split over SLICES warps-groups.
+//   splitk_reduce  sums split-K partials in a fixed order, coalesced (256/G outputs x G groups
+//               of partials per block); optionally mirrors a symmetric result.
 //   symblock_reduce  the same for partial products of the upper-triangular blocks of X·Xᵀ
 //               computed by cuBLAS (linalg/candidates_gpu.py, "cublas_symblock").
 //
@@ -246,55 +248,57 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// Split-K reductions. A block of 1024 threads owns 32 consecutive outputs of one row: lane l
-// reads output l of every 32nd partial (32 groups g = threadIdx.x / 32), so each warp load is
-// 32 consecutive elements (coalesced); the 32 group sums are then added in a fixed pairwise
-// tree. Deterministic; for SYM only the upper triangle is read and each value is written to
-// both (i, j) and (j, i), so the result is exactly symmetric.
+// Split-K reductions. A block of 256 threads owns OPB = 256/G consecutive outputs of one row:
+// thread t reads output t % OPB of every G-th partial (group g = t / OPB), so each warp load is
+// a run of consecutive elements (coalesced); the G group sums are then added in a fixed
+// pairwise tree. Deterministic. For SYM only the upper triangle is read and each value is
+// written to both (i, j) and (j, i), so the result is exactly symmetric.
 // ------------------------------------------------------------------------------------------
-template <typename Acc>
-__device__ __forceinline__ Acc group_tree_sum(Acc (*red)[33], int lane)
+template <typename Acc, int G>
+__device__ __forceinline__ Acc strided_sum(const Acc* __restrict__ p, int S, long long pss, int g)
 {
-    Acc r[32];
+    Acc a0 = Acc(0), a1 = Acc(0), a2 = Acc(0), a3 = Acc(0);
+    int s = g;
+    for (; s + 3 * G < S; s += 4 * G) {
+        a0 += p[(long long)s * pss];
+        a1 += p[(long long)(s + G) * pss];
+        a2 += p[(long long)(s + 2 * G) * pss];
+        a3 += p[(long long)(s + 3 * G) * pss];
+    }
+    for (; s < S; s += G) a0 += p[(long long)s * pss];
+    return (a0 + a1) + (a2 + a3);
+}
+
+template <typename Acc, int G, int OPB>
+__device__ __forceinline__ Acc group_tree_sum(Acc (*red)[OPB + 1], int o)
+{
+    Acc r[G];
 #pragma unroll
-    for (int g = 0; g < 32; ++g) r[g] = red[g][lane];
+    for (int g = 0; g < G; ++g) r[g] = red[g][o];
 #pragma unroll
-    for (int w = 16; w > 0; w >>= 1)
+    for (int w = G / 2; w > 0; w >>= 1)
 #pragma unroll
         for (int q = 0; q < w; ++q) r[q] = r[q] + r[q + w];
     return r[0];
 }
 
-template <typename Acc>
-__device__ __forceinline__ Acc strided_sum(const Acc* __restrict__ p, int S, long long pss, int g)
-{
-    Acc a0 = Acc(0), a1 = Acc(0), a2 = Acc(0), a3 = Acc(0);
-    int s = g;
-    for (; s + 96 < S; s += 128) {
-        a0 += p[(long long)s * pss];
-        a1 += p[(long long)(s + 32) * pss];
-        a2 += p[(long long)(s + 64) * pss];
-        a3 += p[(long long)(s + 96) * pss];
-    }
-    for (; s < S; s += 32) a0 += p[(long long)s * pss];
-    return (a0 + a1) + (a2 + a3);
-}
-
-// out[b, i, j] = sum_s part[b*pbs + s*pss + i*ldp + j]. Grid (M * ceil(N/32), batches).
-template <typename Acc, typename T, bool SYM>
-__global__ void __launch_bounds__(1024)
+// out[b, i, j] = sum_s part[b*pbs + s*pss + i*ldp + j]. Grid (M * ceil(N/OPB), batches).
+template <typename Acc, typename T, int G, bool SYM>
+__global__ void __launch_bounds__(256)
 splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
               int M, int N, T* __restrict__ out, int sob, int som, int son)
 {
-    __shared__ Acc red[32][33];
-    const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
-    const int nj = (N + 31) / 32;
-    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * 32 + lane, b = blockIdx.y;
+    constexpr int OPB = 256 / G;
+    __shared__ Acc red[G][OPB + 1];
+    const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
+    const int nj = (N + OPB - 1) / OPB;
+    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * OPB + o, b = blockIdx.y;
     const bool valid = j < N && (!SYM || j >= i);
-    red[g][lane] = valid ? strided_sum(part + b * pbs + (long long)i * ldp + j, S, pss, g) : Acc(0);
+    red[g][o] = valid ? strided_sum<Acc, G>(part + b * pbs + (long long)i * ldp + j, S, pss, g)
+                      : Acc(0);
     __syncthreads();
     if (g == 0 && valid) {
-        const T v = T(group_tree_sum(red, lane));
+        const T v = T(group_tree_sum<Acc, G, OPB>(red, o));
         out[b * sob + i * som + j * son] = v;
         if (SYM && i != j) out[b * sob + j * som + i * son] = v;
     }
@@ -304,16 +308,18 @@ splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss,
 // [start(q), start(q)+bs), start(q) = min(q*bs, M-bs); pair (p, q), p <= q, has index
 // p*nb - p*(p-1)/2 + (q-p); part is [S][pairs][bs][bs] row-major with
 // part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Output (i, j), i <= j, is read
-// from the first block pair that contains it. Grid (M * ceil(M/32)).
-template <typename T>
-__global__ void __launch_bounds__(1024)
+// from the first block pair that contains it. Grid (M * ceil(M/OPB)).
+template <typename T, int G>
+__global__ void __launch_bounds__(256)
 symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
                 T* __restrict__ out, int som, int son)
 {
-    __shared__ T red[32][33];
-    const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
-    const int nj = (M + 31) / 32;
-    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * 32 + lane;
+    constexpr int OPB = 256 / G;
+    __shared__ T red[G][OPB + 1];
+    const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
+    const int nj = (M + OPB - 1) / OPB;
+    const int i = blockIdx.x / nj, j = (blockIdx.x % nj) * OPB + o;
+    if ((blockIdx.x % nj) * OPB + OPB - 1 < i) return;  // block entirely below the diagonal
     const bool valid = j < M && j >= i;
     T v = T(0);
     if (valid) {
@@ -321,14 +327,126 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
         const int rp = i - min(p * bs, M - bs), cq = j - min(q * bs, M - bs);
         const long long pairs = (long long)nb * (nb + 1) / 2;
         const long long pair = (long long)p * nb - (long long)p * (p - 1) / 2 + (q - p);
-        v = strided_sum(part + pair * bs * bs + (long long)rp * bs + cq, S, pairs * bs * bs, g);
+        v = strided_sum<T, G>(part + pair * bs * bs + (long long)rp * bs + cq, S,
+                              pairs * bs * bs, g);
     }
-    red[g][lane] = v;
+    red[g][o] = v;
     __syncthreads();
     if (g == 0 && valid) {
-        const T r = group_tree_sum(red, lane);
+        const T r = group_tree_sum<T, G, OPB>(red, o);
         out[i * som + j * son] = r;
         if (i != j) out[j * som + i * son] = r;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// wx_vec: out[b, m, n] = sum_k W[b, m, k] X[b, k, n] for small M, each thread computing MT rows
+// x 4 consecutive columns, so every W value read from shared memory feeds 4 FMAs and every X
+// load is 16 bytes. Block (64, SLICES): threadIdx.y picks the row slice [y*MT, (y+1)*MT) (all
+// lanes of a warp share it, so W reads are broadcasts; slices share X through L1). Needs X and
+// out with unit column stride and 16-byte aligned rows (checked by the caller); the last
+// columns are handled element by element. W is staged as Ws[k][m], MM = MT*SLICES rows, zero
+// padded. K unrolled by 4 with the loads issued first. Grid (ceil(N / 256), B).
+// ------------------------------------------------------------------------------------------
+template <typename T> struct Vec4IO;
+template <> struct Vec4IO<float> {
+    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(p));
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    }
+    static __device__ __forceinline__ void store(float* p, const float (&v)[4]) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+template <> struct Vec4IO<double> {
+    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
+        const double2 t0 = __ldg(reinterpret_cast<const double2*>(p));
+        const double2 t1 = __ldg(reinterpret_cast<const double2*>(p + 2));
+        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
+    }
+    static __device__ __forceinline__ void store(double* p, const double (&v)[4]) {
+        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+        *reinterpret_cast<double2*>(p + 2) = make_double2(v[2], v[3]);
+    }
+};
+
+template <typename T, int MT, int SLICES>
+__global__ void __launch_bounds__(64 * SLICES)
+wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
+       const T* __restrict__ X, int sxb, int sxk,
+       int M, int K, int N, T* __restrict__ out, int sob, int som)
+{
+    constexpr int MM = MT * SLICES;
+    constexpr int KU = 4;
+    extern __shared__ __align__(16) unsigned char wv_smem[];
+    T* Ws = reinterpret_cast<T*>(wv_smem);
+    const int b = blockIdx.y;
+    const int tid = threadIdx.y * 64 + threadIdx.x;
+    const T* Wb = W + b * swb;
+    for (int e = tid; e < K * MM; e += 64 * SLICES) {
+        const int k = e / MM, m = e % MM;
+        Ws[e] = m < M ? Wb[m * swm + k * swk] : T(0);
+    }
+    __syncthreads();
+
+    const int m0 = threadIdx.y * MT;
+    if (m0 >= M) return;
+    const int n = (blockIdx.x * 64 + threadIdx.x) * 4;
+    if (n >= N) return;
+    const bool full = n + 3 < N;
+    const T* Xb = X + b * sxb + n;
+    T acc[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[m][c] = T(0);
+
+    auto load_x = [&](int k, T (&x)[4]) {
+        if (full) {
+            Vec4IO<T>::load(Xb + k * sxk, x);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) x[c] = n + c < N ? Xb[k * sxk + c] : T(0);
+        }
+    };
+    auto step = [&](int k, const T (&x)[4]) {
+        const T* wk = Ws + k * MM + m0;
+#pragma unroll
+        for (int m4 = 0; m4 < MT; m4 += 4) {
+            T w[4];
+            Vec4<T>::load(wk + m4, w);
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[m4 + t][c] = fma(w[t], x[c], acc[m4 + t][c]);
+        }
+    };
+
+    int k = 0;
+    for (; k + KU <= K; k += KU) {
+        T x[KU][4];
+#pragma unroll
+        for (int u = 0; u < KU; ++u) load_x(k + u, x[u]);
+#pragma unroll
+        for (int u = 0; u < KU; ++u) step(k + u, x[u]);
+    }
+    for (; k < K; ++k) {
+        T x[4];
+        load_x(k, x);
+        step(k, x);
+    }
+
+    T* ob = out + b * sob + n;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        if (m0 + m >= M) break;
+        if (full) {
+            Vec4IO<T>::store(ob + (m0 + m) * som, acc[m]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                if (n + c < N) ob[(m0 + m) * som + c] = acc[m][c];
+        }
     }
 }
 
@@ -435,13 +553,18 @@ GS(double, double, 1, false) GS(float, float, 2, false)
                                                  int, int, int, int, int, A*);
 GTI(float, float, true) GTI(float, double, false) GTI(double, double, true)
 GTI(double, double, false)
-#define SKR(A, T, S)                                                                         \
-    template __global__ void splitk_reduce<A, T, S>(const A*, int, long long, long long, int, \
-                                                    int, int, T*, int, int, int);
-SKR(float, float, false) SKR(double, float, true) SKR(double, double, false)
-SKR(double, double, true)
-template __global__ void symblock_reduce<float>(const float*, int, int, int, int, float*, int, int);
-template __global__ void symblock_reduce<double>(const double*, int, int, int, int, double*, int, int);
+#define SKR(A, T, G, S)                                                                      \
+    template __global__ void splitk_reduce<A, T, G, S>(const A*, int, long long, long long,  \
+                                                       int, int, int, T*, int, int, int);
+SKR(float, float, 4, false) SKR(double, float, 32, true) SKR(double, double, 32, false)
+SKR(double, double, 4, true)
+template __global__ void symblock_reduce<float, 4>(const float*, int, int, int, int, float*, int, int);
+template __global__ void symblock_reduce<double, 32>(const double*, int, int, int, int, double*, int, int);
+#define WXV(T, MT, SL)                                                                        \
+    template __global__ void wx_vec<T, MT, SL>(const T*, int, int, int, const T*, int, int, int, \
+                                               int, int, T*, int, int);
+WXV(float, 4, 1) WXV(float, 8, 1) WXV(float, 16, 4) WXV(double, 16, 4) WXV(double, 8, 1)
+WXV(float, 32, 2)
 #define WXD(T, M, C)                                                                         \
     template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
                                                 int, int, int, int, T*, int, int, int);
