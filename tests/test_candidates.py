@@ -81,7 +81,7 @@ def test_candidates_on_seed_shapes(xp, case, dtype):
         if xp.__name__ == "cupy":
             assert "direct_wx1" in results
             if n % 4 == 0:
-                assert "direct_wxv1" in results
+                assert any(name.startswith("direct_wxv") for name in results)
         # the mirrored shape, X·W with W small on the right
         results_t, ref_t = run_all(x.T, w.T)
         if xp.__name__ == "cupy":

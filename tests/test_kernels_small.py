@@ -50,13 +50,15 @@ def test_small_shapes_every_kernel(dtype):
     check_all(big, big.T, {"cublas_symblock64w2", "cublas"})
     w = cp.asarray(rng.standard_normal((6, 61)).astype(dtype))
     cl = cp.asarray(rng.standard_normal((61, 1000)).astype(dtype))
-    check_all(w, cl, {"direct_wx1", "direct_wx2", "direct_wxv1", "direct_wxv2"})
+    check_all(w, cl, {"direct_wx1", "direct_wx2", "direct_wxv1k16", "direct_wxv2k16",
+                      "direct_wxv1k4"})
+    check_all(cl.T, w.T, {"direct_wx1"})
     # 16-byte rows but a ragged last column block, K not a multiple of 4, 3 row slices used
     x = cp.asarray(rng.standard_normal((7, 1004)).astype(dtype))[:, :1001]
     w = cp.asarray(rng.standard_normal((30, 7)).astype(dtype))
     out = MatrixView.of(cp.zeros((30, 1004), dtype)).cols(0, 1001)
-    check_all(w, x, {"direct_wxv1", "direct_wxv2", "direct_wxv4"}, out=out)
-    check_all(cl.T, w.T, {"direct_wx1"})
+    check_all(w, x, {"direct_wxv1k16", "direct_wxv2k16", "direct_wxv4k16", "direct_wxv4k4"},
+              out=out)
     v = MatrixView.of(cp.asarray(rng.standard_normal((2, 40, 700)).astype(dtype))).cols(3, 603)
     check_all(v, MatrixView.of(cp.asarray(rng.standard_normal((600, 9)).astype(dtype))),
               {"direct_gram_tiled4", "cublas"})

@@ -542,12 +542,13 @@ class WxVec(_Direct):
 
     SMEM = 48 * 1024
 
-    def __init__(self, slices: int):
+    def __init__(self, slices: int, unroll: int):
         super().__init__("same")
-        self.slices = slices
-        self.name = f"direct_wxv{slices}"
+        self.slices, self.unroll = slices, unroll
+        self.name = f"direct_wxv{slices}k{unroll}"
         self.summary = (f"direct kernel for small W·X, 4 columns per thread with 16-byte "
-                        f"loads, rows over {slices} slice(s), one launch")
+                        f"loads, {unroll} rows of X in flight, rows over {slices} slice(s), "
+                        f"one launch")
 
     def _rows_per_slice(self, m: int) -> int:
         return _pow2_at_least(-(-m // self.slices), 4)
@@ -589,7 +590,7 @@ class WxVec(_Direct):
         mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mt = self._rows_per_slice(M)
-        fn = kernel("skinny.cu", f"wx_vec<{ctype(q.dtype)}, {mt}, {self.slices}>")
+        fn = kernel("skinny.cu", f"wx_vec<{ctype(q.dtype)}, {mt}, {self.slices}, {self.unroll}>")
         launch = FastLaunch(fn, (-(-N // 256), B), (64, self.slices),
                             _args(None, q.a.strides, None, q.b.strides[:2], M, K, N, None,
                                   q.out.strides[:2]),
@@ -607,7 +608,8 @@ def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
     return [
         GramSmall(), GramSmall("f64"),
-        WxVec(1), WxVec(2), WxVec(4), WxDirect(1), WxDirect(2), WxDirect(4),
+        WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(1, 4), WxVec(4, 4),
+        WxDirect(1), WxDirect(2), WxDirect(4),
         GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, "f64"),
         CublasGemm(),
         CublasSymBlocks(128, 2), CublasSymBlocks(128, 4), CublasSymBlocks(96, 2),

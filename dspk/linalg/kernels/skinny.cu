@@ -162,27 +162,44 @@ constexpr int GT_TILE = 64;
 constexpr int GT_KT = 32;
 constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
 
+// The tile of one operand, Ts[k][row] = src[row * s_row + (k0 + k) * s_k], zero outside
+// [0, rows) x [k0, kend), in two halves: fetch() into registers (GT_LPT per thread), then
+// put() into shared memory, so the next tile's global loads overlap this tile's FMAs.
+// Lanes walk the operand's contiguous dimension so that global loads coalesce.
+constexpr int GT_LPT = (GT_TILE * GT_KT + 159) / 160;  // loads per thread at 160 threads
+
 template <typename T>
-__device__ __forceinline__ void gt_load_tile(T (*Ts)[GT_TILE + GT_PAD], const T* __restrict__ src,
-                                             int s_row, int s_k, int rows, int k0, int kend,
-                                             int tid, int nthreads)
-{
-    // Ts[k][row] = src[row * s_row + (k0 + k) * s_k], zero outside [0, rows) x [k0, kend).
-    // Lanes walk the operand's contiguous dimension so that global loads coalesce.
-    if (s_k == 1) {
-        for (int e = tid; e < GT_TILE * GT_KT; e += nthreads) {
-            const int k = e % GT_KT, r = e / GT_KT;
+struct GtTile {
+    T v[GT_LPT];
+
+    __device__ __forceinline__ void fetch(const T* __restrict__ src, int s_row, int s_k, int rows,
+                                          int k0, int kend, int tid, int nthreads)
+    {
+#pragma unroll
+        for (int t = 0; t < GT_LPT; ++t) {
+            const int e = tid + t * nthreads;
+            int k, r;
+            if (s_k == 1) { k = e % GT_KT; r = e / GT_KT; }
+            else { r = e % GT_TILE; k = e / GT_TILE; }
             const int kk = k0 + k;
-            Ts[k][r] = (r < rows && kk < kend) ? src[r * s_row + kk] : T(0);
-        }
-    } else {
-        for (int e = tid; e < GT_TILE * GT_KT; e += nthreads) {
-            const int r = e % GT_TILE, k = e / GT_TILE;
-            const int kk = k0 + k;
-            Ts[k][r] = (r < rows && kk < kend) ? src[r * s_row + kk * s_k] : T(0);
+            v[t] = (e < GT_TILE * GT_KT && r < rows && kk < kend) ? src[r * s_row + kk * s_k]
+                                                                  : T(0);
         }
     }
-}
+
+    __device__ __forceinline__ void put(T (*Ts)[GT_TILE + GT_PAD], int s_k, int tid,
+                                        int nthreads) const
+    {
+#pragma unroll
+        for (int t = 0; t < GT_LPT; ++t) {
+            const int e = tid + t * nthreads;
+            if (e < GT_TILE * GT_KT) {
+                if (s_k == 1) Ts[e % GT_KT][e / GT_KT] = v[t];
+                else Ts[e / GT_TILE][e % GT_TILE] = v[t];
+            }
+        }
+    }
+};
 
 template <typename T, typename Acc, bool SYM>
 __global__ void __launch_bounds__(256)
@@ -218,10 +235,17 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = Acc(0);
 
+    GtTile<T> ra, rb;
+    ra.fetch(Ab, sam, sak, M, k0, k1, tid, nthreads);
+    if (!SYM) rb.fetch(Bb, sbn, sbk, N, k0, k1, tid, nthreads);
     for (int kt = k0; kt < k1; kt += GT_KT) {
-        gt_load_tile<T>(As, Ab, sam, sak, M, kt, k1, tid, nthreads);
-        if (!SYM) gt_load_tile<T>(Bs, Bb, sbn, sbk, N, kt, k1, tid, nthreads);
+        ra.put(As, sak, tid, nthreads);
+        if (!SYM) rb.put(Bs, sbk, tid, nthreads);
         __syncthreads();
+        if (kt + GT_KT < k1) {  // next tile in flight while this one is multiplied
+            ra.fetch(Ab, sam, sak, M, kt + GT_KT, k1, tid, nthreads);
+            if (!SYM) rb.fetch(Bb, sbn, sbk, N, kt + GT_KT, k1, tid, nthreads);
+        }
         if (computes) {
 #pragma unroll 8
             for (int k = 0; k < GT_KT; ++k) {
@@ -346,7 +370,7 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
 // lanes of a warp share it, so W reads are broadcasts; slices share X through L1). Needs X and
 // out with unit column stride and 16-byte aligned rows (checked by the caller); the last
 // columns are handled element by element. W is staged as Ws[k][m], MM = MT*SLICES rows, zero
-// padded. K unrolled by 4 with the loads issued first. Grid (ceil(N / 256), B).
+// padded. K unrolled by KU with the loads issued first. Grid (ceil(N / 256), B).
 // ------------------------------------------------------------------------------------------
 template <typename T> struct Vec4IO;
 template <> struct Vec4IO<float> {
@@ -370,14 +394,13 @@ template <> struct Vec4IO<double> {
     }
 };
 
-template <typename T, int MT, int SLICES>
+template <typename T, int MT, int SLICES, int KU>
 __global__ void __launch_bounds__(64 * SLICES)
 wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
        const T* __restrict__ X, int sxb, int sxk,
        int M, int K, int N, T* __restrict__ out, int sob, int som)
 {
     constexpr int MM = MT * SLICES;
-    constexpr int KU = 4;
     extern __shared__ __align__(16) unsigned char wv_smem[];
     T* Ws = reinterpret_cast<T*>(wv_smem);
     const int b = blockIdx.y;
@@ -422,18 +445,22 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
         }
     };
 
-    int k = 0;
-    for (; k + KU <= K; k += KU) {
+    // KU rows of X in flight per thread: the kernel is bound by memory latency, so all loads of
+    // a block of KU are issued before the first is used; the last block is predicated.
+    for (int k = 0; k < K; k += KU) {
         T x[KU][4];
 #pragma unroll
-        for (int u = 0; u < KU; ++u) load_x(k + u, x[u]);
+        for (int u = 0; u < KU; ++u) {
+            if (k + u < K) {
+                load_x(k + u, x[u]);
+            } else {
 #pragma unroll
-        for (int u = 0; u < KU; ++u) step(k + u, x[u]);
-    }
-    for (; k < K; ++k) {
-        T x[4];
-        load_x(k, x);
-        step(k, x);
+                for (int c = 0; c < 4; ++c) x[u][c] = T(0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < KU; ++u)
+            if (k + u < K) step(k + u, x[u]);
     }
 
     T* ob = out + b * sob + n;
@@ -560,11 +587,11 @@ SKR(float, float, 4, false) SKR(double, float, 32, true) SKR(double, double, 32,
 SKR(double, double, 4, true)
 template __global__ void symblock_reduce<float, 4>(const float*, int, int, int, int, float*, int, int);
 template __global__ void symblock_reduce<double, 32>(const double*, int, int, int, int, double*, int, int);
-#define WXV(T, MT, SL)                                                                        \
-    template __global__ void wx_vec<T, MT, SL>(const T*, int, int, int, const T*, int, int, int, \
-                                               int, int, T*, int, int);
-WXV(float, 4, 1) WXV(float, 8, 1) WXV(float, 16, 4) WXV(double, 16, 4) WXV(double, 8, 1)
-WXV(float, 32, 2)
+#define WXV(T, MT, SL, KU)                                                                    \
+    template __global__ void wx_vec<T, MT, SL, KU>(const T*, int, int, int, const T*, int, int, \
+                                                   int, int, int, T*, int, int);
+WXV(float, 4, 1, 4) WXV(float, 8, 1, 16) WXV(float, 16, 4, 16) WXV(double, 16, 4, 4)
+WXV(double, 8, 1, 16) WXV(float, 32, 2, 8)
 #define WXD(T, M, C)                                                                         \
     template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
                                                 int, int, int, int, T*, int, int, int);
