@@ -1,0 +1,27 @@
+import json
+
+from dspk import cli
+from dspk.linalg.tuner import cache_path
+
+
+def test_info(capsys):
+    assert cli.main(["info", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "backend: cpu" in out and "tuner: DSPK_TUNE=" in out
+
+
+def test_bad_backend_is_a_clear_error(capsys):
+    assert cli.main(["info", "--backend", "tpu"]) == 2
+    assert "backend must be one of" in capsys.readouterr().err
+
+
+def test_tune_cache_show_and_clear(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
+    assert cli.main(["tune-cache", "show"]) == 0
+    assert "no tuned choices" in capsys.readouterr().out
+    cache_path().write_text(json.dumps({"format": "dspk-tuner", "schema": 1, "entries": {
+        "k": {"ranking": ["numpy"], "timings_ms": {"numpy": 0.5}}}}))
+    assert cli.main(["tune-cache", "show"]) == 0
+    assert "-> numpy" in capsys.readouterr().out
+    assert cli.main(["tune-cache", "clear"]) == 0
+    assert not cache_path().exists()
