@@ -438,10 +438,11 @@ class GramTiled(_Direct):
 
     MAX = 64
 
-    def __init__(self, ctas_per_sm: int = 4, acc: str = "same"):
+    def __init__(self, ctas_per_sm: int = 4, acc: str = "same", min_blocks: int = 1):
         super().__init__(acc)
-        self.ctas_per_sm = ctas_per_sm
-        self.name = f"direct_gram_tiled{ctas_per_sm}" + self._suffix()
+        self.ctas_per_sm, self.min_blocks = ctas_per_sm, min_blocks
+        self.name = (f"direct_gram_tiled{ctas_per_sm}" + self._suffix()
+                     + (f"_o{min_blocks}" if min_blocks > 1 else ""))
         self.summary = (f"direct 64x64-tile kernel, K split over ~{ctas_per_sm} CTAs per SM, "
                         f"+ reduction kernel" + (", float64 accumulation" if acc == "f64" else ""))
 
@@ -462,7 +463,7 @@ class GramTiled(_Direct):
         kchunk = -(-(-(-K // S)) // 32) * 32
         S = max(1, -(-K // kchunk))
         fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
-                                 f"{'true' if sym else 'false'}>")
+                                 f"{'true' if sym else 'false'}, {self.min_blocks}>")
         workspace = _Workspace(B * S * 64 * 64, acc)
         reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
         launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
@@ -608,9 +609,11 @@ def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
     return [
         GramSmall(), GramSmall("f64"),
-        WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(1, 4), WxVec(4, 4),
+        WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(2, 8), WxVec(4, 8), WxVec(1, 4),
+        WxVec(4, 4),
         WxDirect(1), WxDirect(2), WxDirect(4),
-        GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, "f64"),
+        GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, min_blocks=3),
+        GramTiled(4, min_blocks=3), GramTiled(2, "f64"),
         CublasGemm(),
         CublasSymBlocks(128, 2), CublasSymBlocks(128, 4), CublasSymBlocks(96, 2),
         CublasSymBlocks(192, 2), CublasSymBlocks(192, 4), CublasSymBlocks(64, 2),

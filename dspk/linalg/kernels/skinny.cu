@@ -201,8 +201,9 @@ struct GtTile {
     }
 };
 
-template <typename T, typename Acc, bool SYM>
-__global__ void __launch_bounds__(256)
+// MINB: CTAs per SM the register allocation must allow (1: no limit; 3: at most 85 registers).
+template <typename T, typename Acc, bool SYM, int MINB>
+__global__ void __launch_bounds__(256, MINB)
 gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
            int M, int N, int K, int kchunk, Acc* __restrict__ part)
@@ -575,11 +576,11 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
                                                     unsigned int*, T*, int, int, int);
 GS(float, float, 4, true) GS(float, double, 8, false) GS(double, double, 8, true)
 GS(double, double, 1, false) GS(float, float, 2, false)
-#define GTI(T, A, S)                                                                         \
-    template __global__ void gram_tiled<T, A, S>(const T*, int, int, int, const T*, int, int, \
-                                                 int, int, int, int, int, A*);
-GTI(float, float, true) GTI(float, double, false) GTI(double, double, true)
-GTI(double, double, false)
+#define GTI(T, A, S, B)                                                                      \
+    template __global__ void gram_tiled<T, A, S, B>(const T*, int, int, int, const T*, int, int, \
+                                                    int, int, int, int, int, A*);
+GTI(float, float, true, 1) GTI(float, double, false, 1) GTI(double, double, true, 1)
+GTI(double, double, false, 3) GTI(float, float, true, 3)
 #define SKR(A, T, G, S)                                                                      \
     template __global__ void splitk_reduce<A, T, G, S>(const A*, int, long long, long long,  \
                                                        int, int, int, T*, int, int, int);
@@ -591,7 +592,7 @@ template __global__ void symblock_reduce<double, 32>(const double*, int, int, in
     template __global__ void wx_vec<T, MT, SL, KU>(const T*, int, int, int, const T*, int, int, \
                                                    int, int, int, T*, int, int);
 WXV(float, 4, 1, 4) WXV(float, 8, 1, 16) WXV(float, 16, 4, 16) WXV(double, 16, 4, 4)
-WXV(double, 8, 1, 16) WXV(float, 32, 2, 8)
+WXV(double, 8, 1, 16) WXV(float, 32, 2, 8) WXV(float, 16, 4, 8)
 #define WXD(T, M, C)                                                                         \
     template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
                                                 int, int, int, int, T*, int, int, int);
