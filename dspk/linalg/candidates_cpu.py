@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from .problem import Candidate, Problem, Runner
-from .view import MatrixView
 
 
 def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:

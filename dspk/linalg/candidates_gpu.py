@@ -478,7 +478,29 @@ class GramTiled(_Direct):
         return run
 
 
-class WxDirect(_Direct):
+class _SmallLeft(_Direct):
+    """Direct kernels for a small left operand W·X; they take the mirrored shape X·W too, as
+    outᵀ = Wᵀ·Xᵀ (views only, nothing copied). Subclasses say in `_fits` what they need."""
+
+    def _fits(self, p: Problem) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def orient(self, p: Problem) -> Problem | None:
+        """``p`` or its mirror, whichever this kernel can run; None if neither."""
+        if self._fits(p) is None:
+            return p
+        t = p.transposed()
+        return t if self._fits(t) is None else None
+
+    def unavailable(self, p: Problem) -> str | None:
+        if p.batches > 65535:
+            return "more than 65535 batches"
+        if self.orient(p) is None:
+            return self._fits(p) + "; mirrored: " + self._fits(p.transposed())
+        return _int32_reason(p)
+
+
+class WxDirect(_SmallLeft):
     """Small left operand W [M ≤ 64, K ≤ 256] times a wide X: spatial filters, projections.
     Also takes the mirrored shape X·W (via outᵀ = Wᵀ·Xᵀ, no copy)."""
 
@@ -503,21 +525,6 @@ class WxDirect(_Direct):
             return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
         return None
 
-    def orient(self, p: Problem) -> Problem | None:
-        if self._fits(p) is None:
-            return p
-        t = p.transposed()
-        if self._fits(t) is None:
-            return t
-        return None
-
-    def unavailable(self, p: Problem) -> str | None:
-        if p.batches > 65535:
-            return "more than 65535 batches"
-        if self.orient(p) is None:
-            return self._fits(p) + "; mirrored: " + self._fits(p.transposed())
-        return _int32_reason(p)
-
     def bind(self, p: Problem) -> Runner:
         q = self.orient(p)
         _check32(q)
@@ -537,7 +544,7 @@ class WxDirect(_Direct):
         return run
 
 
-class WxVec(_Direct):
+class WxVec(_SmallLeft):
     """Small W [M ≤ 64] times a wide X with unit column stride: 4 consecutive columns per
     thread (16-byte loads/stores), rows split over ``slices`` warp groups of 64 threads."""
 
@@ -571,19 +578,6 @@ class WxVec(_Direct):
         if x.ptr % 16 or out.ptr % 16:
             return "X or out does not start on a 16-byte boundary"
         return None
-
-    def orient(self, p: Problem) -> Problem | None:
-        if self._fits(p) is None:
-            return p
-        t = p.transposed()
-        return t if self._fits(t) is None else None
-
-    def unavailable(self, p: Problem) -> str | None:
-        if p.batches > 65535:
-            return "more than 65535 batches"
-        if self.orient(p) is None:
-            return self._fits(p) + "; mirrored: " + self._fits(p.transposed())
-        return _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner:
         q = self.orient(p)

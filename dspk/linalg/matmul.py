@@ -3,7 +3,6 @@ candidate the tuner picked for the shape, layout and device."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
