@@ -68,7 +68,8 @@ def main(argv=None):
             if gpu:
                 pa, pb, po = a.data.ptr, b.data.ptr, o.data.ptr
                 rows.append(("bound runner", per_call_us(lambda: plan.runner(pa, pb, po))))
-                rows.append(("cupy.empty(out)", per_call_us(lambda: xp.empty(plan.shape, np.float32))))
+                rows.append(("cupy.empty(out)",
+                             per_call_us(lambda: xp.empty(plan.shape, np.float32))))
                 rows.append(("runtime.getDevice", per_call_us(xp.cuda.runtime.getDevice)))
                 rows.append(("get_current_stream", per_call_us(xp.cuda.get_current_stream)))
             else:

@@ -218,8 +218,7 @@ def run(backend, small, out_dir):
         nsets = int(min(64, max(1, -(-(256 << 20) // set_bytes)))) if gpu else 1
         if kind == "cov":
             host = [realistic(c, n, seed=s) for s in range(min(nsets, 4))]
-            A = [xp.asarray(host[s % len(host)]) if s < len(host) else xp.asarray(host[s % len(host)])
-                 for s in range(nsets)]
+            A = [xp.asarray(host[s % len(host)]) for s in range(nsets)]
             B = [a.T for a in A]
             shape = f"X[{c},{n}]·Xᵀ"
         else:
@@ -331,7 +330,8 @@ def environment(gpu):
         import cupy as cp
 
         props = cp.cuda.runtime.getDeviceProperties(0)
-        env.update(gpu=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+        name = props["name"]
+        env.update(gpu=name.decode() if isinstance(name, bytes) else name,
                    driver=cp.cuda.runtime.driverGetVersion(),
                    cuda_runtime=cp.cuda.runtime.runtimeGetVersion(), cupy=cp.__version__)
         try:

@@ -41,7 +41,8 @@ def assert_close(results, ref, dtype, tol=None):
         assert err <= tol, f"{name}: relative error {err:.3g} > {tol}"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_every_candidate_on_random_views(xp, data, dtype):
     a, b = data.draw(product_operands(xp, dtype))

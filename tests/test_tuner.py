@@ -30,7 +30,8 @@ def fresh_cache(tmp_path, monkeypatch):
 
 def operands(m=8, k=300, n=5, seed=0):
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    return a, rng.standard_normal((k, n)).astype(np.float32)
 
 
 class RoundsToTF32(Candidate):

@@ -50,7 +50,8 @@ def test_bad_buffer_and_ndim():
 
 def test_check_names_view_and_bound():
     buf = np.zeros(10, np.float32)
-    with pytest.raises(ValueError, match=r"a: highest element reached is buffer index 11 >= buffer size 10"):
+    with pytest.raises(ValueError,
+                       match=r"a: highest element reached is buffer index 11 >= buffer size 10"):
         MatrixView(buf, (3, 4), (4, 1), 0, "a").check()
     with pytest.raises(ValueError, match=r"b: lowest element reached is buffer index -1 < 0"):
         MatrixView(buf, (2, 2), (-2, 1), 1, "b").check()

@@ -62,8 +62,8 @@ class MatrixView:
     def __init__(self, buffer: Any, shape: tuple, strides: tuple, offset: int = 0,
                  name: str = "view"):
         if not _is_1d_buffer(buffer):
-            raise TypeError(f"{name}: buffer must be a 1-D contiguous NumPy or CuPy array, "
-                            f"got {type(buffer).__name__} with shape {getattr(buffer, 'shape', None)}")
+            raise TypeError(f"{name}: buffer must be a 1-D contiguous NumPy or CuPy array, got "
+                            f"{type(buffer).__name__} with shape {getattr(buffer, 'shape', None)}")
         shape = tuple(int(s) for s in shape)
         strides = tuple(int(s) for s in strides)
         if len(shape) == 2:
@@ -171,7 +171,8 @@ class MatrixView:
     def __repr__(self) -> str:
         where = f"cuda:{self.device_id}" if self.is_gpu else "cpu"
         return (f"MatrixView({self.name!r}, shape={self.shape}, strides={self.strides}, "
-                f"offset={self.offset}, dtype={self.dtype}, buffer size={self.buffer.size}, {where})")
+                f"offset={self.offset}, dtype={self.dtype}, buffer size={self.buffer.size}, "
+                f"{where})")
 
     # -- derived views -----------------------------------------------------------------------
     @property
