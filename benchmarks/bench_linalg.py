@@ -370,6 +370,12 @@ def markdown(rows, notes, env, flops_ceiling, bw_ceiling, lookup_us, gpu):
                      f"{r.get('host_us', 0):.1f} | "
                      f"{r['gflops']:.0f} | {100 * r['frac_fp32_ceiling']:.1f}% | "
                      f"{r['rel_err']:.1e} | {r['note']} |")
+    shown = [n for n in notes if " unavailable: " not in n]
+    hidden = len(notes) - len(shown)
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in shown]
+    if hidden:
+        lines.append(f"- {hidden} (case, candidate) pairs were unavailable; their reasons are in "
+                     f"the JSON file and in dspk.explain()")
     lines += ["", "## Summary: tuned matmul vs the best candidate and the targets", "",
               "| case | tuned ms | best candidate | its ms | tuned/best | target ms | peers "
               "(noted H200) | meets target |", "|---|---|---|---|---|---|---|---|"]
@@ -386,8 +392,6 @@ def markdown(rows, notes, env, flops_ceiling, bw_ceiling, lookup_us, gpu):
                      f"{best['median_ms']:.4f} | {tuned['median_ms'] / best['median_ms']:.2f} | "
                      f"{target if target else '-'} | {NOTED_PEERS.get(case, '-') if gpu else '-'} "
                      f"| {ok} |")
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
