@@ -139,3 +139,28 @@ def test_gpu_fp64_accumulation_variants_follow_the_device():
         assert reason is None
     else:
         assert "1/" in reason
+
+
+@pytest.mark.gpu
+def test_gpu_symblock_stays_fp32_when_the_shared_handle_is_set_to_tf32():
+    """s/dgemmBatched have no compute-type argument: the candidate must force the handle's
+    math mode itself (TF32 on CuPy's shared handle would otherwise err ~3e-4)."""
+    import cupy as cp
+    from cupy_backends.cuda.libs import cublas
+
+    from dspk.linalg.candidates_gpu import CublasSymBlocks
+
+    x = seed_array(cp, (256, 8192), np.float32, 9)  # zero-mean: TF32 would show
+    p, _ = engine._problem(x, x.T, None)
+    handle = cp.cuda.device.get_cublas_handle()
+    old = cublas.getMathMode(handle)
+    cublas.setMathMode(handle, 3)  # CUBLAS_TF32_TENSOR_OP_MATH
+    try:
+        CublasSymBlocks(128, 2).run(p)
+        assert cublas.getMathMode(handle) == 3  # put back
+    finally:
+        cublas.setMathMode(handle, old)
+    xh = x.get().astype(np.float64)
+    ref = xh @ xh.T
+    got = p.out.to_array().get()[0].astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5

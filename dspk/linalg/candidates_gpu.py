@@ -22,6 +22,7 @@ from .view import INT32_MAX, MatrixView
 CUDA_R_32F, CUDA_R_64F = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F = 68, 70
 CUBLAS_GEMM_DEFAULT = -1
+CUBLAS_DEFAULT_MATH = 0  # computes with at least the requested mantissa bits: never TF32
 OP_N, OP_T = 0, 1
 _DATA_TYPE = {np.dtype(np.float32): CUDA_R_32F, np.dtype(np.float64): CUDA_R_64F}
 _COMPUTE_TYPE = {np.dtype(np.float32): CUBLAS_COMPUTE_32F, np.dtype(np.float64): CUBLAS_COMPUTE_64F}
@@ -284,13 +285,25 @@ class CublasSymBlocks(Candidate):
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
+        get_math, set_math = cublas.getMathMode, cublas.setMathMode
 
         def run(pa: int, pb: int, po: int) -> None:
             stream = _stream()
             part = workspace.get(stream)[0].data.ptr
-            for k_len, count, P, Q, C in pointer_arrays(pa, part):
-                gemm(get_handle(), op_p, op_q, bs, bs, k_len, one, P.data.ptr, ld, Q.data.ptr,
-                     ld, zero, C.data.ptr, bs, count)
+            handle = get_handle()
+            # s/dgemmBatched take no compute type: the handle's math mode decides. CuPy's
+            # shared handle is in the default mode unless someone changed it (TF32, say), so
+            # the mode is set explicitly for these calls and put back after.
+            mode = get_math(handle)
+            if mode != CUBLAS_DEFAULT_MATH:
+                set_math(handle, CUBLAS_DEFAULT_MATH)
+            try:
+                for k_len, count, P, Q, C in pointer_arrays(pa, part):
+                    gemm(handle, op_p, op_q, bs, bs, k_len, one, P.data.ptr, ld, Q.data.ptr,
+                         ld, zero, C.data.ptr, bs, count)
+            finally:
+                if mode != CUBLAS_DEFAULT_MATH:
+                    set_math(handle, mode)
             reduce(stream, part, po)
 
         return run
