@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 from . import backend, linalg  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
-from .linalg import MatrixView, explain, matmul  # noqa: E402
+from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
 
-__all__ = ["__version__", "backend", "linalg", "matmul", "explain", "MatrixView",
+__all__ = ["__version__", "backend", "linalg", "matmul", "int_matmul", "explain", "MatrixView",
            "BackendError", "gpu_available", "resolve_backend"]

@@ -46,7 +46,12 @@ def matrix_views(draw, xp, dtype, shape, name="v"):
     """A valid MatrixView of ``shape`` with random geometry and random contents."""
     strides, offset, size = draw(view_geometry(shape))
     seed = draw(st.integers(0, 2**31 - 1))
-    data = np.random.default_rng(seed).standard_normal(size).astype(dtype)
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":  # integers over the full range: extremes included
+        info = np.iinfo(dtype)
+        data = rng.integers(info.min, int(info.max) + 1, size, dtype=dtype)
+    else:
+        data = rng.standard_normal(size).astype(dtype)
     buf = xp.asarray(data)
     return MatrixView(buf, shape, strides, offset, name)
 
@@ -80,9 +85,11 @@ def product_operands(draw, xp, dtype, max_dim=7):
 
 
 def reference(a: MatrixView, b: MatrixView) -> np.ndarray:
-    """float64 NumPy reference of a·b (with batch broadcasting)."""
+    """float64 (int64 for integer operands) NumPy reference of a·b, with batch broadcasting."""
+    ref_t = np.int64 if a.dtype.kind in "iu" else np.float64
+
     def host(v):
         arr = v.to_array()
-        return np.asarray(arr.get() if hasattr(arr, "get") else arr, dtype=np.float64)
+        return np.asarray(arr.get() if hasattr(arr, "get") else arr, dtype=ref_t)
 
     return np.matmul(host(a), host(b))

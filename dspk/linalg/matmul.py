@@ -19,13 +19,15 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _candidates(gpu: bool) -> list:
+    from .candidates_int import int_candidates  # noqa: PLC0415
+
     if gpu:
         from .candidates_gpu import gpu_candidates  # noqa: PLC0415 (needs CuPy)
 
-        return gpu_candidates()
+        return gpu_candidates() + int_candidates(gpu=True)
     from .candidates_cpu import cpu_candidates  # noqa: PLC0415
 
-    return cpu_candidates()
+    return cpu_candidates() + int_candidates(gpu=False)
 
 
 tuner = Tuner(_candidates)
@@ -50,8 +52,10 @@ def _overlaps(x: MatrixView, y: MatrixView) -> bool:
     return x0 <= y1 and y0 <= x1
 
 
-def _problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul") -> tuple:
-    """Validate the operands; returns (Problem, result to hand back, result ndim)."""
+def _problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul",
+             result_dtype: Any = None) -> tuple:
+    """Validate the operands; returns (Problem, result to hand back). The result has the
+    operands' dtype unless ``result_dtype`` is given (int64 for integer products)."""
     av, bv = _view(a, "a"), _view(b, "b")
     for v in (av, bv):
         if v.dtype not in allowed:
@@ -81,14 +85,15 @@ def _problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul") -> t
     plain_2d = all(not isinstance(x, MatrixView) and x.ndim == 2 for x in (a, b))
     ndim = 2 if plain_2d else 3
     xp = av.xp
+    rdt = np.dtype(result_dtype) if result_dtype is not None else av.dtype
     if out is None:
-        result = xp.empty((B, M, N) if ndim == 3 else (M, N), dtype=av.dtype)
+        result = xp.empty((B, M, N) if ndim == 3 else (M, N), dtype=rdt)
         ov = MatrixView.of(result, "out")
     else:
         result = out
         ov = _view(out, "out")
-        if ov.dtype != av.dtype:
-            raise TypeError(f"out: dtype {ov.dtype} differs from the operands' {av.dtype}")
+        if ov.dtype != rdt:
+            raise TypeError(f"out: dtype {ov.dtype} differs from the result's {rdt}")
         if ov.is_gpu != av.is_gpu or (ov.is_gpu and ov.device_id != av.device_id):
             where = f"GPU {av.device_id}" if av.is_gpu else "the host"
             raise ValueError(f"out: must be on the operands' device ({where})")
@@ -300,14 +305,25 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _any_problem(a: Any, b: Any, out: Any) -> tuple:
+    """`_problem` for float or integer operands (integer products give int64)."""
+    from .candidates_int import INT_DTYPES  # noqa: PLC0415
+
+    dt = getattr(a, "dtype", None)
+    if dt is not None and np.dtype(dt) in INT_DTYPES:
+        return _problem(a, b, out, allowed=INT_DTYPES, what="int_matmul", result_dtype=np.int64)
+    return _problem(a, b, out)
+
+
 def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
-    """Which candidate `matmul` runs for these operands, and why.
+    """Which candidate `matmul` (or `int_matmul`, for integer operands) runs, and why.
 
     With ``tune=True`` an unseen key is tuned now (as `matmul` would); with ``tune=False``
     nothing runs and an unseen key reports the candidate that would run without timing.
     """
-    p, _ = _problem(a, b, out)
-    names = {c.name: (c.unavailable(p) or "available") for c in tuner.candidates(p.gpu)}
+    p, _ = _any_problem(a, b, out)
+    names = {c.name: (c.unavailable(p) or "available")
+             for c in tuner.candidates(p.gpu, p.dtype.kind)}
     if tune or tune_mode() == "off":
         choice = tuner.select(p, run=False)
     else:

@@ -73,6 +73,8 @@ class Candidate:
 
     name: str = "?"
     gpu: bool = False
+    #: dtype kinds this candidate computes ("f": float products; "iu": exact integer products)
+    kinds: str = "f"
     #: one line for explain(): what the candidate is
     summary: str = ""
 

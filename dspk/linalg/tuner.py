@@ -124,14 +124,16 @@ class Tuner:
     def key_str(key: tuple) -> str:
         return "|".join(str(k) for k in key)
 
-    def candidates(self, gpu: bool) -> list[Candidate]:
-        return list(self._names(gpu).values())
+    def candidates(self, gpu: bool, kind: str = "f") -> list[Candidate]:
+        return list(self._names(gpu, kind).values())
 
-    def _names(self, gpu: bool) -> dict[str, Candidate]:
-        d = self._by_name.get(gpu)
+    def _names(self, gpu: bool, kind: str = "f") -> dict[str, Candidate]:
+        """Candidates for a device class and a dtype kind (float "f"; integers "i"/"u")."""
+        key = (gpu, "f" if kind == "f" else "i")
+        d = self._by_name.get(key)
         if d is None:
-            d = {c.name: c for c in self._candidates(gpu)}
-            self._by_name[gpu] = d
+            d = {c.name: c for c in self._candidates(gpu) if key[1] in c.kinds}
+            self._by_name[key] = d
         return d
 
     # -- selection -----------------------------------------------------------------------------
@@ -139,7 +141,7 @@ class Tuner:
         """The candidate for ``p``. With ``run=True`` the product is also computed into
         ``p.out`` (tuning computes it anyway)."""
         mode = tune_mode()
-        names = self._names(p.gpu)
+        names = self._names(p.gpu, p.dtype.kind)
         key = self.key(p)
         if mode == "off":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=off: first available "
@@ -157,7 +159,7 @@ class Tuner:
     def cached(self, p: Problem, key: tuple | None = None) -> Choice | None:
         """The cached choice for ``p`` (memory, then the file), or None; never times anything."""
         key = self.key(p) if key is None else key
-        names = self._names(p.gpu)
+        names = self._names(p.gpu, p.dtype.kind)
         entry = self._memory.get(key)
         source = "cache (memory)"
         if entry is None:
@@ -174,7 +176,8 @@ class Tuner:
 
     def first_available(self, p: Problem, why: str) -> Choice:
         """The first available candidate in the fixed order (no timing)."""
-        return self._first_available(p, self._names(p.gpu).values(), self.key(p), why, False)
+        return self._first_available(p, self._names(p.gpu, p.dtype.kind).values(), self.key(p),
+                                     why, False)
 
     def _first_available(self, p: Problem, cands: Any, key: tuple, why: str, run: bool) -> Choice:
         rejected = {}
@@ -202,7 +205,8 @@ class Tuner:
         sampler = _Sampler(p)
         probe = _make_probe(p)
         probe_sampler = _Sampler(probe)
-        tol = precision_tolerance(p.dtype, p.k)
+        exact = p.dtype.kind in "iu"
+        tol = 0.0 if exact else precision_tolerance(p.dtype, p.k)
         timings: dict[str, float] = {}
         for c in usable:
             try:
@@ -214,12 +218,18 @@ class Tuner:
                     continue
                 probe_sampler.poison()
                 c.run(probe)
-                err = probe_sampler.relative_error()
-                if not err <= tol:
-                    rejected[c.name] = (f"precision check failed: relative error {err:.2e} > "
-                                        f"{tol:.1e} on a zero-mean probe (not computed in "
-                                        f"{p.dtype.name}?)")
-                    continue
+                if exact:
+                    bad = probe_sampler.check_result()
+                    if bad:
+                        rejected[c.name] = f"not bit-exact on a full-range probe: {bad}"
+                        continue
+                else:
+                    err = probe_sampler.relative_error()
+                    if not err <= tol:
+                        rejected[c.name] = (f"precision check failed: relative error {err:.2e} "
+                                            f"> {tol:.1e} on a zero-mean probe (not computed in "
+                                            f"{p.dtype.name}?)")
+                        continue
                 timings[c.name] = _median_time(prepared(c, p), p.gpu) * 1e3
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
@@ -334,10 +344,14 @@ class _Sampler:
         self.batches = sorted({0, B // 2, B - 1})
         self.rows = sorted({int(r) for r in np.linspace(0, M - 1, min(M, self.MAX_ROWS))})
         xp = p.a.xp
-        a = p.a.to_array()[self.batches][:, self.rows, :].astype(np.float64)
-        b = p.b.to_array()[self.batches].astype(np.float64)
-        self.ref = xp.matmul(a, b)
-        self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
+        self.exact = p.dtype.kind in "iu"
+        ref_t = np.int64 if self.exact else np.float64
+        a = p.a.to_array()[self.batches][:, self.rows, :].astype(ref_t)
+        b = p.b.to_array()[self.batches].astype(ref_t)
+        if self.exact and xp is not np:  # the int64 reference on the host: certainly exact
+            a, b = a.get(), b.get()
+        self.ref = np.matmul(a, b) if self.exact else xp.matmul(a, b)
+        self.absprod = None if self.exact else xp.matmul(xp.abs(a), xp.abs(b))
         self.xp = xp
 
     def _out_rows(self) -> Any:
@@ -346,7 +360,7 @@ class _Sampler:
     def poison(self) -> None:
         out = self.p.out.to_array()
         for bi in self.batches:
-            out[bi, self.rows, :] = np.nan
+            out[bi, self.rows, :] = np.iinfo(np.int64).min if self.exact else np.nan
 
     def relative_error(self) -> float:
         xp = self.xp
@@ -354,6 +368,12 @@ class _Sampler:
         return float(xp.linalg.norm(diff) / max(float(xp.linalg.norm(self.ref)), 1e-300))
 
     def check_result(self) -> str | None:
+        if self.exact:
+            got = self._out_rows()
+            got = got.get() if self.xp is not np else got
+            wrong = int(np.count_nonzero(got != self.ref))
+            return None if wrong == 0 else (f"{wrong} of {got.size} sampled outputs differ from "
+                                            f"the int64 reference")
         xp = self.xp
         got = self._out_rows().astype(np.float64)
         eps = float(np.finfo(self.p.dtype).eps)
@@ -380,10 +400,15 @@ def _make_probe(p: Problem) -> Problem:
         ident = (base, v.buffer.size, fill)
         buf = new.get(ident)
         if buf is None:
-            if fill:
-                buf = rng.standard_normal(v.buffer.size, dtype=v.dtype)
-            else:
+            if not fill:
                 buf = xp.empty(v.buffer.size, dtype=v.dtype)
+            elif v.dtype.kind in "iu":  # the full range: extremes exercise every correction
+                info = np.iinfo(v.dtype)
+                host = np.random.default_rng(12345).integers(info.min, int(info.max) + 1,
+                                                             v.buffer.size, dtype=v.dtype)
+                buf = xp.asarray(host)
+            else:
+                buf = rng.standard_normal(v.buffer.size, dtype=v.dtype)
             new[ident] = buf
         return MatrixView(buf, v.shape, v.strides, v.offset, v.name)
 

@@ -1,0 +1,118 @@
+"""int_matmul: bit-exact integer products on CPU and GPU (the `gpu` params), every integer
+candidate on random views with full-range values, K long enough to need chunking, bad input."""
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dspk
+from dspk.backend import to_numpy
+from dspk.linalg import candidates_int
+from dspk.linalg.candidates_int import INT8_K_CHUNK, IntViaFloat64
+
+from .strategies import product_operands, reference
+
+engine = importlib.import_module("dspk.linalg.matmul")
+INTS = [np.uint8, np.int8, np.int16]
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def full_range(xp, shape, dtype, seed=0):
+    info = np.iinfo(dtype)
+    host = np.random.default_rng(seed).integers(info.min, int(info.max) + 1, shape, dtype=dtype)
+    return xp.asarray(host)
+
+
+@SETTINGS
+@given(data=st.data(), dtype=st.sampled_from(INTS))
+def test_every_int_candidate_is_bit_exact_on_random_views(xp, data, dtype):
+    a, b = data.draw(product_operands(xp, dtype))
+    p, _ = engine._problem(a, b, None, allowed=candidates_int.INT_DTYPES, result_dtype=np.int64)
+    ref = reference(p.a, p.b)
+    ran = 0
+    for c in engine.tuner.candidates(p.gpu, "i"):
+        if c.unavailable(p) is not None:
+            continue
+        p.out.to_array()[...] = -1
+        c.run(p)
+        got = to_numpy(p.out.to_array())
+        assert np.array_equal(got, ref), c.name
+        ran += 1
+    assert ran
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_public_call_and_symmetric_product(xp, dtype):
+    x = full_range(xp, (9, 3001), dtype, 1)
+    got = dspk.int_matmul(x, x.T)
+    xh = to_numpy(x).astype(np.int64)
+    assert got.dtype == np.int64 and type(got) is type(x)
+    assert np.array_equal(to_numpy(got), xh @ xh.T)
+
+
+def test_extremes_with_k_beyond_one_int32_accumulation(xp):
+    """All -32768: every plane product is at its bound, and K exceeds one int8 GEMM's safe
+    length, so the K chunking and the int64 recombination are both exercised."""
+    k = INT8_K_CHUNK + 1000
+    x = xp.full((2, k), -32768, dtype=np.int16)
+    got = to_numpy(dspk.int_matmul(x, x.T))
+    assert np.all(got == 32768 * 32768 * k)
+
+
+def test_cpu_float64_path_chunks_k_exactly(monkeypatch):
+    monkeypatch.setattr(candidates_int, "float64_k_chunk", lambda dtype: 7)
+    x = full_range(np, (3, 50), np.int16, 2)
+    p, _ = engine._problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
+                           result_dtype=np.int64)
+    IntViaFloat64().run(p)
+    xh = x.astype(np.int64)
+    assert np.array_equal(p.out.to_array()[0], xh @ xh.T)
+
+
+def test_uint8_batched_broadcast(xp):
+    a = full_range(xp, (4, 6, 33), np.uint8, 3)
+    b = full_range(xp, (33, 5), np.uint8, 4)
+    got = to_numpy(dspk.int_matmul(a, b))
+    assert np.array_equal(got, to_numpy(a).astype(np.int64) @ to_numpy(b).astype(np.int64))
+
+
+def test_explain_covers_integers():
+    x = full_range(np, (4, 100), np.int8, 5)
+    e = dspk.explain(x, x.T)
+    assert e.candidate in ("int_f64blas", "int_direct")
+
+
+@pytest.mark.gpu
+def test_gpu_int16_covariance_384_bit_identical():
+    import cupy as cp
+
+    x = full_range(cp, (384, 60000), np.int16, 6)
+    got = dspk.int_matmul(x, x.T).get()
+    xh = x.get().astype(np.int64)
+    assert np.array_equal(got, xh @ xh.T)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_float_operands_are_refused(xp):
+    with pytest.raises(TypeError, match="a: unsupported dtype float32; int_matmul takes"):
+        dspk.int_matmul(xp.ones((2, 2), np.float32), xp.ones((2, 2), np.float32))
+
+
+def test_mixed_integer_dtypes_are_refused(xp):
+    with pytest.raises(TypeError, match="never promotes"):
+        dspk.int_matmul(xp.ones((2, 2), np.int16), xp.ones((2, 2), np.int8))
+
+
+def test_unsupported_integer_dtype(xp):
+    with pytest.raises(TypeError, match="a: unsupported dtype int32"):
+        dspk.int_matmul(xp.ones((2, 2), np.int32), xp.ones((2, 2), np.int32))
+
+
+def test_out_must_be_int64(xp):
+    with pytest.raises(TypeError, match="out: dtype int32 differs from the result's int64"):
+        dspk.int_matmul(xp.ones((2, 3), np.int8), xp.ones((3, 2), np.int8),
+                        out=xp.empty((2, 2), np.int32))
