@@ -1,0 +1,154 @@
+"""dspk.match: exact integer sums, coefficients against a float64 evaluation of the definition,
+peaks against a brute-force local-maximum search, bad input. CPU and GPU (`gpu` params)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dspk.backend import to_numpy
+from dspk.match import PEAK_DTYPE, _numerator_sums, ncc, ncc_direct, ncc_peaks
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+DTYPES = [np.uint8, np.int8, np.int16]
+
+
+def rand(shape, dtype, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, int(info.max) + 1, shape, dtype=dtype)
+
+
+def ncc_float64(image, templates):
+    """TM_CCOEFF_NORMED straight from its definition, in float64."""
+    img = image.astype(np.float64)
+    n, th, tw = templates.shape
+    ho, wo = img.shape[0] - th + 1, img.shape[1] - tw + 1
+    out = np.zeros((n, ho, wo))
+    for i in range(n):
+        t = templates[i].astype(np.float64)
+        t = t - t.mean()
+        tn = np.sqrt((t * t).sum())
+        for y in range(ho):
+            for x in range(wo):
+                w = img[y:y + th, x:x + tw]
+                w = w - w.mean()
+                d = np.sqrt((w * w).sum()) * tn
+                out[i, y, x] = 0.0 if d == 0 else (w * t).sum() / d
+    return out
+
+
+@st.composite
+def cases(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    H = draw(st.integers(1, 12))
+    W = draw(st.integers(1, 14))
+    th = draw(st.integers(1, H))
+    tw = draw(st.integers(1, W))
+    n = draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**31 - 1))
+    image = rand((H, W), dtype, seed)
+    bank = rand((n, th, tw), dtype, seed + 1)
+    if draw(st.booleans()):  # templates cut from the image: perfect matches exist
+        y, x = draw(st.integers(0, H - th)), draw(st.integers(0, W - tw))
+        bank[0] = image[y:y + th, x:x + tw]
+    if draw(st.integers(0, 5)) == 0:  # a flat region and a flat template: zero variance
+        image[:th, :tw] = image[0, 0]
+        bank[-1] = bank[-1, 0, 0]
+    return image, bank
+
+
+@SETTINGS
+@given(case=cases())
+def test_sums_exact_and_coefficients_match_the_definition(xp, case):
+    image, bank = case
+    xi, xb = xp.asarray(image), xp.asarray(bank)
+    # numerator sums bit-identical to the direct int64 computation
+    n, th, tw = bank.shape
+    ho, wo = image.shape[0] - th + 1, image.shape[1] - tw + 1
+    direct = np.zeros((n, ho, wo), np.int64)
+    for dy in range(th):
+        for dx in range(tw):
+            direct += bank[:, dy, dx].astype(np.int64)[:, None, None] * \
+                image[dy:dy + ho, dx:dx + wo].astype(np.int64)[None]
+    assert np.array_equal(to_numpy(_numerator_sums(xp, xi, xb)), direct)
+    got = to_numpy(ncc(xi, xb))
+    assert got.dtype == np.float32 and got.shape == (n, ho, wo)
+    np.testing.assert_array_equal(got, to_numpy(ncc_direct(xi, xb)))
+    assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
+
+
+def test_one_row_signal_search(xp):
+    sig = rand((1, 500), np.int16, 3)
+    tmpl = sig[:, 100:161][None].copy()
+    maps = to_numpy(ncc(xp.asarray(sig), xp.asarray(tmpl)))
+    assert maps.shape == (1, 1, 440) and int(np.argmax(maps[0, 0])) == 100
+
+
+def test_zero_variance_gives_zero(xp):
+    image = np.full((6, 6), 7, np.uint8)
+    bank = rand((2, 3, 3), np.uint8, 4)
+    assert np.all(to_numpy(ncc(xp.asarray(image), xp.asarray(bank))) == 0.0)
+
+
+def brute_peaks(maps, threshold, d):
+    rows = []
+    n, h, w = maps.shape
+    for t in range(n):
+        for y in range(h):
+            for x in range(w):
+                s = maps[t, y, x]
+                nb = maps[t, max(0, y - d):y + d + 1, max(0, x - d):x + d + 1]
+                if s >= np.float32(threshold) and s == nb.max():
+                    rows.append((t, y, x, s))
+    return np.array(rows, dtype=PEAK_DTYPE)
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_peaks_match_a_brute_force_search(xp, d):
+    image = rand((40, 37), np.uint8, 5)
+    bank = np.stack([image[5:13, 7:15], image[20:28, 3:11]])
+    xi, xb = xp.asarray(image), xp.asarray(bank)
+    peaks = ncc_peaks(xi, xb, 0.3, min_distance=d)
+    ref = brute_peaks(to_numpy(ncc(xi, xb)), 0.3, d)
+    assert peaks.dtype == PEAK_DTYPE
+    np.testing.assert_array_equal(peaks, ref)
+    top = peaks[peaks["score"] > 0.999]
+    assert {(int(t), int(y), int(x)) for t, y, x, _ in top} == {(0, 5, 7), (1, 20, 3)}
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_template_larger_than_image(xp):
+    with pytest.raises(ValueError, match="templates: 5x2 is larger than the image 4x4"):
+        ncc(xp.zeros((4, 4), np.uint8), xp.zeros((1, 5, 2), np.uint8))
+
+
+def test_empty_bank(xp):
+    with pytest.raises(ValueError, match="the bank is empty"):
+        ncc(xp.zeros((4, 4), np.uint8), xp.zeros((0, 2, 2), np.uint8))
+
+
+def test_dtype_mismatch(xp):
+    with pytest.raises(TypeError, match="templates are int16 but the image is uint8"):
+        ncc(xp.zeros((4, 4), np.uint8), xp.zeros((1, 2, 2), np.int16))
+
+
+def test_float_image_points_to_quantization(xp):
+    with pytest.raises(TypeError, match="quantize first"):
+        ncc(xp.zeros((4, 4), np.float32), xp.zeros((1, 2, 2), np.float32))
+
+
+def test_single_template_2d_and_non_contiguous_inputs(xp):
+    image = rand((30, 40), np.int16, 6)
+    xi = xp.asarray(image)[:, ::2]                # non-contiguous
+    tmpl = xp.asarray(image[3:9, 4:14:2].copy())  # one 2-D template
+    got = to_numpy(ncc(xi, tmpl))
+    assert got.shape == (1, 25, 16) and got[0, 3, 2] > 0.999999
+
+
+def test_peak_arguments(xp):
+    img = xp.zeros((8, 8), np.uint8)
+    with pytest.raises(ValueError, match="threshold"):
+        ncc_peaks(img, img[None, :2, :2], 1.5)
+    with pytest.raises(ValueError, match="min_distance"):
+        ncc_peaks(img, img[None, :2, :2], 0.5, min_distance=0)
