@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""NCC template-bank matching (seed 000) and the exact integer engine.
+
+Cases: scikit-image's ``data.coins()`` (303x384) with 32 templates of 16x16 cut from it (the
+seed's case; reported missing without scikit-image), a large image (4096x4096 on the GPU,
+1024x1024 on the CPU: tiled coins plus noise, or smooth noise without scikit-image) with
+N in {1, 16, 32, 128}; full coefficient maps (`ncc`) and peaks (`ncc_peaks`); the numerator
+rate as GOP/s of 2·positions·K·N; peers when installed (OpenCV ``matchTemplate``,
+scikit-image ``match_template``). And `int_matmul` on int16 [384, 60000] against the float32
+product of the same data (bit-exactness checked against int64).
+
+    python benchmarks/bench_match.py [--backend cpu|gpu|auto] [--small] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dspk  # noqa: E402
+from dspk.backend import resolve_backend, to_numpy  # noqa: E402
+from dspk.match import ncc, ncc_direct, ncc_peaks  # noqa: E402
+
+TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
+               ("int16 cov", 0, "int_matmul"): 0.08}
+
+
+def coins_or_none():
+    try:
+        from skimage import data  # noqa: PLC0415
+    except ImportError:
+        return None
+    return data.coins()
+
+
+def large_image(size, coins):
+    rng = np.random.default_rng(7)
+    if coins is not None:
+        reps = (-(-size // coins.shape[0]), -(-size // coins.shape[1]))
+        img = np.tile(coins, reps)[:size, :size].astype(np.float64)
+    else:
+        from scipy.ndimage import gaussian_filter  # noqa: PLC0415
+
+        img = gaussian_filter(rng.standard_normal((size, size)), 3) * 60 + 128
+    img = img + rng.normal(0, 8, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def cut_templates(image, n, th=16, tw=16, seed=7):
+    rng = np.random.default_rng(seed)
+    ys = rng.integers(0, image.shape[0] - th, n)
+    xs = rng.integers(0, image.shape[1] - tw, n)
+    return np.stack([image[y:y + th, x:x + tw] for y, x in zip(ys, xs)])
+
+
+class Clock:
+    def __init__(self, gpu):
+        self.gpu = gpu
+        if gpu:
+            import cupy as cp
+
+            self.cp = cp
+
+    def median_ms(self, fn, samples=7):
+        fn()
+        times = []
+        for _ in range(samples):
+            if self.gpu:
+                s, e = self.cp.cuda.Event(), self.cp.cuda.Event()
+                s.record()
+                fn()
+                e.record()
+                e.synchronize()
+                times.append(self.cp.cuda.get_elapsed_time(s, e))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+
+def run(backend, small):
+    gpu = backend == "gpu"
+    xp = np
+    if gpu:
+        import cupy as xp
+    clock = Clock(gpu)
+    rows, notes = [], []
+    coins = coins_or_none()
+    if coins is None:
+        notes.append("scikit-image missing: the coins case is skipped and the large image is "
+                     "smooth noise; skimage peer missing")
+    size = (1024 if small else 4096) if gpu else (256 if small else 1024)
+    cases = []
+    if coins is not None:
+        cases.append(("coins", coins, cut_templates(coins, 32)))
+    big = large_image(size, coins)
+    for n in ((1, 32) if small else (1, 16, 32, 128)):
+        cases.append(("large", big, cut_templates(big, n, seed=n)))
+    for label, img, bank in cases:
+        n, th, tw = bank.shape
+        ho, wo = img.shape[0] - th + 1, img.shape[1] - tw + 1
+        gop = 2.0 * ho * wo * th * tw * n / 1e9
+        xi, xb = xp.asarray(img), xp.asarray(bank)
+        maps = ncc(xi, xb)
+        crop = (slice(None), slice(0, min(ho, 48)), slice(0, min(wo, 48)))
+        ref = to_numpy(ncc_direct(xp.asarray(img[:min(ho, 48) + th - 1, :min(wo, 48) + tw - 1]),
+                                  xb))
+        err = float(np.max(np.abs(to_numpy(maps[crop]) - ref)))
+        shape = f"{img.shape[0]}x{img.shape[1]}, N={n}, {th}x{tw}"
+        t = clock.median_ms(lambda: ncc(xi, xb))
+        rows.append(dict(case=label, n=n, what="ncc", shape=shape, impl="dspk.ncc (full maps)",
+                         ms=t, gops=gop / (t * 1e-3), err=err))
+        t = clock.median_ms(lambda: ncc_peaks(xi, xb, 0.9, min_distance=4))
+        rows.append(dict(case=label, n=n, what="peaks", shape=shape, impl="dspk.ncc_peaks",
+                         ms=t, gops=gop / (t * 1e-3), err=float("nan")))
+        try:
+            import cv2  # noqa: PLC0415
+
+            def cv():
+                for i in range(n):
+                    cv2.matchTemplate(img, bank[i], cv2.TM_CCOEFF_NORMED)
+
+            if img.size * n <= 4096 * 4096 * 32 and (gpu or not small):
+                t = clock.median_ms(cv, samples=3) if not gpu else statistics.median(
+                    [_wall(cv) for _ in range(3)])
+                cvmap = cv2.matchTemplate(img, bank[0], cv2.TM_CCOEFF_NORMED)
+                rows.append(dict(case=label, n=n, what="ncc", shape=shape,
+                                 impl="peer cv2.matchTemplate (CPU, looped)", ms=t,
+                                 gops=gop / (t * 1e-3),
+                                 err=float(np.max(np.abs(cvmap[:ref.shape[1], :ref.shape[2]]
+                                                         - ref[0])))))
+        except ImportError:
+            if "peer missing: OpenCV (cv2)" not in notes:
+                notes.append("peer missing: OpenCV (cv2)")
+        if label == "coins":
+            from skimage.feature import match_template  # noqa: PLC0415 (coins => skimage)
+
+            def sk():
+                return [match_template(img, bank[i]) for i in range(2)]
+
+            t = statistics.median([_wall(sk) for _ in range(3)]) * n / 2
+            skmap = match_template(img, bank[0])
+            rows.append(dict(case=label, n=n, what="ncc", shape=shape,
+                             impl="peer skimage.match_template (CPU, 2 templates timed, x N/2)",
+                             ms=t, gops=gop / (t * 1e-3),
+                             err=float(np.max(np.abs(skmap[:ref.shape[1], :ref.shape[2]]
+                                                     - ref[0])))))
+    # int16 exact covariance against the float32 product
+    C, T = (384, 6000 if small else 60000)
+    x16 = np.random.default_rng(3).integers(-2000, 2000, (C, T), dtype=np.int16)
+    xi = xp.asarray(x16)
+    exact = dspk.int_matmul(xi, xi.T)
+    x64 = x16.astype(np.int64)
+    ok = bool(np.array_equal(to_numpy(exact), x64 @ x64.T))
+    t = clock.median_ms(lambda: dspk.int_matmul(xi, xi.T))
+    gop = 2.0 * C * C * T / 1e9
+    rows.append(dict(case="int16 cov", n=0, what="int_matmul", shape=f"[{C},{T}] int16",
+                     impl=f"dspk.int_matmul (bit-identical to int64: {ok}; runs "
+                          f"{dspk.explain(xi, xi.T).candidate})",
+                     ms=t, gops=gop / (t * 1e-3), err=0.0 if ok else float("nan")))
+    xf = xi.astype(np.float32)
+    t = clock.median_ms(lambda: dspk.matmul(xf, xf.T))
+    f32 = to_numpy(dspk.matmul(xf, xf.T)).astype(np.float64)
+    ref = (x64 @ x64.T).astype(np.float64)
+    rows.append(dict(case="int16 cov", n=0, what="int_matmul", shape=f"[{C},{T}] as float32",
+                     impl="dspk.matmul float32 (same data)", ms=t, gops=gop / (t * 1e-3),
+                     err=float(np.linalg.norm(f32 - ref) / np.linalg.norm(ref))))
+    return rows, notes
+
+
+def _wall(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def markdown(rows, notes, backend, env):
+    lines = [f"# bench_match — {backend}", "", "Environment: " +
+             ", ".join(f"{k}={v}" for k, v in env.items()), "",
+             "| case | shape | implementation | median ms | numerator GOP/s | max abs err vs "
+             "direct (48x48 crop) | target ms |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tgt = TARGETS_GPU.get((r["case"], r["n"], r["what"])) if backend == "gpu" else None
+        lines.append(f"| {r['case']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | "
+                     f"{r['gops']:.1f} | {r['err']:.1e} | {tgt if tgt else '-'} |")
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    backend = resolve_backend(args.backend)
+    rows, notes = run(backend, args.small)
+    env = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dspk": dspk.__version__,
+           "numpy": np.__version__}
+    if backend == "gpu":
+        import cupy as cp
+
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+        env.update(gpu=name.decode() if isinstance(name, bytes) else name, cupy=cp.__version__)
+    md = markdown(rows, notes, backend, env)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"bench_match-{backend}.md").write_text(md)
+        (out / f"bench_match-{backend}.json").write_text(json.dumps(
+            {"env": env, "rows": rows, "notes": notes}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
