@@ -62,3 +62,26 @@ def test_small_shapes_every_kernel(dtype):
     v = MatrixView.of(cp.asarray(rng.standard_normal((2, 40, 700)).astype(dtype))).cols(3, 603)
     check_all(v, MatrixView.of(cp.asarray(rng.standard_normal((600, 9)).astype(dtype))),
               {"direct_gram_tiled4", "cublas"})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
+def test_small_integer_products_on_tensor_cores(dtype):
+    """Packing (padding, planes), the int8 GEMM and the int64 recombination, on small ragged
+    shapes: what the sanitizer checks for intpack.cu."""
+    import cupy as cp
+
+    from dspk.linalg.candidates_int import Int8TensorCore
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(1)
+    a = rng.integers(info.min, int(info.max) + 1, (2, 7, 45), dtype=dtype)
+    b = rng.integers(info.min, int(info.max) + 1, (45, 19), dtype=dtype)
+    p, _ = engine._problem(cp.asarray(a), cp.asarray(b), None,
+                           allowed=(np.dtype(dtype),), result_dtype=np.int64)
+    Int8TensorCore().run(p)
+    ref = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(p.out.to_array().get(), ref)
+    x = cp.asarray(a[0])
+    p, _ = engine._problem(x, x.T, None, allowed=(np.dtype(dtype),), result_dtype=np.int64)
+    Int8TensorCore().run(p)
+    assert np.array_equal(p.out.to_array().get()[0], a[0].astype(np.int64) @ a[0].T)

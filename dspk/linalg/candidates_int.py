@@ -29,6 +29,8 @@ CUBLAS_GEMM_DEFAULT = -1
 OP_N, OP_T = 0, 1
 #: longest K one int32 accumulation may take: |sum| <= K*128^2 <= 2^31 - 1, a multiple of 16
 INT8_K_CHUNK = ((2**31 - 1) // 128**2) // 16 * 16
+_CTYPE = {np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char",
+          np.dtype(np.int16): "short"}
 _ONE_I32 = np.ones(1, np.int32)
 _ZERO_I32 = np.zeros(1, np.int32)
 
@@ -88,8 +90,9 @@ class Int8TensorCore(Candidate):
     name = "int8_tensorcore"
     gpu = True
     kinds = "iu"
-    summary = ("INT8 tensor cores (cuBLAS gemmEx 8I x 8I -> 32I, TN, padded to 16), uint8 "
-               "centred, int16 split in two int8 planes, K chunked, recombined in int64")
+    summary = ("INT8 tensor cores (cuBLAS gemmEx 8I x 8I -> 32I, TN, padded to 16): operands "
+               "packed in one pass (uint8 centred, int16 as two stacked int8 planes), one GEMM "
+               "per K chunk, recombined with the centring correction in int64 (intpack.cu)")
 
     def unavailable(self, p: Problem) -> str | None:
         props = device_properties(p.device_id)
@@ -100,71 +103,62 @@ class Int8TensorCore(Candidate):
             return "a dimension exceeds cuBLAS's 32-bit sizes"
         return None
 
-    @staticmethod
-    def _planes(x: Any, dtype: Any, rows: int, K: int, cp: Any) -> list:
-        """int8 planes of x [B, rows, K] (K contiguous after padding), with their weights."""
-        B = x.shape[0]
-        rp, kp = _pad16(rows), _pad16(K)
-
-        def padded(values: Any) -> Any:
-            buf = cp.zeros((B, rp, kp), dtype=np.int8)
-            buf[:, :rows, :K] = values
-            return buf
-
-        if dtype == np.int8:
-            return [(padded(x), 1)]
-        if dtype == np.uint8:
-            return [(padded((x ^ np.uint8(0x80)).view(np.int8)), 1)]
-        hi = (x >> 8).astype(np.int8)
-        lo = ((x & 0xFF) - 128).astype(np.int8)
-        return [(padded(hi), 256), (padded(lo), 1)]
-
     def run(self, p: Problem) -> None:
         cp = cupy_module()
         from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
 
-        a = p.a.to_array()                       # [B, M, K]
-        bt = cp.swapaxes(p.b.to_array(), 1, 2)   # [B, N, K]: K contiguous after packing
-        B, M, N, K = p.batches, p.m, p.n, p.k
-        dt = p.dtype
-        pa = self._planes(a, dt, M, K, cp)
-        pb = pa if p.symmetric else self._planes(bt, dt, N, K, cp)
+        from .kernels import grid_1d, kernel  # noqa: PLC0415
+
+        B, M, N, K, dt = p.batches, p.m, p.n, p.k, p.dtype
+        P = 2 if dt == np.int16 else 1
         mp, np_, kp = _pad16(M), _pad16(N), _pad16(K)
-        c32 = cp.empty((B, mp, np_), dtype=np.int32)
-        acc = cp.zeros((B, M, N), dtype=np.int64)
+        pack = kernel("intpack.cu", f"pack_planes<{_CTYPE[dt]}, "
+                                    f"{'true' if dt == np.uint8 else 'false'}>")
+
+        def packed(v: Any, rows: int, rp: int) -> tuple:
+            """(planes [nb, P*rp, kp] int8, batch stride in elements) of a [B, rows, K] view;
+            a broadcast operand is packed once."""
+            v.check()
+            nb = 1 if (v.batches > 1 and v.strides[0] == 0) else v.batches
+            dst = cp.empty(nb * P * rp * kp, dtype=np.int8)
+            sb, sr, sk = v.strides
+            pack(grid_1d(dst.size // P), (256,),
+                 (np.uint64(v.ptr), np.int64(sb), np.int64(sr), np.int64(sk), np.int32(nb),
+                  np.int32(rows), np.int32(K), np.int32(rp), np.int32(kp), dst))
+            return dst, (0 if nb == 1 else P * rp * kp)
+
+        qa, stride_a = packed(p.a, M, mp)
+        qb, stride_b = (qa, stride_a) if p.symmetric else packed(p.b.T, N, np_)
+        c32 = cp.empty(B * P * mp * P * np_, dtype=np.int32)
+        if dt == np.int8:
+            ra = cb = None
+        else:  # sums of the raw values, for the centring correction (exact in int64)
+            ra = cp.ascontiguousarray(p.a.to_array().sum(axis=2, dtype=np.int64))
+            cb = cp.ascontiguousarray(p.b.to_array().sum(axis=1, dtype=np.int64))
+            if ra.shape[0] != B:
+                ra = cp.ascontiguousarray(cp.broadcast_to(ra, (B, M)))
+            if cb.shape[0] != B:
+                cb = cp.ascontiguousarray(cp.broadcast_to(cb, (B, N)))
+        combine = kernel("intpack.cu", "combine_planes")
+        out = p.out
+        out.check()
         handle = cp.cuda.device.get_cublas_handle()
-
-        def product(xa: Any, xb: Any) -> Any:
-            """xa · xbᵀ in int64, K chunked so that no int32 accumulator overflows."""
-            total = None
-            for k0 in range(0, kp, INT8_K_CHUNK):
-                k = min(INT8_K_CHUNK, kp - k0)
-                # Row-major C[M, N] = A[M, K]·B[N, K]ᵀ is column-major Cᵀ = Bᵀ... : "TN".
-                cublas.gemmStridedBatchedEx(
-                    handle, OP_T, OP_N, np_, mp, k, _ONE_I32.ctypes.data,
-                    xb.data.ptr + k0, CUDA_R_8I, kp, (xb.shape[0] > 1) * np_ * kp,
-                    xa.data.ptr + k0, CUDA_R_8I, kp, (xa.shape[0] > 1) * mp * kp,
-                    _ZERO_I32.ctypes.data, c32.data.ptr, CUDA_R_32I, np_, mp * np_,
-                    B, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
-                part = c32[:, :M, :N].astype(np.int64)
-                total = part if total is None else total + part
-            return total
-
-        done = {}
-        for ia, (xa, wa) in enumerate(pa):
-            for ib, (xb, wb) in enumerate(pb):
-                if p.symmetric and (ib, ia) in done:
-                    s = cp.swapaxes(done[(ib, ia)], 1, 2)  # X·Xᵀ: the mixed plane term mirrors
-                else:
-                    s = product(xa, xb)
-                    done[(ia, ib)] = s
-                acc += (wa * wb) * s
-        if dt != np.int8:
-            # Undo the centring: sum(xy) = sum(X1·Y1) + 128·sum(x) + 128·sum(y) - 128²·K
-            ra = a.sum(axis=2, dtype=np.int64)             # [B, M]
-            cb = bt.sum(axis=2, dtype=np.int64)            # [B, N]
-            acc += 128 * ra[:, :, None] + 128 * cb[:, None, :] - 128 * 128 * K
-        p.out.to_array()[...] = acc
+        for k0 in range(0, kp, INT8_K_CHUNK):
+            kc = min(INT8_K_CHUNK, kp - k0)
+            # Row-major C[P*Mp, P*Np] = A·Bᵀ with K contiguous in both: cuBLAS "TN" on Cᵀ.
+            cublas.gemmStridedBatchedEx(
+                handle, OP_T, OP_N, P * np_, P * mp, kc, _ONE_I32.ctypes.data,
+                qb.data.ptr + k0, CUDA_R_8I, kp, stride_b,
+                qa.data.ptr + k0, CUDA_R_8I, kp, stride_a,
+                _ZERO_I32.ctypes.data, c32.data.ptr, CUDA_R_32I, P * np_, P * mp * P * np_,
+                B, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
+            combine(grid_1d(B * M * N), (256,),
+                    (c32, np.int32(P), np.int32(mp), np.int32(np_), np.int32(B), np.int32(M),
+                     np.int32(N), np.uint64(out.ptr), np.int64(out.strides[0]),
+                     np.int64(out.strides[1]), np.int64(out.strides[2]),
+                     np.uint64(0 if ra is None else ra.data.ptr),
+                     np.uint64(0 if cb is None else cb.data.ptr), np.int64(128 * 128 * K),
+                     np.int32(1 if k0 == 0 else 0)))
 
 
 def int_candidates(gpu: bool) -> list[Candidate]:
