@@ -64,6 +64,35 @@ class IntViaFloat64(Candidate):
         out[...] = total
 
 
+class IntViaFloat32(Candidate):
+    """Integer products through the float32 engine (`dspk.linalg.matmul`: cuBLAS or BLAS),
+    available only where they are exact: every partial sum is an integer of magnitude at most
+    K·max|a|·max|b| < 2^24, so every float32 product and sum is exact in any order (and the
+    float engine never uses TF32). uint8 templates of up to 258 pixels, for example."""
+
+    kinds = "iu"
+
+    def __init__(self, gpu: bool):
+        self.gpu = gpu
+        self.name = "int_f32exact"
+        self.summary = "float32 matmul engine, exact because K·max|a|·max|b| < 2^24"
+
+    def unavailable(self, p: Problem) -> str | None:
+        m = _MAX_ABS[p.dtype]
+        if p.k * m * m >= 2**24:
+            return f"K·max|a|·max|b| = {p.k * m * m} >= 2^24: float32 would round"
+        return None
+
+    def run(self, p: Problem) -> None:
+        from .matmul import matmul  # noqa: PLC0415 (the float engine, tuned on its own)
+
+        xp = p.a.xp
+        a = p.a.to_array().astype(np.float32)
+        b = p.b.to_array().astype(np.float32)
+        c = matmul(a, b)
+        p.out.to_array()[...] = xp.rint(c).astype(np.int64)
+
+
 class IntDirect(Candidate):
     name = "int_direct"
     gpu = False
@@ -164,5 +193,5 @@ class Int8TensorCore(Candidate):
 def int_candidates(gpu: bool) -> list[Candidate]:
     """Integer candidates, in the order used when tuning is off."""
     if gpu:
-        return [Int8TensorCore()]
-    return [IntViaFloat64(), IntDirect()]
+        return [Int8TensorCore(), IntViaFloat32(gpu=True)]
+    return [IntViaFloat64(), IntViaFloat32(gpu=False), IntDirect()]
