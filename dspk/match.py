@@ -20,12 +20,18 @@ from typing import Any
 
 import numpy as np
 
+from pathlib import Path
+
 from .backend import array_module
 from .linalg import int_matmul
+from .linalg.kernels import kernel
+from .linalg.matmul import tuner
 
 __all__ = ["ncc", "ncc_direct", "ncc_peaks", "PEAK_DTYPE"]
 
 MATCH_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
+NCC_KERNELS = Path(__file__).resolve().parent / "kernels" / "ncc.cu"
+_SMEM = 48 * 1024
 #: im2col rows are materialized in blocks of about this many bytes (CPU/GPU memory bound)
 IM2COL_BLOCK_BYTES = 64 << 20
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
@@ -154,10 +160,14 @@ def ncc(image: Any, templates: Any) -> Any:
 
     Notes
     -----
-    The numerator Σ window·template for the whole bank is one exact integer product per block of
-    positions (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), the window sums come from
-    exact integral images, and only the final ratio is floating point. See the module docstring
-    for the formula and the exactness bounds. `ncc_direct` computes the same maps directly.
+    Implementations, chosen per device and size class by dspk's tuner (timed on first sight,
+    results checked against the first): ``im2col_int_matmul`` — the numerator Σ window·template
+    for the whole bank as one exact integer product per block of positions
+    (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), window sums from exact integral
+    images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
+    once and correlates it with the whole bank (`dspk/kernels/ncc.cu`). Only the final ratio is
+    floating point. See the module docstring for the formula and the exactness bounds.
+    `ncc_direct` computes the same maps directly.
 
     Examples
     --------
@@ -169,10 +179,76 @@ def ncc(image: Any, templates: Any) -> Any:
     ((1, 33, 41), True)
     """
     xp, templates = _validate(image, templates)
+    impls = {"im2col_int_matmul": lambda: _ncc_engine(xp, image, templates)}
+    if xp is not np and _bank_reason(image, templates) is None:
+        impls["bank_dp4a"] = lambda: _ncc_bank_dp4a(xp, image, templates)
+    if len(impls) == 1:
+        return impls["im2col_int_matmul"]()
+    n, th, tw = templates.shape
+    gpu = xp is not np
+    dev = image.device.id if gpu else None
+    key = ("ncc", tuner.stamp(gpu, dev), image.dtype.name,
+           *(int(v).bit_length() for v in (image.shape[0], image.shape[1], n, th, tw)))
+    name, _ = tuner.choose(key, impls, gpu, _agree)
+    return impls[name]()
+
+
+def _agree(got: Any, ref: Any) -> str | None:
+    worst = float(abs(got - ref).max()) if got.size else 0.0
+    return None if worst <= 2e-6 else f"coefficients differ from the reference by {worst:.2e}"
+
+
+def _ncc_engine(xp: Any, image: Any, templates: Any) -> Any:
+    """im2col blocks through the integer product engine, integral-image window sums."""
     n, th, tw = templates.shape
     s_i, s_ii = _box_sums(xp, image, th, tw)
     s_it = _numerator_sums(xp, image, templates)
     return _normalize(xp, s_it, s_i, s_ii, templates)
+
+
+def _bank_reason(image: Any, templates: Any) -> str | None:
+    """Why the fused dp4a bank kernel cannot run these inputs (None if it can)."""
+    n, th, tw = templates.shape
+    if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return "the dp4a bank kernel takes 8-bit images"
+    if th * tw > 131071:
+        return "template of more than 131071 pixels (int32 sums)"
+    twq = -(-tw // 4)
+    pw = -(-(32 + tw - 1 + 6) // 4) * 4
+    if n * th * twq * 4 + (8 + th - 1) * pw > _SMEM:
+        return "bank and image patch exceed 48 KiB of shared memory"
+    return None
+
+
+def _ncc_bank_dp4a(xp: Any, image: Any, templates: Any) -> Any:
+    """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
+    n, th, tw = templates.shape
+    H, W = image.shape
+    ho, wo = H - th + 1, W - tw + 1
+    K = th * tw
+    center = image.dtype == np.uint8
+    t = templates.astype(np.int16) - (128 if center else 0)           # centred, -128..127
+    twq = -(-tw // 4)
+    packed = xp.zeros((n, th, twq * 4), dtype=np.int8)
+    packed[:, :, :tw] = t.astype(np.int8)
+    bank = packed.view(np.int32)                                       # [n, th, twq] words
+    t64 = t.reshape(n, K).astype(np.int64)
+    t_sum = t64.sum(axis=1)
+    var_t = K * (t64 * t64).sum(axis=1) - t_sum * t_sum
+    vt = xp.maximum(var_t, 1).astype(np.float32)   # float32: no float64 in device code
+    t_rs = xp.where(var_t > 0, 1 / xp.sqrt(vt), 0).astype(np.float32)
+    img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
+    img8 = img.view(np.uint8)
+    out = xp.empty((n, ho, wo), dtype=np.float32)
+    tg = 32 if n >= 32 else 16
+    fn = kernel(str(NCC_KERNELS), f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
+    pw = -(-(32 + tw - 1 + 6) // 4) * 4
+    smem = n * th * twq * 4 + (8 + th - 1) * pw
+    fn((-(-wo // 32), -(-ho // 8)), (32, 8),
+       (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
+        np.int32(th), np.int32(tw), np.int32(twq), t_sum, t_rs, out, np.int32(ho), np.int32(wo)),
+       shared_mem=smem)
+    return out
 
 
 def ncc_direct(image: Any, templates: Any) -> Any:

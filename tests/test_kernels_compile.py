@@ -11,14 +11,15 @@ from pathlib import Path
 from dspk.linalg.kernels import CUDA_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "benchmarks").glob("*.cu")))
+SOURCES = (tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "dspk" / "kernels").glob("*.cu")))
+           + tuple(sorted((ROOT / "benchmarks").glob("*.cu"))))
 
 NVCC = shutil.which("nvcc")
 
 
 def test_sources_exist():
-    names = {p.name for p in CUDA_SOURCES}
-    assert {"gather.cu", "skinny.cu"} <= names
+    names = {p.name for p in SOURCES}
+    assert {"gather.cu", "skinny.cu", "intpack.cu", "ncc.cu"} <= names
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")

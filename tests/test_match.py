@@ -152,3 +152,27 @@ def test_peak_arguments(xp):
         ncc_peaks(img, img[None, :2, :2], 1.5)
     with pytest.raises(ValueError, match="min_distance"):
         ncc_peaks(img, img[None, :2, :2], 0.5, min_distance=0)
+
+
+@pytest.mark.gpu
+@SETTINGS
+@given(case=cases(), n_extra=st.sampled_from([0, 16, 39]))
+def test_gpu_bank_kernel_matches_the_definition(case, n_extra):
+    """The fused dp4a kernel: ragged template widths (the last word's mask), several template
+    groups per thread (TG), blocks overhanging the maps."""
+    import cupy as cp
+
+    from dspk.match import _bank_reason, _ncc_bank_dp4a
+
+    image, bank = case
+    if image.dtype == np.int16:
+        image = (image >> 8).astype(np.int8)
+        bank = (bank >> 8).astype(np.int8)
+    if n_extra:
+        extra = rand((n_extra,) + bank.shape[1:], bank.dtype, 11)
+        bank = np.concatenate([bank, extra])
+    xi, xb = cp.asarray(image), cp.asarray(bank)
+    assert _bank_reason(xi, xb) is None
+    got = _ncc_bank_dp4a(cp, xi, xb).get()
+    assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
+    assert np.max(np.abs(got - ncc_direct(xi, xb).get())) <= 2e-6

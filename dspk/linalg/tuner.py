@@ -244,6 +244,50 @@ class Tuner:
         self._save(key, entry)
         return Choice(best, self.key_str(key), "tuned now", ranking, entry["timings_ms"], rejected)
 
+    # -- generic choices (operations above the product engine) ------------------------------
+    def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+               agree: Callable[[Any, Any], str | None]) -> tuple[str, str]:
+        """Pick among whole-operation implementations (an NCC bank, say) the way `select` picks
+        among product candidates: cached ranking, else each runner is run, its result checked
+        against the first runner's (the reference) with ``agree`` (None, or why not), timed,
+        and the ranking stored under ``key``. Returns (name, why)."""
+        mode = tune_mode()
+        names = list(runners)
+        if mode == "off":
+            return names[0], "DSPK_TUNE=off: first implementation"
+        entry = self._memory.get(key) or self._from_file(key)
+        if entry is not None:
+            for name in entry["ranking"]:
+                if name in runners:
+                    return name, "cache"
+        if mode == "readonly":
+            return names[0], "DSPK_TUNE=readonly and no cached choice"
+        ref = runners[names[0]]()
+        timings: dict[str, float] = {}
+        rejected: dict[str, str] = {}
+        for name, run in runners.items():
+            try:
+                bad = agree(run(), ref)
+                if bad:
+                    rejected[name] = bad
+                    continue
+                timings[name] = _median_time(run, gpu) * 1e3
+            except Exception as exc:  # a broken implementation is rejected, not fatal
+                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
+        ranking = sorted(timings, key=timings.get)
+        if not ranking:
+            raise RuntimeError(f"every implementation failed: {rejected}")
+        entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
+                 "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self._memory[key] = entry
+        self._save(key, entry)
+        return ranking[0], "tuned now"
+
+    def stamp(self, gpu: bool, device_id: int | None) -> str:
+        """The device/version stamp keys start with."""
+        return _gpu_stamp(device_id) if gpu else \
+            f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
+
     # -- the cache file ------------------------------------------------------------------------
     def _from_file(self, key: tuple) -> dict | None:
         if not self._file_loaded:

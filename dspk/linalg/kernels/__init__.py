@@ -30,7 +30,8 @@ def ctype(dtype: Any) -> str:
 
 @lru_cache(maxsize=None)
 def _source(filename: str) -> str:
-    return (KERNEL_DIR / filename).read_text()
+    path = Path(filename)
+    return (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
 
 
 @lru_cache(maxsize=None)
@@ -44,7 +45,8 @@ def _function(device_id: int, filename: str, expression: str) -> Any:
 
 def kernel(filename: str, expression: str) -> Any:
     """The compiled kernel ``expression`` (a template instance such as
-    ``"gram_small<float, 4, 4, true>"``) from ``filename`` for the current device."""
+    ``"gram_small<float, float, 4, true>"``) from ``filename`` (in this folder, or an absolute
+    path) for the current device."""
     cp = cupy_module()
     return _function(cp.cuda.runtime.getDevice(), filename, expression)
 
