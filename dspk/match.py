@@ -27,7 +27,7 @@ from .linalg import int_matmul
 from .linalg.kernels import kernel
 from .linalg.matmul import tuner
 
-__all__ = ["ncc", "ncc_direct", "ncc_peaks", "PEAK_DTYPE"]
+__all__ = ["ncc", "ncc_direct", "ncc_peaks", "TemplateBank", "PEAK_DTYPE"]
 
 MATCH_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
 NCC_KERNELS = Path(__file__).resolve().parent / "kernels" / "ncc.cu"
@@ -38,34 +38,28 @@ PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.i
                        ("score", np.float32)])
 
 
-def _validate(image: Any, templates: Any) -> tuple:
-    xp = array_module(image, templates)
+def _check_dtype(name: str, arr: Any) -> None:
+    if arr.dtype.kind == "f":
+        raise TypeError(f"{name}: float data ({arr.dtype}); ncc works on integer images — "
+                        f"quantize first (e.g. to uint8 or int16 with a known scale)")
+    if arr.dtype not in MATCH_DTYPES:
+        raise TypeError(f"{name}: unsupported dtype {arr.dtype}; ncc takes uint8, int8, int16")
+
+
+def _validate(image: Any, bank: "TemplateBank") -> Any:
+    """Check an image against a bank; returns the array module."""
+    xp = array_module(image, bank.templates)
     if getattr(image, "ndim", None) != 2:
         raise ValueError(f"image: expected a 2-D [H, W] array, got shape "
                          f"{getattr(image, 'shape', None)}")
-    if getattr(templates, "ndim", None) == 2:
-        templates = templates[None]
-    if getattr(templates, "ndim", None) != 3:
-        raise ValueError(f"templates: expected [N, th, tw] (or one [th, tw] template), got shape "
-                         f"{getattr(templates, 'shape', None)}")
-    for name, arr in (("image", image), ("templates", templates)):
-        if arr.dtype.kind == "f":
-            raise TypeError(f"{name}: float data ({arr.dtype}); ncc works on integer images — "
-                            f"quantize first (e.g. to uint8 or int16 with a known scale)")
-        if arr.dtype not in MATCH_DTYPES:
-            raise TypeError(f"{name}: unsupported dtype {arr.dtype}; ncc takes uint8, int8, int16")
-    if image.dtype != templates.dtype:
-        raise TypeError(f"templates are {templates.dtype} but the image is {image.dtype}: both "
+    _check_dtype("image", image)
+    if image.dtype != bank.dtype:
+        raise TypeError(f"templates are {bank.dtype} but the image is {image.dtype}: both "
                         f"must have the same dtype")
-    n, th, tw = templates.shape
-    if n == 0:
-        raise ValueError("templates: the bank is empty (N = 0)")
-    if th == 0 or tw == 0:
-        raise ValueError(f"templates: empty template shape {th}x{tw}")
     H, W = image.shape
-    if th > H or tw > W:
-        raise ValueError(f"templates: {th}x{tw} is larger than the image {H}x{W}")
-    return xp, templates
+    if bank.th > H or bank.tw > W:
+        raise ValueError(f"templates: {bank.th}x{bank.tw} is larger than the image {H}x{W}")
+    return xp
 
 
 def _box_sums(xp: Any, image: Any, th: int, tw: int) -> tuple:
@@ -84,14 +78,14 @@ def _box_sums(xp: Any, image: Any, th: int, tw: int) -> tuple:
     return box(ii), box(sq)
 
 
-def _numerator_sums(xp: Any, image: Any, templates: Any) -> Any:
-    """S_IT[n, y, x] = Σ window(y, x)·T[n] (int64), one int_matmul per block of output rows."""
-    n, th, tw = templates.shape
+def _numerator_sums(xp: Any, image: Any, t_mat: Any, th: int, tw: int) -> Any:
+    """S_IT[n, y, x] = Σ window(y, x)·T[n] (int64), one int_matmul per block of output rows;
+    ``t_mat`` is the bank as a [K, N] matrix (K = th·tw, row-major pixels)."""
+    n = t_mat.shape[1]
     H, W = image.shape
     ho, wo = H - th + 1, W - tw + 1
     K = th * tw
     img = xp.ascontiguousarray(image)
-    t_mat = xp.ascontiguousarray(templates.reshape(n, K).T)        # [K, N]
     s, item = img.strides, img.itemsize
     rows_per_block = max(1, IM2COL_BLOCK_BYTES // max(1, wo * K * item))
     out = xp.empty((n, ho, wo), dtype=np.int64)
@@ -106,15 +100,18 @@ def _numerator_sums(xp: Any, image: Any, templates: Any) -> Any:
     return out
 
 
-def _normalize(xp: Any, s_it: Any, s_i: Any, s_ii: Any, templates: Any) -> Any:
+def _template_sums(templates: Any) -> tuple:
+    """S_T and S_TT per template (int64, exact)."""
+    n = templates.shape[0]
+    t64 = templates.reshape(n, -1).astype(np.int64)
+    return t64.sum(axis=1), (t64 * t64).sum(axis=1)
+
+
+def _normalize(xp: Any, s_it: Any, s_i: Any, s_ii: Any, K: int, s_t: Any, s_tt: Any,
+               dtype: Any) -> Any:
     """The coefficient from exact sums: int64 numerator and variances, float32 ratio."""
-    n, th, tw = templates.shape
-    K = th * tw
-    t64 = templates.reshape(n, K).astype(np.int64)
-    s_t = t64.sum(axis=1)
-    s_tt = (t64 * t64).sum(axis=1)
     m = {np.dtype(np.uint8): 255, np.dtype(np.int8): 128, np.dtype(np.int16): 32768}[
-        np.dtype(templates.dtype)]
+        np.dtype(dtype)]
     exact = K * K * m * m < 2**63
     wide = np.int64 if exact else np.float64
     k = wide(K)
@@ -133,41 +130,166 @@ def _normalize(xp: Any, s_it: Any, s_i: Any, s_ii: Any, templates: Any) -> Any:
     return xp.clip(out, -1, 1).astype(np.float32, copy=False)
 
 
-def ncc(image: Any, templates: Any) -> Any:
-    """Normalized cross-correlation maps of a template bank (TM_CCOEFF_NORMED).
+class TemplateBank:
+    """A bank of templates prepared once for repeated matching: its sums, its [K, N] matrix for
+    the product engine and its packed words for the fused GPU kernel are computed on first use
+    and kept (the templates are copied, so later changes to the caller's array do not leak in).
 
     Parameters
     ----------
-    image : numpy.ndarray or cupy.ndarray
-        [H, W] uint8, int8 or int16 (a 1-row image gives a 1-D signal search).
-    templates : array
-        [N, th, tw] (or one [th, tw]) of the image's dtype; rectangular templates allowed.
+    templates : numpy.ndarray or cupy.ndarray
+        [N, th, tw] (or one [th, tw]) uint8, int8 or int16.
 
-    Returns
-    -------
-    array
-        float32 [N, H − th + 1, W − tw + 1], the array type of the inputs: the correlation
-        coefficient of the mean-subtracted template and window, in [−1, 1]; 0.0 where the
-        window or the template has zero variance.
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.match import TemplateBank
+    >>> img = np.random.default_rng(1).integers(0, 256, (30, 30), dtype=np.uint8)
+    >>> bank = TemplateBank(img[None, 4:12, 6:14])
+    >>> [tuple(int(v) for v in p)[:3] for p in bank.peaks(img, 0.999)]
+    [(0, 4, 6)]
+    """
 
-    Raises
-    ------
-    TypeError
-        Float images (quantize first), dtypes other than uint8/int8/int16, or image and
-        templates of different dtypes.
-    ValueError
-        A template larger than the image, an empty bank, wrong dimensions.
+    def __init__(self, templates: Any):
+        xp = array_module(templates)
+        if getattr(templates, "ndim", None) == 2:
+            templates = templates[None]
+        if getattr(templates, "ndim", None) != 3:
+            raise ValueError(f"templates: expected [N, th, tw] (or one [th, tw] template), got "
+                             f"shape {getattr(templates, 'shape', None)}")
+        _check_dtype("templates", templates)
+        n, th, tw = templates.shape
+        if n == 0:
+            raise ValueError("templates: the bank is empty (N = 0)")
+        if th == 0 or tw == 0:
+            raise ValueError(f"templates: empty template shape {th}x{tw}")
+        self.xp = xp
+        self.templates = xp.array(templates, copy=True)
+        self.n, self.th, self.tw = n, th, tw
+        self.dtype = templates.dtype
+        self._cache: dict = {}
 
-    Notes
-    -----
-    Implementations, chosen per device and size class by dspk's tuner (timed on first sight,
-    results checked against the first): ``im2col_int_matmul`` — the numerator Σ window·template
-    for the whole bank as one exact integer product per block of positions
-    (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), window sums from exact integral
-    images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
-    once and correlates it with the whole bank (`dspk/kernels/ncc.cu`). Only the final ratio is
-    floating point. See the module docstring for the formula and the exactness bounds.
-    `ncc_direct` computes the same maps directly.
+    def _get(self, name: str, make: Any) -> Any:
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    @property
+    def sums(self) -> tuple:
+        return self._get("sums", lambda: _template_sums(self.templates))
+
+    @property
+    def matrix(self) -> Any:
+        return self._get("matrix", lambda: self.xp.ascontiguousarray(
+            self.templates.reshape(self.n, -1).T))
+
+    def ncc(self, image: Any) -> Any:
+        """Normalized cross-correlation maps of a template bank (TM_CCOEFF_NORMED).
+
+        Parameters
+        ----------
+        image : numpy.ndarray or cupy.ndarray
+            [H, W] of the bank's dtype (a 1-row image gives a 1-D signal search).
+
+        Returns
+        -------
+        array
+            float32 [N, H − th + 1, W − tw + 1], the array type of the inputs: the correlation
+            coefficient of the mean-subtracted template and window, in [−1, 1]; 0.0 where the
+            window or the template has zero variance.
+
+        Raises
+        ------
+        TypeError
+            Float images (quantize first), dtypes other than uint8/int8/int16, or image and
+            templates of different dtypes.
+        ValueError
+            A template larger than the image, an empty bank, wrong dimensions.
+
+        Notes
+        -----
+        Implementations, chosen per device and size class by dspk's tuner (timed on first sight,
+        results checked against the first): ``im2col_int_matmul`` — the numerator Σ window·template
+        for the whole bank as one exact integer product per block of positions
+        (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), window sums from exact integral
+        images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
+        once and correlates it with the whole bank (`dspk/kernels/ncc.cu`). Only the final ratio is
+        floating point. See the module docstring for the formula and the exactness bounds.
+        `ncc_direct` computes the same maps directly.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.match import ncc
+        >>> img = np.random.default_rng(0).integers(0, 256, (40, 50), dtype=np.uint8)
+        >>> maps = ncc(img, img[None, 10:18, 20:30])
+        >>> maps.shape, float(maps[0, 10, 20]) > 0.999
+        ((1, 33, 41), True)
+        """
+        xp = _validate(image, self)
+        impls = {"im2col_int_matmul": lambda: self._ncc_engine(image)}
+        if xp is not np and _bank_reason(image, self) is None:
+            impls["bank_dp4a"] = lambda: self._ncc_bank_dp4a(image)
+        if len(impls) == 1:
+            return impls["im2col_int_matmul"]()
+        gpu = xp is not np
+        key = ("ncc", tuner.stamp(gpu, image.device.id if gpu else None), image.dtype.name,
+               *(int(v).bit_length() for v in (*image.shape, self.n, self.th, self.tw)))
+        name, _ = tuner.choose(key, impls, gpu, _agree)
+        return impls[name]()
+
+    def peaks(self, image: Any, threshold: float, min_distance: int = 1) -> np.ndarray:
+        """`ncc_peaks` with this bank."""
+        return ncc_peaks(image, self, threshold, min_distance)
+
+    def _ncc_engine(self, image: Any) -> Any:
+        """im2col blocks through the integer product engine, integral-image window sums."""
+        xp = self.xp
+        s_i, s_ii = _box_sums(xp, image, self.th, self.tw)
+        s_it = _numerator_sums(xp, image, self.matrix, self.th, self.tw)
+        return _normalize(xp, s_it, s_i, s_ii, self.th * self.tw, *self.sums, self.dtype)
+
+    def _dp4a_bank(self) -> tuple:
+        """(bank words [N, th, twq] int32, centred S_T, float32 rsqrt(var_T) or 0)."""
+        xp, n, th, tw = self.xp, self.n, self.th, self.tw
+        K = th * tw
+        center = self.dtype == np.uint8
+        t = self.templates.astype(np.int16) - (128 if center else 0)     # centred, -128..127
+        twq = -(-tw // 4)
+        packed = xp.zeros((n, th, twq * 4), dtype=np.int8)
+        packed[:, :, :tw] = t.astype(np.int8)
+        t64 = t.reshape(n, K).astype(np.int64)
+        t_sum = t64.sum(axis=1)
+        var_t = K * (t64 * t64).sum(axis=1) - t_sum * t_sum
+        vt = xp.maximum(var_t, 1).astype(np.float32)  # float32: no float64 in device code
+        t_rs = xp.where(var_t > 0, 1 / xp.sqrt(vt), 0).astype(np.float32)
+        return packed.view(np.int32), t_sum, t_rs
+
+    def _ncc_bank_dp4a(self, image: Any) -> Any:
+        """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
+        xp, n, th, tw = self.xp, self.n, self.th, self.tw
+        H, W = image.shape
+        ho, wo = H - th + 1, W - tw + 1
+        bank, t_sum, t_rs = self._get("dp4a", self._dp4a_bank)
+        img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
+        img8 = img.view(np.uint8)
+        out = xp.empty((n, ho, wo), dtype=np.float32)
+        tg = 32 if n >= 32 else 16
+        center = self.dtype == np.uint8
+        fn = kernel(str(NCC_KERNELS), f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
+        twq = bank.shape[2]
+        fn((-(-wo // 32), -(-ho // 8)), (32, 8),
+           (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
+            np.int32(th), np.int32(tw), np.int32(twq), t_sum, t_rs, out, np.int32(ho),
+            np.int32(wo)),
+           shared_mem=_bank_smem(n, th, tw))
+        return out
+
+
+def ncc(image: Any, templates: Any) -> Any:
+    """Normalized cross-correlation maps of a template bank (TM_CCOEFF_NORMED): the maps of
+    ``TemplateBank(templates).ncc(image)`` (see there). ``templates`` may be a
+    `TemplateBank`, prepared once for many images.
 
     Examples
     --------
@@ -178,19 +300,11 @@ def ncc(image: Any, templates: Any) -> Any:
     >>> maps.shape, float(maps[0, 10, 20]) > 0.999
     ((1, 33, 41), True)
     """
-    xp, templates = _validate(image, templates)
-    impls = {"im2col_int_matmul": lambda: _ncc_engine(xp, image, templates)}
-    if xp is not np and _bank_reason(image, templates) is None:
-        impls["bank_dp4a"] = lambda: _ncc_bank_dp4a(xp, image, templates)
-    if len(impls) == 1:
-        return impls["im2col_int_matmul"]()
-    n, th, tw = templates.shape
-    gpu = xp is not np
-    dev = image.device.id if gpu else None
-    key = ("ncc", tuner.stamp(gpu, dev), image.dtype.name,
-           *(int(v).bit_length() for v in (image.shape[0], image.shape[1], n, th, tw)))
-    name, _ = tuner.choose(key, impls, gpu, _agree)
-    return impls[name]()
+    return _bank(templates).ncc(image)
+
+
+def _bank(templates: Any) -> TemplateBank:
+    return templates if isinstance(templates, TemplateBank) else TemplateBank(templates)
 
 
 def _agree(got: Any, ref: Any) -> str | None:
@@ -198,68 +312,33 @@ def _agree(got: Any, ref: Any) -> str | None:
     return None if worst <= 2e-6 else f"coefficients differ from the reference by {worst:.2e}"
 
 
-def _ncc_engine(xp: Any, image: Any, templates: Any) -> Any:
-    """im2col blocks through the integer product engine, integral-image window sums."""
-    n, th, tw = templates.shape
-    s_i, s_ii = _box_sums(xp, image, th, tw)
-    s_it = _numerator_sums(xp, image, templates)
-    return _normalize(xp, s_it, s_i, s_ii, templates)
+def _bank_smem(n: int, th: int, tw: int) -> int:
+    twq = -(-tw // 4)
+    pw = -(-(32 + tw - 1 + 6) // 4) * 4
+    return n * th * twq * 4 + (8 + th - 1) * pw
 
 
-def _bank_reason(image: Any, templates: Any) -> str | None:
+def _bank_reason(image: Any, bank: TemplateBank) -> str | None:
     """Why the fused dp4a bank kernel cannot run these inputs (None if it can)."""
-    n, th, tw = templates.shape
     if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
         return "the dp4a bank kernel takes 8-bit images"
-    if th * tw > 131071:
+    if bank.th * bank.tw > 131071:
         return "template of more than 131071 pixels (int32 sums)"
-    twq = -(-tw // 4)
-    pw = -(-(32 + tw - 1 + 6) // 4) * 4
-    if n * th * twq * 4 + (8 + th - 1) * pw > _SMEM:
+    if _bank_smem(bank.n, bank.th, bank.tw) > _SMEM:
         return "bank and image patch exceed 48 KiB of shared memory"
     return None
-
-
-def _ncc_bank_dp4a(xp: Any, image: Any, templates: Any) -> Any:
-    """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
-    n, th, tw = templates.shape
-    H, W = image.shape
-    ho, wo = H - th + 1, W - tw + 1
-    K = th * tw
-    center = image.dtype == np.uint8
-    t = templates.astype(np.int16) - (128 if center else 0)           # centred, -128..127
-    twq = -(-tw // 4)
-    packed = xp.zeros((n, th, twq * 4), dtype=np.int8)
-    packed[:, :, :tw] = t.astype(np.int8)
-    bank = packed.view(np.int32)                                       # [n, th, twq] words
-    t64 = t.reshape(n, K).astype(np.int64)
-    t_sum = t64.sum(axis=1)
-    var_t = K * (t64 * t64).sum(axis=1) - t_sum * t_sum
-    vt = xp.maximum(var_t, 1).astype(np.float32)   # float32: no float64 in device code
-    t_rs = xp.where(var_t > 0, 1 / xp.sqrt(vt), 0).astype(np.float32)
-    img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
-    img8 = img.view(np.uint8)
-    out = xp.empty((n, ho, wo), dtype=np.float32)
-    tg = 32 if n >= 32 else 16
-    fn = kernel(str(NCC_KERNELS), f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
-    pw = -(-(32 + tw - 1 + 6) // 4) * 4
-    smem = n * th * twq * 4 + (8 + th - 1) * pw
-    fn((-(-wo // 32), -(-ho // 8)), (32, 8),
-       (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
-        np.int32(th), np.int32(tw), np.int32(twq), t_sum, t_rs, out, np.int32(ho), np.int32(wo)),
-       shared_mem=smem)
-    return out
 
 
 def ncc_direct(image: Any, templates: Any) -> Any:
     """The same maps as `ncc`, computed directly: S_IT accumulated over template offsets in
     int64 (no product engine). The tests' reference; O(N·K·positions) work."""
-    xp, templates = _validate(image, templates)
-    n, th, tw = templates.shape
+    bank = _bank(templates)
+    xp = _validate(image, bank)
+    n, th, tw = bank.n, bank.th, bank.tw
     H, W = image.shape
     ho, wo = H - th + 1, W - tw + 1
     img = image.astype(np.int64)
-    t64 = templates.astype(np.int64)
+    t64 = bank.templates.astype(np.int64)
     s_it = xp.zeros((n, ho, wo), dtype=np.int64)
     for dy in range(th):
         for dx in range(tw):
@@ -271,7 +350,7 @@ def ncc_direct(image: Any, templates: Any) -> Any:
             w = img[dy:dy + ho, dx:dx + wo]
             s_i += w
             s_ii += w * w
-    return _normalize(xp, s_it, s_i, s_ii, templates)
+    return _normalize(xp, s_it, s_i, s_ii, th * tw, *bank.sums, bank.dtype)
 
 
 def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 1,
@@ -304,9 +383,10 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
         raise ValueError(f"threshold: expected a score in [-1, 1], got {threshold}")
     if int(min_distance) < 1:
         raise ValueError(f"min_distance: expected an integer >= 1, got {min_distance}")
-    xp, templates = _validate(image, templates)
+    bank = _bank(templates)
+    xp = _validate(image, bank)
     if maps is None:
-        maps = ncc(image, templates)
+        maps = bank.ncc(image)
     size = 2 * int(min_distance) + 1
     if xp is np:
         from scipy.ndimage import maximum_filter  # noqa: PLC0415

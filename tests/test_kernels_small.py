@@ -92,13 +92,13 @@ def test_small_ncc_bank_kernel(dtype):
     """The fused NCC bank kernel on a ragged image and bank (sanitizer target for ncc.cu)."""
     import cupy as cp
 
-    from dspk.match import _ncc_bank_dp4a, ncc_direct
+    from dspk.match import TemplateBank, ncc_direct
 
     info = np.iinfo(dtype)
     rng = np.random.default_rng(2)
     image = rng.integers(info.min, int(info.max) + 1, (45, 70), dtype=dtype)
     bank = rng.integers(info.min, int(info.max) + 1, (35, 7, 5), dtype=dtype)
     bank[0] = image[3:10, 8:13]
-    got = _ncc_bank_dp4a(cp, cp.asarray(image), cp.asarray(bank)).get()
+    got = TemplateBank(cp.asarray(bank))._ncc_bank_dp4a(cp.asarray(image)).get()
     ref = ncc_direct(cp.asarray(image), cp.asarray(bank)).get()
     assert np.max(np.abs(got - ref)) <= 2e-6 and got[0, 3, 8] > 0.99999

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dspk.backend import to_numpy
-from dspk.match import PEAK_DTYPE, _numerator_sums, ncc, ncc_direct, ncc_peaks
+from dspk.match import PEAK_DTYPE, TemplateBank, _numerator_sums, ncc, ncc_direct, ncc_peaks
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -71,7 +71,8 @@ def test_sums_exact_and_coefficients_match_the_definition(xp, case):
         for dx in range(tw):
             direct += bank[:, dy, dx].astype(np.int64)[:, None, None] * \
                 image[dy:dy + ho, dx:dx + wo].astype(np.int64)[None]
-    assert np.array_equal(to_numpy(_numerator_sums(xp, xi, xb)), direct)
+    t_mat = xp.ascontiguousarray(xb.reshape(n, -1).T)
+    assert np.array_equal(to_numpy(_numerator_sums(xp, xi, t_mat, th, tw)), direct)
     got = to_numpy(ncc(xi, xb))
     assert got.dtype == np.float32 and got.shape == (n, ho, wo)
     np.testing.assert_array_equal(got, to_numpy(ncc_direct(xi, xb)))
@@ -162,7 +163,7 @@ def test_gpu_bank_kernel_matches_the_definition(case, n_extra):
     groups per thread (TG), blocks overhanging the maps."""
     import cupy as cp
 
-    from dspk.match import _bank_reason, _ncc_bank_dp4a
+    from dspk.match import _bank_reason
 
     image, bank = case
     if image.dtype == np.int16:
@@ -172,7 +173,19 @@ def test_gpu_bank_kernel_matches_the_definition(case, n_extra):
         extra = rand((n_extra,) + bank.shape[1:], bank.dtype, 11)
         bank = np.concatenate([bank, extra])
     xi, xb = cp.asarray(image), cp.asarray(bank)
-    assert _bank_reason(xi, xb) is None
-    got = _ncc_bank_dp4a(cp, xi, xb).get()
+    tb = TemplateBank(xb)
+    assert _bank_reason(xi, tb) is None
+    got = tb._ncc_bank_dp4a(xi).get()
     assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
     assert np.max(np.abs(got - ncc_direct(xi, xb).get())) <= 2e-6
+
+
+def test_template_bank_reuse_and_snapshot(xp):
+    image = rand((20, 24), np.uint8, 8)
+    tmpl = xp.asarray(image[None, 2:8, 3:9].copy())
+    bank = TemplateBank(tmpl)
+    first = to_numpy(bank.ncc(xp.asarray(image)))
+    tmpl[...] = 0  # the bank keeps its own copy
+    np.testing.assert_array_equal(to_numpy(bank.ncc(xp.asarray(image))), first)
+    np.testing.assert_array_equal(to_numpy(ncc(xp.asarray(image), bank)), first)
+    assert first[0, 2, 3] > 0.99999
