@@ -22,7 +22,7 @@ import numpy as np
 
 from pathlib import Path
 
-from .backend import array_module
+from .backend import array_module, device_properties
 from .linalg import int_matmul
 from .linalg.kernels import kernel
 from .linalg.matmul import tuner
@@ -213,8 +213,9 @@ class TemplateBank:
         for the whole bank as one exact integer product per block of positions
         (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), window sums from exact integral
         images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
-        once and correlates it with the whole bank (`dspk/kernels/ncc.cu`). Only the final ratio is
-        floating point. See the module docstring for the formula and the exactness bounds.
+        once and correlates it with the whole bank with __dp4a; ``bank_mma`` (GPU, 8-bit, cc >=
+        8.0) — the same on INT8 tensor cores, the window matrix built in registers from the patch
+        (implicit im2col, `dspk/kernels/ncc.cu`). Only the final ratio is floating point. See the module docstring for the formula and the exactness bounds.
         `ncc_direct` computes the same maps directly.
 
         Examples
@@ -230,6 +231,8 @@ class TemplateBank:
         impls = {"im2col_int_matmul": lambda: self._ncc_engine(image)}
         if xp is not np and _bank_reason(image, self) is None:
             impls["bank_dp4a"] = lambda: self._ncc_bank_dp4a(image)
+        if xp is not np and _mma_reason(image, self) is None:
+            impls["bank_mma"] = lambda: self._ncc_bank_mma(image)
         if len(impls) == 1:
             return impls["im2col_int_matmul"]()
         gpu = xp is not np
@@ -264,6 +267,36 @@ class TemplateBank:
         vt = xp.maximum(var_t, 1).astype(np.float32)  # float32: no float64 in device code
         t_rs = xp.where(var_t > 0, 1 / xp.sqrt(vt), 0).astype(np.float32)
         return packed.view(np.int32), t_sum, t_rs
+
+    def _mma_bank(self) -> tuple:
+        """(bank words [Npad, Wtot] int32: each template's (dy, 4-pixel group) words, zero
+        padded to a multiple of 8 words and of 32 templates; centred S_T; rsqrt(var_T))."""
+        xp, n, th, tw = self.xp, self.n, self.th, self.tw
+        words, t_sum, t_rs = self._get("dp4a", self._dp4a_bank)   # [n, th, twq]
+        twq, wtot = _mma_words(th, tw)
+        npad = -(-n // 32) * 32
+        packed = xp.zeros((npad, wtot), dtype=np.int32)
+        packed[:n, :th * twq] = words.reshape(n, th * twq)
+        return packed, t_sum, t_rs
+
+    def _ncc_bank_mma(self, image: Any) -> Any:
+        """The fused tensor-core kernel of dspk/kernels/ncc.cu (implicit im2col, mma.sync)."""
+        xp, n, th, tw = self.xp, self.n, self.th, self.tw
+        H, W = image.shape
+        ho, wo = H - th + 1, W - tw + 1
+        bank, t_sum, t_rs = self._get("mma", self._mma_bank)
+        twq, wtot = _mma_words(th, tw)
+        img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
+        img8 = img.view(np.uint8)
+        out = xp.empty((n, ho, wo), dtype=np.float32)
+        center = self.dtype == np.uint8
+        fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{'true' if center else 'false'}>")
+        fn((-(-wo // 32), -(-ho // 8)), (32, 8),
+           (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
+            np.int32(bank.shape[0]), np.int32(th), np.int32(tw), np.int32(twq),
+            np.int32(wtot), t_sum, t_rs, out, np.int32(ho), np.int32(wo)),
+           shared_mem=_mma_smem(n, th, tw))
+        return out
 
     def _ncc_bank_dp4a(self, image: Any) -> Any:
         """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
@@ -313,9 +346,35 @@ def _agree(got: Any, ref: Any) -> str | None:
 
 
 def _bank_smem(n: int, th: int, tw: int) -> int:
+    """Dynamic shared memory of the bank kernels: bank words, then the image patch (the
+    kernels' own layout: rows of NCC_TX + 4*twq + 8 bytes, NCC_TY + th - 1 rows)."""
     twq = -(-tw // 4)
-    pw = -(-(32 + tw - 1 + 6) // 4) * 4
-    return n * th * twq * 4 + (8 + th - 1) * pw
+    return n * th * twq * 4 + (8 + th - 1) * (32 + 4 * twq + 8)
+
+
+def _mma_words(th: int, tw: int) -> tuple:
+    """(words per template row twq, words per template padded to one mma K step of 8)."""
+    twq = -(-tw // 4)
+    return twq, -(-(th * twq) // 8) * 8
+
+
+def _mma_smem(n: int, th: int, tw: int) -> int:
+    twq, wtot = _mma_words(th, tw)
+    return -(-n // 32) * 32 * wtot * 4 + (8 + th - 1) * (32 + 4 * twq + 8)
+
+
+def _mma_reason(image: Any, bank: TemplateBank) -> str | None:
+    """Why the fused tensor-core kernel cannot run these inputs (None if it can)."""
+    if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return "the tensor-core bank kernel takes 8-bit images"
+    props = device_properties(image.device.id)
+    if (props["major"], props["minor"]) < (8, 0):
+        return "mma.sync m16n8k32 on int8 needs compute capability 8.0"
+    if bank.th * bank.tw > 131071:
+        return "template of more than 131071 pixels (int32 sums)"
+    if _mma_smem(bank.n, bank.th, bank.tw) > _SMEM:
+        return "bank and image patch exceed 48 KiB of shared memory"
+    return None
 
 
 def _bank_reason(image: Any, bank: TemplateBank) -> str | None:

@@ -89,7 +89,8 @@ def test_small_integer_products_on_tensor_cores(dtype):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_small_ncc_bank_kernel(dtype):
-    """The fused NCC bank kernel on a ragged image and bank (sanitizer target for ncc.cu)."""
+    """The fused NCC bank kernels (dp4a, mma) on a ragged image and bank (sanitizer target for
+    ncc.cu)."""
     import cupy as cp
 
     from dspk.match import TemplateBank, ncc_direct
@@ -99,6 +100,8 @@ def test_small_ncc_bank_kernel(dtype):
     image = rng.integers(info.min, int(info.max) + 1, (45, 70), dtype=dtype)
     bank = rng.integers(info.min, int(info.max) + 1, (35, 7, 5), dtype=dtype)
     bank[0] = image[3:10, 8:13]
-    got = TemplateBank(cp.asarray(bank))._ncc_bank_dp4a(cp.asarray(image)).get()
+    tb = TemplateBank(cp.asarray(bank))
     ref = ncc_direct(cp.asarray(image), cp.asarray(bank)).get()
-    assert np.max(np.abs(got - ref)) <= 2e-6 and got[0, 3, 8] > 0.99999
+    for got in (tb._ncc_bank_dp4a(cp.asarray(image)).get(),
+                tb._ncc_bank_mma(cp.asarray(image)).get()):
+        assert np.max(np.abs(got - ref)) <= 2e-6 and got[0, 3, 8] > 0.99999

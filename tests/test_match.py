@@ -189,3 +189,26 @@ def test_template_bank_reuse_and_snapshot(xp):
     np.testing.assert_array_equal(to_numpy(bank.ncc(xp.asarray(image))), first)
     np.testing.assert_array_equal(to_numpy(ncc(xp.asarray(image), bank)), first)
     assert first[0, 2, 3] > 0.99999
+
+
+@pytest.mark.gpu
+@SETTINGS
+@given(case=cases(), n_extra=st.sampled_from([0, 16, 39]))
+def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra):
+    """The fused mma kernel: K steps padded past the window, template groups of 32, ragged
+    widths, blocks overhanging the maps."""
+    import cupy as cp
+
+    from dspk.match import _mma_reason
+
+    image, bank = case
+    if image.dtype == np.int16:
+        image = (image >> 8).astype(np.int8)
+        bank = (bank >> 8).astype(np.int8)
+    if n_extra:
+        bank = np.concatenate([bank, rand((n_extra,) + bank.shape[1:], bank.dtype, 12)])
+    xi = cp.asarray(image)
+    tb = TemplateBank(cp.asarray(bank))
+    assert _mma_reason(xi, tb) is None
+    got = tb._ncc_bank_mma(xi).get()
+    assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
