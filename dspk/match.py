@@ -215,8 +215,9 @@ class TemplateBank:
         images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
         once and correlates it with the whole bank with __dp4a; ``bank_mma`` (GPU, 8-bit, cc >=
         8.0) — the same on INT8 tensor cores, the window matrix built in registers from the patch
-        (implicit im2col, `dspk/kernels/ncc.cu`). Only the final ratio is floating point. See the module docstring for the formula and the exactness bounds.
-        `ncc_direct` computes the same maps directly.
+        (implicit im2col, `dspk/kernels/ncc.cu`). Only the final ratio is floating point. See
+        the module docstring for the formula and the exactness bounds. `ncc_direct` computes
+        the same maps directly.
 
         Examples
         --------
