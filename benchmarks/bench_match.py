@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend, to_numpy  # noqa: E402
-from dspk.match import ncc, ncc_direct, ncc_peaks  # noqa: E402
+from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
                ("int16 cov", 0, "int_matmul"): 0.08}
@@ -119,6 +119,27 @@ def run(backend, small):
         t = clock.median_ms(lambda: ncc(xi, xb))
         rows.append(dict(case=label, n=n, what="ncc", shape=shape, impl="dspk.ncc (full maps)",
                          ms=t, gops=gop / (t * 1e-3), err=err))
+        bank = TemplateBank(xb)
+        impls = {"im2col_int_matmul": bank._ncc_engine}
+        if gpu:
+            if _bank_reason(xi, bank) is None:
+                impls["bank_dp4a"] = bank._ncc_bank_dp4a
+            else:
+                notes.append(f"{label} N={n}: bank_dp4a unavailable: {_bank_reason(xi, bank)}")
+            if _mma_reason(xi, bank) is None:
+                impls["bank_mma"] = bank._ncc_bank_mma
+            else:
+                notes.append(f"{label} N={n}: bank_mma unavailable: {_mma_reason(xi, bank)}")
+        for name, fn in impls.items():
+            try:
+                res = fn(xi)
+                e = float(np.max(np.abs(to_numpy(res[crop]) - ref)))
+                t = clock.median_ms(lambda fn=fn: fn(xi))
+                rows.append(dict(case=label, n=n, what="ncc", shape=shape,
+                                 impl=f"candidate {name} (prepared bank)", ms=t,
+                                 gops=gop / (t * 1e-3), err=e))
+            except Exception as exc:  # reported, never hidden
+                notes.append(f"{label} N={n}: {name} failed: {type(exc).__name__}: {exc}")
         t = clock.median_ms(lambda: ncc_peaks(xi, xb, 0.9, min_distance=4))
         rows.append(dict(case=label, n=n, what="peaks", shape=shape, impl="dspk.ncc_peaks",
                          ms=t, gops=gop / (t * 1e-3), err=float("nan")))
