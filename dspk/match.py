@@ -34,6 +34,8 @@ NCC_KERNELS = Path(__file__).resolve().parent / "kernels" / "ncc.cu"
 _SMEM = 48 * 1024
 #: im2col rows are materialized in blocks of about this many bytes (CPU/GPU memory bound)
 IM2COL_BLOCK_BYTES = 64 << 20
+#: ncc_peaks computes the maps of at most this many bytes at a time (template groups)
+PEAK_MAPS_BYTES = 256 << 20
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
 
@@ -242,6 +244,10 @@ class TemplateBank:
         name, _ = tuner.choose(key, impls, gpu, _agree)
         return impls[name]()
 
+    def subset(self, start: int, stop: int) -> "TemplateBank":
+        """Templates ``start:stop`` as a bank of their own."""
+        return TemplateBank(self.templates[start:stop])
+
     def peaks(self, image: Any, threshold: float, min_distance: int = 1) -> np.ndarray:
         """`ncc_peaks` with this bank."""
         return ncc_peaks(image, self, threshold, min_distance)
@@ -445,9 +451,21 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
         raise ValueError(f"min_distance: expected an integer >= 1, got {min_distance}")
     bank = _bank(templates)
     xp = _validate(image, bank)
-    if maps is None:
-        maps = bank.ncc(image)
     size = 2 * int(min_distance) + 1
+    if maps is not None:
+        return _peaks_of(xp, maps, 0, float(threshold), size)
+    # The bank in groups whose maps fit PEAK_MAPS_BYTES: the full maps of a large bank never
+    # exist at once (4096² x 128 templates would be 8.6 GB of float32).
+    ho, wo = image.shape[0] - bank.th + 1, image.shape[1] - bank.tw + 1
+    group = max(1, PEAK_MAPS_BYTES // max(1, 4 * ho * wo))
+    parts = []
+    for n0 in range(0, bank.n, group):
+        sub = bank if group >= bank.n else bank.subset(n0, min(bank.n, n0 + group))
+        parts.append(_peaks_of(xp, sub.ncc(image), n0, float(threshold), size))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _peaks_of(xp: Any, maps: Any, first: int, threshold: float, size: int) -> np.ndarray:
     if xp is np:
         from scipy.ndimage import maximum_filter  # noqa: PLC0415
     else:
@@ -458,5 +476,5 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
     scores = maps[keep]
     scores = scores.get() if hasattr(scores, "get") else scores
     peaks = np.empty(len(t), dtype=PEAK_DTYPE)
-    peaks["template_index"], peaks["y"], peaks["x"], peaks["score"] = t, y, x, scores
+    peaks["template_index"], peaks["y"], peaks["x"], peaks["score"] = t + first, y, x, scores
     return peaks

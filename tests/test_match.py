@@ -212,3 +212,15 @@ def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra):
     assert _mma_reason(xi, tb) is None
     got = tb._ncc_bank_mma(xi).get()
     assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
+
+
+def test_peaks_in_template_groups_equal_peaks_of_the_full_maps(xp, monkeypatch):
+    import dspk.match as match
+
+    image = rand((30, 33), np.uint8, 9)
+    bank = np.stack([image[i:i + 6, 2 * i:2 * i + 5] for i in range(7)])
+    xi, xb = xp.asarray(image), xp.asarray(bank)
+    whole = ncc_peaks(xi, xb, 0.2, min_distance=2)
+    monkeypatch.setattr(match, "PEAK_MAPS_BYTES", 3 * 4 * 25 * 29)  # groups of 3 templates
+    np.testing.assert_array_equal(ncc_peaks(xi, xb, 0.2, min_distance=2), whole)
+    np.testing.assert_array_equal(brute_peaks(to_numpy(ncc(xi, xb)), 0.2, 2), whole)
