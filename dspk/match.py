@@ -224,11 +224,11 @@ class TemplateBank:
         Examples
         --------
         >>> import numpy as np
-        >>> from dspk.match import ncc
-        >>> img = np.random.default_rng(0).integers(0, 256, (40, 50), dtype=np.uint8)
-        >>> maps = ncc(img, img[None, 10:18, 20:30])
-        >>> maps.shape, float(maps[0, 10, 20]) > 0.999
-        ((1, 33, 41), True)
+        >>> img = np.random.default_rng(2).integers(-128, 128, (20, 64), dtype=np.int8)
+        >>> bank = TemplateBank(np.stack([img[3:9, 5:12], img[10:16, 40:47]]))
+        >>> maps = bank.ncc(img)
+        >>> maps.shape, [tuple(int(v) for v in np.unravel_index(m.argmax(), m.shape)) for m in maps]
+        ((2, 15, 58), [(3, 5), (10, 40)])
         """
         xp = _validate(image, self)
         impls = {"im2col_int_matmul": lambda: self._ncc_engine(image)}

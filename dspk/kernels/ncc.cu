@@ -17,6 +17,26 @@
 constexpr int NCC_TX = 32;
 constexpr int NCC_TY = 8;
 
+// The image under a block's windows, rows y0.., columns x0.., as centred int8 (uint8 - 128 when
+// CENTER), zero outside the image: ph rows of pw bytes.
+template <bool CENTER>
+__device__ __forceinline__ void load_patch(const unsigned char* __restrict__ img, long long pitch,
+                                           int H, int W, int y0, int x0, int ph, int pw,
+                                           unsigned char* patch, int tid, int nthreads)
+{
+    for (int e = tid; e < ph * pw; e += nthreads) {
+        const int r = e / pw, c = e % pw;
+        const int y = y0 + r, x = x0 + c;
+        int v = 0;
+        if (y < H && x < W) {
+            v = img[y * pitch + x];
+            if (CENTER) v -= 128;
+            else v = (signed char)v;
+        }
+        patch[e] = (unsigned char)(signed char)v;
+    }
+}
+
 template <bool CENTER, int TG>
 __global__ void __launch_bounds__(NCC_TX * NCC_TY)
 ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int W,
@@ -36,17 +56,7 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
     const int nthreads = NCC_TX * NCC_TY;
 
     for (int e = tid; e < bank_words; e += nthreads) sbank[e] = bank[e];
-    for (int e = tid; e < ph * pw; e += nthreads) {
-        const int r = e / pw, c = e % pw;
-        const int y = y0 + r, x = x0 + c;
-        int v = 0;
-        if (y < H && x < W) {
-            v = img[y * pitch + x];
-            if (CENTER) v -= 128;
-            else v = (signed char)v;
-        }
-        patch[e] = (unsigned char)(signed char)v;
-    }
+    load_patch<CENTER>(img, pitch, H, W, y0, x0, ph, pw, patch, tid, nthreads);
     __syncthreads();
 
     const int px = threadIdx.x, py = threadIdx.y;
@@ -142,17 +152,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     const int nthreads = NCC_TX * NCC_TY;
 
     for (int e = tid; e < Npad * Wtot; e += nthreads) sbank[e] = bank[e];
-    for (int e = tid; e < ph * pw; e += nthreads) {
-        const int r = e / pw, c = e % pw;
-        const int y = y0 + r, x = x0 + c;
-        int v = 0;
-        if (y < H && x < W) {
-            v = img[y * pitch + x];
-            if (CENTER) v -= 128;
-            else v = (signed char)v;
-        }
-        patch[e] = (unsigned char)(signed char)v;
-    }
+    load_patch<CENTER>(img, pitch, H, W, y0, x0, ph, pw, patch, tid, nthreads);
     __syncthreads();
 
     const int warp = tid >> 5, lane = tid & 31;
