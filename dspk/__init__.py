@@ -9,6 +9,10 @@ __version__ = "0.1.0"
 from . import backend, linalg  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
+from .ops import (PCA, CovarianceAccumulator, common_reference, covariance,  # noqa: E402
+                  knn, pairwise_sqdist, spatial_filter, whitening_matrix)
 
 __all__ = ["__version__", "backend", "linalg", "matmul", "int_matmul", "explain", "MatrixView",
-           "BackendError", "gpu_available", "resolve_backend"]
+           "BackendError", "gpu_available", "resolve_backend", "covariance",
+           "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "common_reference",
+           "PCA", "pairwise_sqdist", "knn"]

@@ -5,7 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm", "dspk.match"]
+MODULES = ["dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm", "dspk.match",
+           "dspk.ops.covariance", "dspk.ops.pca"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,50 @@
+"""Argument checks shared by the ops: the [channels, samples] layout, dtypes, geometry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import array_module, is_cupy_array
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def traces(x: Any, name: str = "x", allow_int16: bool = False, min_samples: int = 1) -> Any:
+    """Check a [channels, samples] array; returns its array module."""
+    if not (isinstance(x, np.ndarray) or is_cupy_array(x)):
+        raise TypeError(f"{name}: expected a NumPy or CuPy array, got {type(x).__name__}")
+    xp = array_module(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D [channels, samples] array, got shape {x.shape}")
+    ok = FLOATS + ((np.dtype(np.int16),) if allow_int16 else ())
+    if x.dtype not in ok:
+        raise TypeError(f"{name}: unsupported dtype {x.dtype}; expected "
+                        f"{', '.join(d.name for d in ok)}")
+    if x.shape[0] == 0 or x.shape[1] < min_samples:
+        raise ValueError(f"{name}: empty or too short: shape {x.shape} (at least 1 channel and "
+                         f"{min_samples} samples)")
+    return xp
+
+
+def channels_first_hint(x: Any, name: str = "x") -> None:
+    """A [samples, channels] array passed by mistake has more rows than columns."""
+    if x.shape[0] > x.shape[1]:
+        raise ValueError(f"{name}: shape {x.shape} has more channels than samples; arrays are "
+                         f"[channels, samples] in dspk (did you pass [samples, channels]? use "
+                         f"x.T)")
+
+
+def geometry(geom: Any, n_channels: int, xp: Any) -> Any:
+    """[channels, 2] positions in µm (a probeinterface Probe is accepted)."""
+    if hasattr(geom, "contact_positions"):
+        geom = geom.contact_positions
+    g = np.asarray(geom.get() if hasattr(geom, "get") else geom, dtype=np.float64)
+    if g.ndim != 2 or g.shape[1] != 2:
+        raise ValueError(f"geometry: expected [channels, 2] positions in µm, got shape {g.shape}")
+    if g.shape[0] != n_channels:
+        raise ValueError(f"geometry: {g.shape[0]} positions for {n_channels} channels")
+    if not np.all(np.isfinite(g)):
+        raise ValueError("geometry: positions must be finite")
+    return g

@@ -1,0 +1,136 @@
+"""Channel covariance, one-shot and accumulated over the chunks of a recording."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..linalg import int_matmul, matmul
+from ._checks import channels_first_hint, traces
+
+__all__ = ["covariance", "CovarianceAccumulator"]
+
+
+def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
+    """Covariance of the channels of ``x`` [channels, samples], as ``numpy.cov`` defines it.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or cupy.ndarray
+        float32, float64, or raw int16.
+    center : bool
+        Subtract each channel's mean (True) or return the raw second moment X·Xᵀ/(n − ddof).
+    ddof : int
+        The divisor is ``n_samples − ddof`` (1: unbiased, like numpy.cov; 0: like Kilosort4's
+        X·Xᵀ/n).
+
+    Returns
+    -------
+    array
+        [channels, channels]: x's dtype for float input, float64 for int16.
+
+    Raises
+    ------
+    ValueError
+        For an array with more than 4 times as many rows as columns, with a hint: arrays are
+        [channels, samples] (a [samples, channels] array was probably passed).
+
+    Notes
+    -----
+    Float data is centred before the product (a copy), never by subtracting a large mean from the
+    product afterwards. int16 data takes the exact integer path: S = X·Xᵀ and the channel sums
+    s in int64 (`dspk.linalg.int_matmul`), then n·S − s·sᵀ exactly in int64 when it fits (else in
+    float64), and one division in float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[1, 2, 3, 4], [2, 4, 6, 9]], dtype=np.int16)
+    >>> covariance(x)                       # the same as numpy.cov(x), exactly
+    array([[1.66666667, 3.83333333],
+           [3.83333333, 8.91666667]])
+    """
+    traces(x, allow_int16=True)
+    if x.shape[0] > 4 * x.shape[1]:
+        channels_first_hint(x)
+    acc = CovarianceAccumulator(center=center, ddof=ddof)
+    acc.add(x)
+    return acc.result()
+
+
+class CovarianceAccumulator:
+    """Adds chunks of a recording ([channels, samples] each) and gives the covariance of all
+    of them — the same matrix as `covariance` of the concatenation: exactly for int16 (integer
+    sums), within float rounding for float data (chunks combined with Chan's pairwise update of
+    centred second moments in float64, so no large mean is subtracted after a product).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).integers(-500, 500, (3, 1000), dtype=np.int16)
+    >>> acc = CovarianceAccumulator()
+    >>> for start in range(0, 1000, 300):
+    ...     _ = acc.add(x[:, start:start + 300])
+    >>> bool(np.array_equal(acc.result(), covariance(x)))
+    True
+    """
+
+    def __init__(self, center: bool = True, ddof: int = 1):
+        self.center, self.ddof = bool(center), int(ddof)
+        self.n = 0
+        self._xp: Any = None
+        self._int = None  # int16 path: exact int64 sums
+        self._s = None
+        self._mean = None  # float path: running mean and centred second moment (float64)
+        self._m2 = None
+        self._dtype = None
+
+    def add(self, x: Any) -> "CovarianceAccumulator":
+        """Add one chunk [channels, samples]."""
+        xp = traces(x, allow_int16=True)
+        c, n = x.shape
+        if self._xp is None:
+            self._xp, self._dtype, self._c = xp, x.dtype, c
+        elif xp is not self._xp or x.dtype != self._dtype or c != self._c:
+            raise ValueError(f"x: chunk {x.shape} {x.dtype} does not match the first chunk "
+                             f"({self._c} channels, {self._dtype}, same array type)")
+        if x.dtype == np.int16:
+            s_mat = int_matmul(x, x.T)
+            s = x.sum(axis=1, dtype=np.int64)
+            self._int = s_mat if self._int is None else self._int + s_mat
+            self._s = s if self._s is None else self._s + s
+        else:
+            mean = x.mean(axis=1, dtype=np.float64) if self.center else xp.zeros(c, np.float64)
+            xc = (x - mean[:, None].astype(x.dtype)) if self.center else x
+            m2 = matmul(xc, xc.T).astype(np.float64)
+            if self._m2 is None:
+                self._mean, self._m2 = mean, m2
+            else:  # Chan et al.: combine centred moments of two sets
+                na, nb = self.n, n
+                delta = mean - self._mean
+                self._m2 = self._m2 + m2 + xp.outer(delta, delta) * (na * nb / (na + nb))
+                self._mean = self._mean + delta * (nb / (na + nb))
+        self.n += n
+        return self
+
+    def result(self) -> Any:
+        """The covariance of everything added so far."""
+        if self.n == 0:
+            raise ValueError("no data added: the covariance of nothing is undefined")
+        if self.n - self.ddof <= 0:
+            raise ValueError(f"{self.n} samples with ddof={self.ddof}: the divisor would be "
+                             f"{self.n - self.ddof}")
+        xp = self._xp
+        if self._int is not None:
+            n = self.n
+            if not self.center:
+                return self._int.astype(np.float64) / (n - self.ddof)
+            s = self._s
+            bound = int(abs(self._int).max()) * n + int(abs(s).max()) ** 2
+            if bound < 2**63:
+                num = n * self._int - xp.outer(s, s)      # exact in int64
+                return num.astype(np.float64) / (n * (n - self.ddof))
+            return (self._int.astype(np.float64) - xp.outer(s, s).astype(np.float64) / n) / (
+                n - self.ddof)
+        return (self._m2 / (self.n - self.ddof)).astype(self._dtype)

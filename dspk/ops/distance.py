@@ -1,0 +1,54 @@
+"""Distances through the product engine: ‖a‖² + ‖b‖² − 2·A·Bᵀ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import array_module, is_cupy_array
+from ..linalg import matmul
+from ._checks import FLOATS
+
+__all__ = ["pairwise_sqdist", "knn"]
+
+
+def _points(a: Any, name: str) -> Any:
+    if not (isinstance(a, np.ndarray) or is_cupy_array(a)):
+        raise TypeError(f"{name}: expected a NumPy or CuPy array, got {type(a).__name__}")
+    if a.ndim != 2:
+        raise ValueError(f"{name}: expected [points, dims], got shape {a.shape}")
+    if a.dtype not in FLOATS:
+        raise TypeError(f"{name}: unsupported dtype {a.dtype}; expected float32 or float64")
+    return array_module(a)
+
+
+def pairwise_sqdist(a: Any, b: Any) -> Any:
+    """Squared Euclidean distances [n, m] between the rows of a [n, d] and b [m, d], as
+    ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative)."""
+    xp = _points(a, "a")
+    if _points(b, "b") is not xp:
+        raise TypeError("a and b mix NumPy and CuPy arrays")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a has {a.shape[1]} dimensions but b has {b.shape[1]}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a is {a.dtype} but b is {b.dtype}; convert one explicitly")
+    ab = matmul(a, b.T)
+    na = (a * a).sum(axis=1)
+    nb = (b * b).sum(axis=1)
+    return xp.maximum(na[:, None] + nb[None, :] - 2 * ab, 0)
+
+
+def knn(a: Any, b: Any, k: int) -> tuple:
+    """The k nearest rows of b for each row of a: (indices [n, k] int64, squared distances
+    [n, k]), nearest first."""
+    if int(k) < 1 or int(k) > b.shape[0]:
+        raise ValueError(f"k: expected 1 <= k <= {b.shape[0]} (rows of b), got {k}")
+    xp = array_module(a, b)
+    d = pairwise_sqdist(a, b)
+    k = int(k)
+    part = xp.argpartition(d, k - 1, axis=1)[:, :k]
+    dk = xp.take_along_axis(d, part, axis=1)
+    order = xp.argsort(dk, axis=1, kind="stable") if xp is np else xp.argsort(dk, axis=1)
+    return xp.take_along_axis(part, order, axis=1).astype(np.int64), \
+        xp.take_along_axis(dk, order, axis=1)

@@ -1,0 +1,209 @@
+"""Spatial operations: whitening matrices (global and local ZCA), spatial filters, common
+references."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..backend import array_module, is_cupy_array
+from ..linalg import matmul
+from ._checks import FLOATS, geometry, traces
+
+__all__ = ["whitening_matrix", "spatial_filter", "common_reference", "neighbors"]
+
+DEFAULT_EPS = 1e-8  # relative to the mean eigenvalue (see whitening_matrix)
+
+
+def _check_cov(cov: Any) -> Any:
+    if not (isinstance(cov, np.ndarray) or is_cupy_array(cov)):
+        raise TypeError(f"cov: expected a NumPy or CuPy array, got {type(cov).__name__}")
+    xp = array_module(cov)
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1] or cov.shape[0] == 0:
+        raise ValueError(f"cov: expected a square [channels, channels] matrix, got {cov.shape}")
+    c64 = cov.astype(np.float64)
+    bad = ~xp.isfinite(c64)
+    if bool(bad.any()):
+        i, j = (int(v) for v in xp.argwhere(bad)[0])
+        raise ValueError(f"cov: not finite at channels ({i}, {j})")
+    asym = xp.abs(c64 - c64.T)
+    tol = 1e-6 * float(xp.abs(c64).max() or 1.0)
+    if float(asym.max()) > tol:
+        i, j = (int(v) for v in xp.unravel_index(int(asym.argmax()), asym.shape))
+        raise ValueError(f"cov: not symmetric: cov[{i}, {j}] = {float(c64[i, j])!r} but "
+                         f"cov[{j}, {i}] = {float(c64[j, i])!r}")
+    return xp
+
+
+def _zca(xp: Any, c: Any, eps: float | None, scale: Any) -> Any:
+    """E·diag((d + ε)^-½)·Eᵀ for a stack of symmetric matrices c [..., k, k] (float64), with
+    ε = eps·scale (scale: the mean eigenvalue of each real matrix, [..., 1])."""
+    d, e = xp.linalg.eigh(c)
+    d = xp.maximum(d, 0)
+    base = eps if eps is not None else DEFAULT_EPS
+    floor = xp.where(scale > 0, base * scale, 1.0)  # all-zero covariance: W = I
+    return (e * (1.0 / xp.sqrt(d + floor))[..., None, :]) @ xp.swapaxes(e, -1, -2)
+
+
+def neighbors(geom: Any, n_neighbors: int | None = None, radius_um: float | None = None) -> list:
+    """Per channel, the indices of its neighbourhood (itself first, then by distance): the
+    ``n_neighbors`` nearest channels, or those within ``radius_um`` µm."""
+    g = np.asarray(geom, dtype=np.float64)
+    d = np.sqrt(((g[:, None, :] - g[None, :, :]) ** 2).sum(-1))
+    order = np.argsort(d, axis=1, kind="stable")
+    out = []
+    for c in range(len(g)):
+        idx = order[c]
+        idx = np.concatenate([[c], idx[idx != c]])
+        if n_neighbors is not None:
+            idx = idx[:n_neighbors]
+        else:
+            idx = idx[d[c, idx] <= radius_um]
+        out.append(idx)
+    return out
+
+
+def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None,
+                     n_neighbors: int | None = None, radius_um: float | None = None) -> Any:
+    """ZCA whitening matrix W, applied as ``spatial_filter(W, x)``.
+
+    Global (no geometry): W = E·diag((d + ε)^-½)·Eᵀ from the eigendecomposition cov = E·diag(d)·Eᵀ,
+    so W·x has (nearly) identity covariance. Local (geometry with ``n_neighbors`` or
+    ``radius_um``): each channel is whitened against its neighbourhood — the k nearest channels
+    (Kilosort4 uses 32) or those within a radius (SpikeInterface uses 100 µm) — and keeps its own
+    row of that neighbourhood's ZCA matrix; every neighbourhood's eigendecomposition runs in one
+    batched call (padded to the largest neighbourhood with an uncoupled identity block).
+
+    Parameters
+    ----------
+    cov : array
+        [channels, channels], symmetric and finite (float32 or float64; computed in float64).
+    eps : float, optional
+        Regularization relative to the mean eigenvalue of each (sub)matrix: ε = eps·mean(d),
+        default 1e-8 (below float32's resolution of a covariance, so whitened data has unit
+        variance to ~1e-6 on full-rank data). A singular covariance (a short chunk, dead
+        channels) gives no NaN; an all-zero covariance gives the identity.
+    geometry_um : array, optional
+        [channels, 2] contact positions in µm (or a probeinterface Probe).
+    n_neighbors, radius_um :
+        The neighbourhood for local whitening (one of them, with ``geometry_um``).
+
+    Returns
+    -------
+    array
+        W [channels, channels] in cov's dtype (dense; local W has k non-zeros per row).
+    """
+    xp = _check_cov(cov)
+    dtype = cov.dtype if cov.dtype in FLOATS else np.dtype(np.float64)
+    if eps is not None and not eps > 0:
+        raise ValueError(f"eps: expected a positive number, got {eps}")
+    c64 = cov.astype(np.float64)
+    n = cov.shape[0]
+    if geometry_um is None:
+        if n_neighbors is not None or radius_um is not None:
+            raise ValueError("geometry_um: local whitening (n_neighbors or radius_um) needs the "
+                             "channel positions")
+        scale = xp.trace(c64).reshape(1) / n                  # mean eigenvalue
+        return _zca(xp, c64, eps, scale).astype(dtype)
+    g = geometry(geometry_um, n, xp)
+    if (n_neighbors is None) == (radius_um is None):
+        raise ValueError("give exactly one of n_neighbors and radius_um for local whitening")
+    if n_neighbors is not None and not 1 <= int(n_neighbors):
+        raise ValueError(f"n_neighbors: expected >= 1, got {n_neighbors}")
+    if radius_um is not None and not radius_um >= 0:
+        raise ValueError(f"radius_um: expected >= 0, got {radius_um}")
+    hoods = neighbors(g, None if n_neighbors is None else min(int(n_neighbors), n), radius_um)
+    k = max(len(h) for h in hoods)
+    idx = np.zeros((n, k), dtype=np.int64)
+    valid = np.zeros((n, k), dtype=bool)
+    for c, h in enumerate(hoods):
+        idx[c, :len(h)] = h
+        valid[c, :len(h)] = True
+    idx_d, valid_d = xp.asarray(idx), xp.asarray(valid)
+    sub = c64[idx_d[:, :, None], idx_d[:, None, :]]                      # [n, k, k]
+    both = valid_d[:, :, None] & valid_d[:, None, :]
+    diag_fill = xp.maximum(xp.abs(xp.diagonal(c64)).mean(), 1e-300)
+    eye = xp.eye(k, dtype=np.float64)[None]
+    sub = xp.where(both, sub, eye * diag_fill)   # padding: an uncoupled, well-scaled block
+    # ε from each real neighbourhood's mean eigenvalue (its trace / its size), not the padding
+    scale = (xp.diagonal(sub, axis1=1, axis2=2) * valid_d).sum(axis=1, keepdims=True) / \
+        valid_d.sum(axis=1, keepdims=True)
+    wz = _zca(xp, sub, eps, scale)                                       # batched eigh
+    rows = wz[:, 0, :] * valid_d                                         # own row (first)
+    w = xp.zeros((n, n), dtype=np.float64)
+    r = xp.repeat(xp.arange(n), k).reshape(n, k)
+    w[r[valid_d], idx_d[valid_d]] = rows[valid_d]
+    return w.astype(dtype)
+
+
+def spatial_filter(w: Any, x: Any) -> Any:
+    """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces, through
+    `dspk.linalg.matmul` (exact in x's precision; W is converted to x's dtype)."""
+    xp = traces(x)
+    if not (isinstance(w, np.ndarray) or is_cupy_array(w)) or w.ndim != 2:
+        raise ValueError(f"w: expected a 2-D [out_channels, channels] array, got "
+                         f"{getattr(w, 'shape', type(w).__name__)}")
+    if w.shape[1] != x.shape[0]:
+        raise ValueError(f"w: has {w.shape[1]} columns but x has {x.shape[0]} channels")
+    if array_module(w) is not xp:
+        raise TypeError("w and x mix NumPy and CuPy arrays")
+    return matmul(w.astype(x.dtype, copy=False), x)
+
+
+def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
+                     geometry_um: Any = None, local_radius: tuple | None = None) -> Any:
+    """Subtract a common reference from every channel.
+
+    Parameters
+    ----------
+    x : array
+        [channels, samples], float32 or float64.
+    operator : {"median", "mean"}
+        Per sample, across channels. With an even number of channels the median is the mean of
+        the two middle values (numpy's convention).
+    groups : sequence of index arrays, optional
+        Reference each group of channels (shanks, say) with its own median/mean.
+    geometry_um, local_radius : optional
+        Local reference: each channel minus the reference of the channels whose distance lies in
+        ``local_radius = (inner, outer)`` µm (SpikeInterface's annulus).
+
+    Returns
+    -------
+    array
+        Same shape and dtype as x.
+    """
+    xp = traces(x)
+    if operator not in ("median", "mean"):
+        raise ValueError(f"operator: expected 'median' or 'mean', got {operator!r}")
+    reduce = (lambda a: xp.median(a, axis=0)) if operator == "median" else \
+        (lambda a: a.mean(axis=0, dtype=a.dtype))
+    c = x.shape[0]
+    if local_radius is not None:
+        if geometry_um is None:
+            raise ValueError("geometry_um: a local reference needs the channel positions")
+        inner, outer = local_radius
+        g = geometry(geometry_um, c, xp)
+        d = np.sqrt(((g[:, None] - g[None]) ** 2).sum(-1))
+        out = xp.empty_like(x)
+        for ch in range(c):
+            ring = np.flatnonzero((d[ch] >= inner) & (d[ch] <= outer) & (np.arange(c) != ch))
+            if ring.size == 0:
+                raise ValueError(f"local_radius: channel {ch} has no neighbour between {inner} "
+                                 f"and {outer} µm")
+            out[ch] = x[ch] - reduce(x[xp.asarray(ring)])
+        return out
+    if groups is None:
+        return x - reduce(x)[None]
+    out = x.copy()
+    seen = np.zeros(c, dtype=bool)
+    for gi, group in enumerate(groups):
+        ids = np.asarray(group.get() if hasattr(group, "get") else group, dtype=np.int64)
+        if ids.size == 0 or ids.min() < 0 or ids.max() >= c:
+            raise ValueError(f"groups[{gi}]: channel indices must be in [0, {c})")
+        if seen[ids].any():
+            raise ValueError(f"groups[{gi}]: a channel appears in two groups")
+        seen[ids] = True
+        sel = xp.asarray(ids)
+        out[sel] = x[sel] - reduce(x[sel])[None]
+    return out

@@ -1,0 +1,195 @@
+"""dspk.ops against float64 NumPy references, on CPU and GPU (`gpu` params): covariance and its
+accumulator (exact for int16), whitening (global, local), spatial filters, common references,
+PCA, distances; and their bad input."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dspk
+from dspk.backend import to_numpy
+from dspk.ops.spatial import DEFAULT_EPS, neighbors
+
+SETTINGS = settings(max_examples=30, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def realistic(channels, samples, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    src = rng.standard_normal((channels // 4 + 2, samples))
+    mix = rng.standard_normal((channels, src.shape[0])) * 20
+    x = mix @ src + rng.uniform(-300, 300, (channels, 1)) + 5 * rng.standard_normal((channels,
+                                                                                      samples))
+    return x.astype(dtype)
+
+
+def rel(a, b):
+    a, b = to_numpy(a).astype(np.float64), np.asarray(b, dtype=np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def probe(n):
+    """Two columns, 20 µm pitch (a Neuropixels-like layout)."""
+    return np.stack([np.tile([0.0, 32.0], n // 2 + 1)[:n], np.repeat(np.arange(n // 2 + 1), 2)[:n]
+                     * 20.0], axis=1)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_covariance_matches_numpy(xp, dtype, tol):
+    x = realistic(64, 20000, dtype=dtype)
+    c = dspk.covariance(xp.asarray(x))
+    assert c.dtype == dtype
+    assert rel(c, np.cov(x.astype(np.float64))) <= tol
+    assert rel(dspk.covariance(xp.asarray(x), center=False, ddof=0),
+               x.astype(np.float64) @ x.T.astype(np.float64) / x.shape[1]) <= tol
+
+
+def test_int16_covariance_is_exact(xp):
+    x = np.random.default_rng(1).integers(-32768, 32768, (16, 5000), dtype=np.int16)
+    c = dspk.covariance(xp.asarray(x))
+    assert c.dtype == np.float64
+    assert rel(c, np.cov(x.astype(np.float64))) <= 1e-14
+
+
+@SETTINGS
+@given(cuts=st.lists(st.integers(1, 999), max_size=6, unique=True),
+       dtype=st.sampled_from([np.int16, np.float32, np.float64]))
+def test_accumulator_equals_one_shot_whatever_the_chunks(xp, cuts, dtype):
+    rng = np.random.default_rng(len(cuts))
+    if dtype == np.int16:
+        x = rng.integers(-3000, 3000, (5, 1000), dtype=np.int16)
+    else:
+        x = realistic(5, 1000, dtype=dtype)
+    edges = [0] + sorted(cuts) + [1000]
+    acc = dspk.CovarianceAccumulator()
+    for a, b in zip(edges[:-1], edges[1:]):
+        acc.add(xp.asarray(x[:, a:b]))
+    one = dspk.covariance(xp.asarray(x))
+    if dtype == np.int16:
+        assert np.array_equal(to_numpy(acc.result()), to_numpy(one))
+    else:
+        assert rel(acc.result(), to_numpy(one)) <= (1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_global_whitening_gives_identity_covariance(xp):
+    x = realistic(384, 20000, seed=2)
+    xd = xp.asarray(x)
+    w = dspk.whitening_matrix(dspk.covariance(xd))
+    y = dspk.spatial_filter(w, xd)
+    c = to_numpy(dspk.covariance(y)).astype(np.float64)
+    assert np.max(np.abs(c - np.eye(384))) <= 1e-3
+
+
+@pytest.mark.parametrize("how", [{"n_neighbors": 8}, {"radius_um": 45.0}])
+def test_local_whitening_matches_the_definition(xp, how):
+    x = realistic(40, 8000, seed=3, dtype=np.float64)
+    cov = np.cov(x)
+    geom = probe(40)
+    w = to_numpy(dspk.whitening_matrix(xp.asarray(cov), geometry_um=geom, **how))
+    ref = np.zeros((40, 40))
+    for c, hood in enumerate(neighbors(geom, how.get("n_neighbors"), how.get("radius_um"))):
+        d, e = np.linalg.eigh(cov[np.ix_(hood, hood)])
+        z = e @ np.diag(1 / np.sqrt(d + DEFAULT_EPS * d.mean())) @ e.T
+        ref[c, hood] = z[0]
+    assert rel(w, ref) <= 1e-12
+    assert all((np.count_nonzero(r) <= 8) for r in w) if "n_neighbors" in how else True
+
+
+def test_singular_covariance_gives_no_nan(xp):
+    x = realistic(32, 10)               # a short chunk: rank <= 9
+    w = to_numpy(dspk.whitening_matrix(dspk.covariance(xp.asarray(x))))
+    assert np.all(np.isfinite(w))
+    w0 = to_numpy(dspk.whitening_matrix(xp.zeros((4, 4), np.float32)))
+    assert np.array_equal(w0, np.eye(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("op", ["median", "mean"])
+@pytest.mark.parametrize("channels", [7, 8])
+def test_common_reference(xp, op, channels):
+    x = realistic(channels, 3000, seed=4, dtype=np.float64)
+    ref = getattr(np, op)(x, axis=0)
+    assert rel(dspk.common_reference(xp.asarray(x), op), x - ref[None]) <= 1e-12
+    groups = [np.arange(0, 3), np.arange(3, channels)]
+    got = to_numpy(dspk.common_reference(xp.asarray(x), op, groups=groups))
+    for g in groups:
+        np.testing.assert_allclose(got[g], x[g] - getattr(np, op)(x[g], axis=0), rtol=1e-12,
+                                   atol=1e-9)
+
+
+def test_local_common_reference(xp):
+    x = realistic(20, 2000, seed=5, dtype=np.float64)
+    geom = probe(20)
+    got = to_numpy(dspk.common_reference(xp.asarray(x), "median", geometry_um=geom,
+                                         local_radius=(30, 60)))
+    d = np.sqrt(((geom[:, None] - geom[None]) ** 2).sum(-1))
+    for c in range(20):
+        ring = (d[c] >= 30) & (d[c] <= 60) & (np.arange(20) != c)
+        np.testing.assert_allclose(got[c], x[c] - np.median(x[ring], axis=0), rtol=1e-12,
+                                   atol=1e-9)
+
+
+def test_pca_matches_eigh_and_fixes_signs(xp):
+    rng = np.random.default_rng(6)
+    clips = (rng.standard_normal((3000, 5)) @ rng.standard_normal((5, 61))).astype(np.float64)
+    p = dspk.PCA(3).fit(xp.asarray(clips))
+    cov = np.cov(clips.T)
+    d, e = np.linalg.eigh(cov)
+    ref = e[:, ::-1][:, :3].T
+    ref *= np.sign(ref[np.arange(3), np.abs(ref).argmax(axis=1)])[:, None]
+    assert rel(p.components_, ref) <= 1e-10
+    feats = p.transform(xp.asarray(clips))
+    assert rel(feats, (clips - clips.mean(0)) @ ref.T) <= 1e-10
+    three = p.transform(xp.asarray(clips.reshape(1000, 3, 61)))
+    assert three.shape == (1000, 3, 3)
+
+
+def test_distances(xp):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((50, 6))
+    b = rng.standard_normal((70, 6))
+    ref = ((a[:, None] - b[None]) ** 2).sum(-1)
+    assert rel(dspk.pairwise_sqdist(xp.asarray(a), xp.asarray(b)), ref) <= 1e-12
+    idx, dist = dspk.knn(xp.asarray(a), xp.asarray(b), 4)
+    np.testing.assert_array_equal(to_numpy(idx), np.argsort(ref, axis=1, kind="stable")[:, :4])
+    assert to_numpy(dist).min() >= 0
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_samples_channels_hint(xp):
+    with pytest.raises(ValueError, match="did you pass \\[samples, channels\\]"):
+        dspk.covariance(xp.zeros((60000, 384), np.float32))
+
+
+def test_bad_covariances_name_the_channels(xp):
+    c = np.eye(5)
+    c[1, 3] = 0.5
+    with pytest.raises(ValueError, match=r"not symmetric: cov\[(1, 3|3, 1)\]"):
+        dspk.whitening_matrix(xp.asarray(c))
+    c = np.eye(5)
+    c[2, 4] = c[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"not finite at channels \(2, 4\)"):
+        dspk.whitening_matrix(xp.asarray(c))
+
+
+def test_geometry_of_the_wrong_length(xp):
+    with pytest.raises(ValueError, match="geometry: 3 positions for 5 channels"):
+        dspk.whitening_matrix(xp.eye(5), geometry_um=np.zeros((3, 2)), n_neighbors=2)
+
+
+def test_pca_too_many_components(xp):
+    with pytest.raises(ValueError, match="n_components: 7 components need at least 7 taps"):
+        dspk.PCA(7).fit(xp.zeros((100, 5)))
+
+
+def test_empty_and_wrong_inputs(xp):
+    with pytest.raises(ValueError, match="x: empty"):
+        dspk.covariance(xp.zeros((0, 10), np.float32))
+    with pytest.raises(ValueError, match="expected a 2-D"):
+        dspk.covariance(xp.zeros(10, np.float32))
+    with pytest.raises(TypeError, match="x: unsupported dtype int32"):
+        dspk.covariance(xp.zeros((2, 10), np.int32))
+    with pytest.raises(ValueError, match="w: has 3 columns but x has 4 channels"):
+        dspk.spatial_filter(xp.eye(3), xp.zeros((4, 10)))
+    with pytest.raises(ValueError, match="operator"):
+        dspk.common_reference(xp.zeros((4, 10)), "mode")
