@@ -1,0 +1,160 @@
+"""FIR filters on [channels, samples] traces: design (through scipy.signal), per-channel filtering
+and filter banks.
+
+Convention: a filter's output at sample t is aligned with its input (the group delay of the
+linear-phase taps is removed: ``taps`` of odd length are centred on their middle tap). Outside
+the data the signal is taken as zero, unless the caller gives ``halo`` samples on each side
+(streaming: the output then covers only the inner ``samples − 2·halo`` and equals the one-shot
+result there exactly as long as ``halo >= len(taps) // 2``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._checks import traces
+
+__all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank",
+           "DEFAULT_HIGHPASS_HZ"]
+
+DEFAULT_HIGHPASS_HZ = 300.0
+
+
+def _check_fs(fs: float, *cutoffs: float) -> None:
+    if not fs > 0:
+        raise ValueError(f"fs: expected a positive sampling rate in Hz, got {fs}")
+    for c in cutoffs:
+        if not 0 < c < fs / 2:
+            raise ValueError(f"cutoff {c} Hz: expected 0 < cutoff < fs/2 = {fs / 2} Hz")
+
+
+def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
+                  transition: float | None = None, ripple_db: float = 33.0) -> np.ndarray:
+    """Linear-phase high-pass FIR taps (Kaiser window, scipy.signal.firwin), odd length.
+
+    The gain is 0.5 at ``cutoff``; the transition band is ``cutoff ± transition/2`` (default
+    2/3 of the cutoff: 200–400 Hz for 300 Hz), outside which the ripple is at most
+    10^(−ripple_db/20) (33 dB: ≤ 2.3%). With the defaults at 30 kHz: |H| ≤ 0.03 at 200 Hz and
+    below, ≥ 0.97 from 400 Hz up — more selective than Kilosort4's 3rd-order forward-backward
+    Butterworth (|H| ≈ 0.08 at 200 Hz, 0.85 at 400 Hz).
+    """
+    from scipy.signal import firwin, kaiserord  # noqa: PLC0415
+
+    transition = (2.0 / 3.0) * cutoff if transition is None else float(transition)
+    _check_fs(fs, cutoff)
+    if not 0 < transition < 2 * cutoff:
+        raise ValueError(f"transition: expected 0 < transition < 2*cutoff, got {transition}")
+    numtaps, beta = kaiserord(ripple_db, transition / (0.5 * fs))
+    numtaps |= 1  # odd: a high-pass needs a middle tap (type I)
+    return firwin(numtaps, cutoff, window=("kaiser", beta), pass_zero=False, fs=fs)
+
+
+def bandpass_taps(fs: float, low: float, high: float, transition: float | None = None,
+                  ripple_db: float = 33.0) -> np.ndarray:
+    """Linear-phase band-pass FIR taps (Kaiser window), odd length; gain 0.5 at ``low`` and
+    ``high``, transition width default 2/3 of ``low``."""
+    from scipy.signal import firwin, kaiserord  # noqa: PLC0415
+
+    _check_fs(fs, low, high)
+    if not low < high:
+        raise ValueError(f"low ({low} Hz) must be below high ({high} Hz)")
+    transition = (2.0 / 3.0) * low if transition is None else float(transition)
+    numtaps, beta = kaiserord(ripple_db, transition / (0.5 * fs))
+    return firwin(numtaps | 1, [low, high], window=("kaiser", beta), pass_zero=False, fs=fs)
+
+
+def zero_phase_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ, order: int = 3,
+                    tolerance: float = 1e-6) -> np.ndarray:
+    """The impulse response of a Butterworth high-pass run forward and backward
+    (scipy.signal.filtfilt), as symmetric FIR taps: for matching Kilosort4's high-pass. The
+    response is truncated where every remaining tap is below ``tolerance`` times the largest."""
+    from scipy.signal import butter, sosfilt  # noqa: PLC0415
+
+    _check_fs(fs, cutoff)
+    sos = butter(order, cutoff, btype="highpass", fs=fs, output="sos")
+    n = int(20 * fs / cutoff) | 1
+    imp = np.zeros(n)
+    imp[0] = 1.0
+    h = sosfilt(sos, imp)                       # causal response
+    # forward-backward = h convolved with its time reverse: symmetric around lag 0
+    full = np.convolve(h, h[::-1])
+    mid = len(full) // 2
+    keep = np.flatnonzero(np.abs(full) >= tolerance * np.abs(full).max())
+    half = max(mid - keep.min(), keep.max() - mid)
+    return full[mid - half: mid + half + 1]
+
+
+def _check_taps(taps: Any, n_samples: int, name: str = "taps") -> np.ndarray:
+    t = np.asarray(taps.get() if hasattr(taps, "get") else taps, dtype=np.float64)
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D array of taps, got shape {t.shape}")
+    if t.size > n_samples:
+        raise ValueError(f"{name}: {t.size} taps are longer than the data ({n_samples} samples)")
+    return t
+
+
+def _correlate_same(xp: Any, x: Any, kernel: Any) -> Any:
+    """Per row of x, Σ_j kernel[j] x[t + j − c] with c = len(kernel) // 2 (zero outside)."""
+    if xp is np:
+        from scipy.signal import oaconvolve  # noqa: PLC0415
+    else:
+        from cupyx.scipy.signal import oaconvolve  # noqa: PLC0415
+    k = kernel[::-1]                      # correlation = convolution with the reversed taps
+    full = oaconvolve(x, k[None, :], mode="full", axes=1)
+    c = (len(kernel) - 1) - len(kernel) // 2
+    return full[:, c:c + x.shape[1]]
+
+
+def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> Any:
+    """Filter every channel of ``x`` [channels, samples] with ``taps``.
+
+    Parameters
+    ----------
+    x : array
+        float32 or float64 (the filter runs in x's precision).
+    taps : array-like
+        1-D FIR taps; odd-length linear-phase taps keep the output aligned with the input.
+    zero_phase : bool
+        Filter forward and backward (the taps' response squared, zero phase).
+    halo : int
+        Samples of context on each side of x that are not returned (streaming).
+
+    Returns
+    -------
+    array
+        [channels, samples − 2·halo], x's dtype and array type.
+    """
+    xp = traces(x)
+    t = _check_taps(taps, x.shape[1])
+    if zero_phase:
+        t = np.convolve(t, t[::-1])
+    halo = int(halo)
+    if not (0 <= halo and 2 * halo < x.shape[1]):
+        raise ValueError(f"halo: expected 0 <= halo < samples/2, got {halo}")
+    k = xp.asarray(t[::-1].copy().astype(x.dtype))   # correlation kernel of a convolution
+    y = _correlate_same(xp, x, k).astype(x.dtype, copy=False)
+    return y[:, halo:x.shape[1] - halo] if halo else y
+
+
+def fir_bank(x: Any, bank: Any) -> Any:
+    """Correlate every channel with every filter of ``bank`` [k, taps]: out[c, i, t] =
+    Σ_j bank[i, j]·x[c, t + j − taps//2] (zero outside) — Kilosort4's template correlation.
+
+    Returns
+    -------
+    array
+        [channels, k, samples], x's dtype and array type.
+    """
+    xp = traces(x)
+    b = np.asarray(bank.get() if hasattr(bank, "get") else bank, dtype=np.float64)
+    if b.ndim != 2 or b.shape[0] == 0 or b.shape[1] == 0:
+        raise ValueError(f"bank: expected [filters, taps], got shape {b.shape}")
+    if b.shape[1] > x.shape[1]:
+        raise ValueError(f"bank: {b.shape[1]} taps are longer than the data "
+                         f"({x.shape[1]} samples)")
+    out = xp.empty((x.shape[0], b.shape[0], x.shape[1]), dtype=x.dtype)
+    for i in range(b.shape[0]):
+        out[:, i] = _correlate_same(xp, x, xp.asarray(b[i].astype(x.dtype)))
+    return out

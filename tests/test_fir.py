@@ -1,0 +1,102 @@
+"""FIR design (frequency responses), per-channel filtering and banks against SciPy, streaming
+with halos; CPU and GPU (`gpu` params)."""
+
+import numpy as np
+import pytest
+from scipy import signal
+
+import dspk
+from dspk.backend import to_numpy
+
+FS = 30000.0
+
+
+def gain(taps, f):
+    _, h = signal.freqz(taps, worN=np.atleast_1d(f), fs=FS)
+    return np.abs(h)
+
+
+def test_default_highpass_is_at_least_as_selective_as_kilosort4():
+    taps = dspk.highpass_taps(FS)
+    assert len(taps) % 2 == 1
+    assert np.all(gain(taps, np.linspace(1, 200, 50)) <= 0.1)
+    assert gain(taps, 400)[0] >= 0.85
+    assert np.all(np.abs(gain(taps, np.linspace(600, 0.45 * FS, 200)) - 1) <= 0.03)
+    assert abs(gain(taps, 300)[0] - 0.5) < 0.02
+
+
+def test_zero_phase_taps_match_filtfilt_magnitude():
+    taps = dspk.zero_phase_taps(FS, 300, order=3)
+    np.testing.assert_allclose(taps, taps[::-1], atol=1e-12)
+    sos = signal.butter(3, 300, btype="highpass", fs=FS, output="sos")
+    f = np.array([100.0, 200, 300, 400, 600, 1000])
+    _, h = signal.sosfreqz(sos, worN=f, fs=FS)
+    np.testing.assert_allclose(gain(taps, f), np.abs(h) ** 2, atol=1e-4)
+
+
+def test_bandpass_taps():
+    taps = dspk.bandpass_taps(FS, 300, 6000)
+    assert gain(taps, 3000)[0] > 0.97 and gain(taps, 100)[0] < 0.03 and gain(taps, 9000)[0] < 0.03
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_fir_filter_matches_lfilter(xp, dtype, tol):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 5000)).astype(dtype)
+    taps = dspk.highpass_taps(FS)
+    y = to_numpy(dspk.fir_filter(xp.asarray(x), taps)).astype(np.float64)
+    causal = signal.lfilter(taps, 1.0, x.astype(np.float64), axis=1)
+    c = len(taps) // 2
+    ref = np.zeros_like(causal)
+    ref[:, :-c] = causal[:, c:]
+    inner = slice(len(taps), 5000 - len(taps))
+    err = np.linalg.norm(y[:, inner] - ref[:, inner]) / np.linalg.norm(ref[:, inner])
+    assert err <= tol
+    assert y.shape == x.shape
+
+
+def test_zero_phase_filtering_equals_the_symmetric_kernel(xp):
+    x = np.random.default_rng(1).standard_normal((3, 4000))
+    taps = dspk.highpass_taps(FS)
+    y = to_numpy(dspk.fir_filter(xp.asarray(x), taps, zero_phase=True))
+    k = np.convolve(taps, taps[::-1])
+    ref = np.stack([np.convolve(r, k, mode="same") for r in x])
+    np.testing.assert_allclose(y, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_streaming_with_halos_equals_one_shot(xp):
+    x = np.random.default_rng(2).standard_normal((4, 12000))
+    taps = dspk.highpass_taps(FS)
+    halo = len(taps) // 2
+    whole = to_numpy(dspk.fir_filter(xp.asarray(x), taps))
+    chunk = 3000
+    for start in range(halo, 12000 - halo - chunk, chunk):
+        part = to_numpy(dspk.fir_filter(xp.asarray(x[:, start - halo:start + chunk + halo]),
+                                        taps, halo=halo))
+        np.testing.assert_allclose(part, whole[:, start:start + chunk], rtol=1e-10, atol=1e-10)
+
+
+def test_fir_bank_matches_correlate(xp):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 2000)).astype(np.float32)
+    bank = rng.standard_normal((6, 61))
+    y = to_numpy(dspk.fir_bank(xp.asarray(x), bank))
+    assert y.shape == (5, 6, 2000)
+    for c in range(5):
+        for i in range(6):
+            ref = signal.correlate(x[c].astype(np.float64), bank[i], mode="same")
+            assert np.linalg.norm(y[c, i] - ref) / np.linalg.norm(ref) <= 1e-5
+
+
+def test_bad_filter_arguments(xp):
+    x = xp.zeros((2, 100), np.float32)
+    with pytest.raises(ValueError, match="taps: 101 taps are longer than the data"):
+        dspk.fir_filter(x, np.ones(101))
+    with pytest.raises(ValueError, match="cutoff 20000"):
+        dspk.highpass_taps(FS, 20000)
+    with pytest.raises(ValueError, match="fs: expected a positive"):
+        dspk.highpass_taps(0)
+    with pytest.raises(ValueError, match="halo: expected"):
+        dspk.fir_filter(x, np.ones(5), halo=50)
+    with pytest.raises(ValueError, match="bank: expected"):
+        dspk.fir_bank(x, np.ones(5))
