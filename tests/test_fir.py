@@ -103,10 +103,10 @@ def test_bad_filter_arguments(xp):
 
 
 def test_cpu_channel_blocks_in_threads_equal_one_block(monkeypatch):
-    import dspk.ops.fir as fir
+    import dspk.ops._parallel as par
 
     x = np.random.default_rng(4).standard_normal((384, 3000)).astype(np.float32)  # > 2^20
     taps = dspk.highpass_taps(FS)
     threaded = dspk.fir_filter(x, taps)
-    monkeypatch.setattr(fir.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(par.os, "cpu_count", lambda: 1)
     np.testing.assert_array_equal(dspk.fir_filter(x, taps), threaded)

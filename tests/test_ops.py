@@ -193,3 +193,13 @@ def test_empty_and_wrong_inputs(xp):
         dspk.spatial_filter(xp.eye(3), xp.zeros((4, 10)))
     with pytest.raises(ValueError, match="operator"):
         dspk.common_reference(xp.zeros((4, 10)), "mode")
+
+
+def test_cpu_median_blocks_in_threads_equal_one_block(monkeypatch):
+    import dspk.ops._parallel as par
+
+    x = realistic(384, 3000, seed=8, dtype=np.float32)  # > 2^20 elements: the threaded path
+    threaded = dspk.common_reference(x, "median")
+    monkeypatch.setattr(par.os, "cpu_count", lambda: 1)
+    np.testing.assert_array_equal(dspk.common_reference(x, "median"), threaded)
+    np.testing.assert_array_equal(threaded, x - np.median(x, axis=0)[None])

@@ -10,6 +10,7 @@ import numpy as np
 from ..backend import array_module, is_cupy_array
 from ..linalg import matmul
 from ._checks import FLOATS, geometry, traces
+from ._parallel import blocks
 
 __all__ = ["whitening_matrix", "spatial_filter", "common_reference", "neighbors"]
 
@@ -176,8 +177,14 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
     xp = traces(x)
     if operator not in ("median", "mean"):
         raise ValueError(f"operator: expected 'median' or 'mean', got {operator!r}")
-    reduce = (lambda a: xp.median(a, axis=0)) if operator == "median" else \
-        (lambda a: a.mean(axis=0, dtype=a.dtype))
+    def reduce(a: Any) -> Any:
+        if operator == "mean":
+            return a.mean(axis=0, dtype=a.dtype)
+        if xp is not np:
+            return xp.median(a, axis=0)
+        # sample blocks in threads (numpy's partition releases the GIL): 384 x 60 000, 2 cores,
+        # 327 -> about 160 ms
+        return blocks(lambda s, e: np.median(a[:, s:e], axis=0), a.shape[1], a.size, axis=0)
     c = x.shape[0]
     if local_radius is not None:
         if geometry_um is None:
