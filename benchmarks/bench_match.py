@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend, to_numpy  # noqa: E402
+from timing import Clock  # noqa: E402  (benchmarks/timing.py)
 from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
@@ -59,32 +61,6 @@ def cut_templates(image, n, th=16, tw=16, seed=7):
     ys = rng.integers(0, image.shape[0] - th, n)
     xs = rng.integers(0, image.shape[1] - tw, n)
     return np.stack([image[y:y + th, x:x + tw] for y, x in zip(ys, xs)])
-
-
-class Clock:
-    def __init__(self, gpu):
-        self.gpu = gpu
-        if gpu:
-            import cupy as cp
-
-            self.cp = cp
-
-    def median_ms(self, fn, samples=7):
-        fn()
-        times = []
-        for _ in range(samples):
-            if self.gpu:
-                s, e = self.cp.cuda.Event(), self.cp.cuda.Event()
-                s.record()
-                fn()
-                e.record()
-                e.synchronize()
-                times.append(self.cp.cuda.get_elapsed_time(s, e))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
 
 
 def run(backend, small):

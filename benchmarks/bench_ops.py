@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,9 +20,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend, to_numpy  # noqa: E402
+from timing import Clock  # noqa: E402  (benchmarks/timing.py)
 
 TARGETS_GPU = {"fir_bank 6x61": 0.8, "local whitening apply": 0.07,
                "median CAR + high-pass": 1.0, "local whitening build": 10.0}
@@ -42,32 +43,6 @@ def probe(n):
                      np.repeat(np.arange(n // 2 + 1), 2)[:n] * 20.0], axis=1)
 
 
-class Clock:
-    def __init__(self, gpu):
-        self.gpu = gpu
-        if gpu:
-            import cupy as cp
-
-            self.cp = cp
-
-    def ms(self, fn, samples=9):
-        fn()
-        out = []
-        for _ in range(samples):
-            if self.gpu:
-                s, e = self.cp.cuda.Event(), self.cp.cuda.Event()
-                s.record()
-                fn()
-                e.record()
-                e.synchronize()
-                out.append(self.cp.cuda.get_elapsed_time(s, e))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(out)
-
-
 def run(backend, small):
     gpu = backend == "gpu"
     xp = np
@@ -78,7 +53,7 @@ def run(backend, small):
     T = 6000 if small else 60000
     src = xp.ones(1 << 26, np.float32)
     dst = xp.empty_like(src)
-    bw = 2 * src.nbytes / (clock.ms(lambda: xp.copyto(dst, src), 5) * 1e-3)  # bytes/s
+    bw = 2 * src.nbytes / (clock.median_ms(lambda: xp.copyto(dst, src), 5) * 1e-3)  # bytes/s
     torch = None
     try:
         import torch as _torch
@@ -102,32 +77,32 @@ def run(backend, small):
         cov = dspk.covariance(x)
         err = float(np.linalg.norm(to_numpy(cov) - ref) / np.linalg.norm(ref))
         add(f"covariance {C}x{T}", "dspk.covariance (float32)",
-            clock.ms(lambda: dspk.covariance(x)), x.nbytes, err)
+            clock.median_ms(lambda: dspk.covariance(x)), x.nbytes, err)
         add(f"covariance {C}x{T}", "peer numpy/cupy cov(dtype=f32)",
-            clock.ms(lambda: xp.cov(x, dtype=np.float32)), x.nbytes)
+            clock.median_ms(lambda: xp.cov(x, dtype=np.float32)), x.nbytes)
         if torch is not None:
             tx = torch.as_tensor(x, device="cuda" if gpu else "cpu")
-            add(f"covariance {C}x{T}", "peer torch.cov", clock.ms(lambda: torch.cov(tx)), x.nbytes)
+            add(f"covariance {C}x{T}", "peer torch.cov", clock.median_ms(lambda: torch.cov(tx)), x.nbytes)
         x16 = xp.asarray(np.clip(xh, -32768, 32767).astype(np.int16))
         add(f"covariance {C}x{T}", "dspk.covariance (int16, exact)",
-            clock.ms(lambda: dspk.covariance(x16)), x16.nbytes)
+            clock.median_ms(lambda: dspk.covariance(x16)), x16.nbytes)
         if C == 384:
             geom = probe(C)
             t0 = time.perf_counter()
             w_loc = dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32)
             add("local whitening build", "dspk.whitening_matrix(n_neighbors=32)",
-                clock.ms(lambda: dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32), 5),
+                clock.median_ms(lambda: dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32), 5),
                 note=f"first call {1e3 * (time.perf_counter() - t0):.1f} ms; Kilosort4: 241-254 ms")
             w = dspk.whitening_matrix(cov)
-            add("global whitening build", "dspk.whitening_matrix", clock.ms(
+            add("global whitening build", "dspk.whitening_matrix", clock.median_ms(
                 lambda: dspk.whitening_matrix(cov), 5))
             y = dspk.spatial_filter(w, x)
             c_w = to_numpy(dspk.covariance(y)).astype(np.float64)
             add("dense whitening apply", "dspk.spatial_filter(W, x)",
-                clock.ms(lambda: dspk.spatial_filter(w, x)), 2 * x.nbytes,
+                clock.median_ms(lambda: dspk.spatial_filter(w, x)), 2 * x.nbytes,
                 float(np.abs(c_w - np.eye(C)).max()), "err: max |cov(Wx) - I|")
             add("local whitening apply", "dspk.spatial_filter(W_local, x) (dense product)",
-                clock.ms(lambda: dspk.spatial_filter(w_loc, x)), 2 * x.nbytes,
+                clock.median_ms(lambda: dspk.spatial_filter(w_loc, x)), 2 * x.nbytes,
                 note="the neighbourhood-sparse kernel is not written yet")
             taps = dspk.highpass_taps(30000.0)
 
@@ -135,8 +110,8 @@ def run(backend, small):
                 return dspk.fir_filter(dspk.common_reference(x, "median"), taps)
 
             add("median CAR + high-pass", f"dspk.common_reference + fir_filter ({len(taps)} taps)",
-                clock.ms(car_hp, 5), 4 * x.nbytes)
-            add("high-pass", "dspk.fir_filter", clock.ms(lambda: dspk.fir_filter(x, taps), 5),
+                clock.median_ms(car_hp, 5), 4 * x.nbytes)
+            add("high-pass", "dspk.fir_filter", clock.median_ms(lambda: dspk.fir_filter(x, taps), 5),
                 2 * x.nbytes)
             from scipy.signal import butter
 
@@ -146,26 +121,26 @@ def run(backend, small):
                 from scipy import signal as xs
             sos = xp.asarray(butter(3, 300, btype="highpass", fs=30000.0, output="sos"))
             add("high-pass", "peer sosfiltfilt (Butterworth 3, KS4's filter)",
-                clock.ms(lambda: xs.sosfiltfilt(sos, x, axis=1), 3), 2 * x.nbytes)
+                clock.median_ms(lambda: xs.sosfiltfilt(sos, x, axis=1), 3), 2 * x.nbytes)
             bank = np.random.default_rng(0).standard_normal((6, 61)).astype(np.float32)
-            add("fir_bank 6x61", "dspk.fir_bank", clock.ms(lambda: dspk.fir_bank(x, bank), 3),
+            add("fir_bank 6x61", "dspk.fir_bank", clock.median_ms(lambda: dspk.fir_bank(x, bank), 3),
                 x.nbytes * 7)
             if torch is not None:
                 tb = torch.as_tensor(bank, device="cuda" if gpu else "cpu")
                 tx = torch.as_tensor(x, device="cuda" if gpu else "cpu")
                 weight = tb.repeat(C, 1)[:, None, :]
-                add("fir_bank 6x61", "peer torch conv1d depthwise", clock.ms(
+                add("fir_bank 6x61", "peer torch conv1d depthwise", clock.median_ms(
                     lambda: torch.nn.functional.conv1d(tx[None], weight, padding=30, groups=C),
                     3), x.nbytes * 7)
     clips = xp.asarray(np.random.default_rng(1).standard_normal((100000 if not small else 10000,
                                                                   61)).astype(np.float32))
     p = dspk.PCA(6).fit(clips)
-    add("PCA transform 61->6", "dspk.PCA.transform", clock.ms(lambda: p.transform(clips)),
+    add("PCA transform 61->6", "dspk.PCA.transform", clock.median_ms(lambda: p.transform(clips)),
         clips.nbytes)
     npts = 20000 if gpu and not small else 4000
     a = xp.asarray(np.random.default_rng(2).standard_normal((npts, 16)).astype(np.float32))
     add(f"pairwise_sqdist {npts}x{npts}x16", "dspk.pairwise_sqdist",
-        clock.ms(lambda: dspk.pairwise_sqdist(a, a), 3), npts * npts * 4)
+        clock.median_ms(lambda: dspk.pairwise_sqdist(a, a), 3), npts * npts * 4)
     return rows, notes, bw
 
 
