@@ -82,7 +82,8 @@ def run(backend, small):
             clock.median_ms(lambda: xp.cov(x, dtype=np.float32)), x.nbytes)
         if torch is not None:
             tx = torch.as_tensor(x, device="cuda" if gpu else "cpu")
-            add(f"covariance {C}x{T}", "peer torch.cov", clock.median_ms(lambda: torch.cov(tx)), x.nbytes)
+            add(f"covariance {C}x{T}", "peer torch.cov",
+                clock.median_ms(lambda: torch.cov(tx)), x.nbytes)
         x16 = xp.asarray(np.clip(xh, -32768, 32767).astype(np.int16))
         add(f"covariance {C}x{T}", "dspk.covariance (int16, exact)",
             clock.median_ms(lambda: dspk.covariance(x16)), x16.nbytes)
@@ -91,7 +92,8 @@ def run(backend, small):
             t0 = time.perf_counter()
             w_loc = dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32)
             add("local whitening build", "dspk.whitening_matrix(n_neighbors=32)",
-                clock.median_ms(lambda: dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32), 5),
+                clock.median_ms(lambda: dspk.whitening_matrix(cov, geometry_um=geom,
+                                                              n_neighbors=32), 5),
                 note=f"first call {1e3 * (time.perf_counter() - t0):.1f} ms; Kilosort4: 241-254 ms")
             w = dspk.whitening_matrix(cov)
             add("global whitening build", "dspk.whitening_matrix", clock.median_ms(
@@ -111,7 +113,8 @@ def run(backend, small):
 
             add("median CAR + high-pass", f"dspk.common_reference + fir_filter ({len(taps)} taps)",
                 clock.median_ms(car_hp, 5), 4 * x.nbytes)
-            add("high-pass", "dspk.fir_filter", clock.median_ms(lambda: dspk.fir_filter(x, taps), 5),
+            add("high-pass", "dspk.fir_filter",
+                clock.median_ms(lambda: dspk.fir_filter(x, taps), 5),
                 2 * x.nbytes)
             from scipy.signal import butter
 
@@ -123,7 +126,8 @@ def run(backend, small):
             add("high-pass", "peer sosfiltfilt (Butterworth 3, KS4's filter)",
                 clock.median_ms(lambda: xs.sosfiltfilt(sos, x, axis=1), 3), 2 * x.nbytes)
             bank = np.random.default_rng(0).standard_normal((6, 61)).astype(np.float32)
-            add("fir_bank 6x61", "dspk.fir_bank", clock.median_ms(lambda: dspk.fir_bank(x, bank), 3),
+            add("fir_bank 6x61", "dspk.fir_bank",
+                clock.median_ms(lambda: dspk.fir_bank(x, bank), 3),
                 x.nbytes * 7)
             if torch is not None:
                 tb = torch.as_tensor(bank, device="cuda" if gpu else "cpu")
