@@ -103,9 +103,9 @@ def run(backend, small):
             add("dense whitening apply", "dspk.spatial_filter(W, x)",
                 clock.median_ms(lambda: dspk.spatial_filter(w, x)), 2 * x.nbytes,
                 float(np.abs(c_w - np.eye(C)).max()), "err: max |cov(Wx) - I|")
-            add("local whitening apply", "dspk.spatial_filter(W_local, x) (dense product)",
+            add("local whitening apply", "dspk.spatial_filter(W_local, x) (sparse path)",
                 clock.median_ms(lambda: dspk.spatial_filter(w_loc, x)), 2 * x.nbytes,
-                note="the neighbourhood-sparse kernel is not written yet")
+                note="CSR: scipy.sparse / cuSPARSE; a dedicated kernel is not written yet")
             taps = dspk.highpass_taps(30000.0)
 
             def car_hp():

@@ -203,3 +203,15 @@ def test_cpu_median_blocks_in_threads_equal_one_block(monkeypatch):
     monkeypatch.setattr(par.os, "cpu_count", lambda: 1)
     np.testing.assert_array_equal(dspk.common_reference(x, "median"), threaded)
     np.testing.assert_array_equal(threaded, x - np.median(x, axis=0)[None])
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
+    x = realistic(384, 4000, seed=9, dtype=dtype)
+    cov = np.cov(x.astype(np.float64))
+    w = dspk.whitening_matrix(xp.asarray(cov), geometry_um=probe(384), n_neighbors=32)
+    assert int((to_numpy(w) != 0).sum(axis=1).max()) <= 32
+    got = dspk.spatial_filter(w.astype(dtype), xp.asarray(x))
+    assert type(got) is type(xp.asarray(x)) and got.dtype == dtype
+    ref = to_numpy(w).astype(np.float64) @ x.astype(np.float64)
+    assert rel(got, ref) <= tol

@@ -138,9 +138,21 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
     return w.astype(dtype)
 
 
+#: a W with at most this many non-zeros per row, and at most SPARSE_DENSITY of them overall,
+#: is applied as a sparse matrix (local whitening: ~32 of 384 per row)
+SPARSE_MAX_ROW = 64
+SPARSE_DENSITY = 0.25
+
+
 def spatial_filter(w: Any, x: Any) -> Any:
-    """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces, through
-    `dspk.linalg.matmul` (exact in x's precision; W is converted to x's dtype)."""
+    """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
+
+    A dense W goes through `dspk.linalg.matmul` (exact in x's precision; W is converted to x's
+    dtype). A neighbourhood-sparse W (at most `SPARSE_MAX_ROW` non-zeros per row and
+    `SPARSE_DENSITY` overall: local whitening, local references, Laplacians) is applied as a CSR
+    matrix — scipy.sparse on the CPU (sample blocks in threads), cupyx.scipy.sparse (cuSPARSE) on
+    the GPU — reading x once instead of multiplying by its zeros.
+    """
     xp = traces(x)
     if not (isinstance(w, np.ndarray) or is_cupy_array(w)) or w.ndim != 2:
         raise ValueError(f"w: expected a 2-D [out_channels, channels] array, got "
@@ -149,7 +161,23 @@ def spatial_filter(w: Any, x: Any) -> Any:
         raise ValueError(f"w: has {w.shape[1]} columns but x has {x.shape[0]} channels")
     if array_module(w) is not xp:
         raise TypeError("w and x mix NumPy and CuPy arrays")
-    return matmul(w.astype(x.dtype, copy=False), x)
+    wt = w.astype(x.dtype, copy=False)
+    nnz_rows = (wt != 0).sum(axis=1)
+    if int(nnz_rows.max()) <= SPARSE_MAX_ROW and \
+            int(nnz_rows.sum()) <= SPARSE_DENSITY * wt.size and wt.shape[1] > SPARSE_MAX_ROW:
+        return _sparse_apply(xp, wt, x)
+    return matmul(wt, x)
+
+
+def _sparse_apply(xp: Any, w: Any, x: Any) -> Any:
+    if xp is np:
+        from scipy.sparse import csr_matrix  # noqa: PLC0415
+
+        csr = csr_matrix(w)
+        return blocks(lambda s, e: np.asarray(csr @ x[:, s:e]), x.shape[1], x.size, axis=1)
+    from cupyx.scipy.sparse import csr_matrix  # noqa: PLC0415
+
+    return xp.ascontiguousarray(csr_matrix(w) @ x)
 
 
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
