@@ -215,3 +215,21 @@ def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
     assert type(got) is type(xp.asarray(x)) and got.dtype == dtype
     ref = to_numpy(w).astype(np.float64) @ x.astype(np.float64)
     assert rel(got, ref) <= tol
+
+
+def test_bipolar_and_laplacian(xp):
+    x = realistic(12, 1000, seed=10, dtype=np.float64)
+    w = dspk.ops.bipolar_matrix([[0, 1], [5, 3]], 12)
+    got = to_numpy(dspk.spatial_filter(xp.asarray(w.astype(np.float64)), xp.asarray(x)))
+    np.testing.assert_allclose(got, np.stack([x[0] - x[1], x[5] - x[3]]), rtol=1e-12)
+    geom = probe(12)
+    lap = dspk.ops.laplacian_matrix(geom, n_neighbors=3, dtype=np.float64)
+    hoods = neighbors(geom, 4)
+    for c in range(12):
+        ref = x[c] - x[hoods[c][1:]].mean(axis=0)
+        out = lap.astype(np.float64)[c] @ x
+        np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-9)
+    with pytest.raises(ValueError, match="pairs: a channel paired with itself"):
+        dspk.ops.bipolar_matrix([[2, 2]], 12)
+    with pytest.raises(ValueError, match="n_neighbors: expected"):
+        dspk.ops.laplacian_matrix(geom, n_neighbors=12)

@@ -12,7 +12,8 @@ from ..linalg import matmul
 from ._checks import FLOATS, geometry, traces
 from ._parallel import blocks
 
-__all__ = ["whitening_matrix", "spatial_filter", "common_reference", "neighbors"]
+__all__ = ["whitening_matrix", "spatial_filter", "common_reference", "neighbors",
+           "bipolar_matrix", "laplacian_matrix"]
 
 DEFAULT_EPS = 1e-8  # relative to the mean eigenvalue (see whitening_matrix)
 
@@ -242,3 +243,43 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
         sel = xp.asarray(ids)
         out[sel] = x[sel] - reduce(x[sel])[None]
     return out
+
+
+def bipolar_matrix(pairs: Any, n_channels: int, dtype: Any = np.float32) -> np.ndarray:
+    """W for bipolar derivations: row r is channel pairs[r][0] minus channel pairs[r][1].
+    Apply with ``spatial_filter(W, x)`` (sparse: two non-zeros per row)."""
+    p = np.asarray(pairs, dtype=np.int64)
+    if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] == 0:
+        raise ValueError(f"pairs: expected [n, 2] channel index pairs, got shape {p.shape}")
+    if p.min() < 0 or p.max() >= n_channels:
+        raise ValueError(f"pairs: channel indices must be in [0, {n_channels})")
+    if np.any(p[:, 0] == p[:, 1]):
+        raise ValueError("pairs: a channel paired with itself")
+    w = np.zeros((len(p), n_channels), dtype=dtype)
+    rows = np.arange(len(p))
+    w[rows, p[:, 0]] = 1
+    w[rows, p[:, 1]] = -1
+    return w
+
+
+def laplacian_matrix(geometry_um: Any, n_neighbors: int | None = 4,
+                     radius_um: float | None = None, dtype: Any = np.float32) -> np.ndarray:
+    """W for a spatial Laplacian: each channel minus the mean of its neighbours (its
+    ``n_neighbors`` nearest other channels, or the others within ``radius_um``). Apply with
+    ``spatial_filter(W, x)``."""
+    g = geometry(geometry_um, len(np.asarray(getattr(geometry_um, "contact_positions",
+                                                     geometry_um))), np)
+    n = len(g)
+    if radius_um is not None:
+        n_neighbors = None
+    elif n_neighbors is None or not 1 <= int(n_neighbors) < n:
+        raise ValueError(f"n_neighbors: expected 1 <= n_neighbors < {n}, got {n_neighbors}")
+    hoods = neighbors(g, None if n_neighbors is None else int(n_neighbors) + 1, radius_um)
+    w = np.zeros((n, n), dtype=dtype)
+    for c, h in enumerate(hoods):
+        others = h[1:]
+        if others.size == 0:
+            raise ValueError(f"radius_um: channel {c} has no neighbour within {radius_um} µm")
+        w[c, c] = 1
+        w[c, others] = -1.0 / others.size
+    return w
