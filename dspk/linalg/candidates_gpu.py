@@ -38,10 +38,6 @@ def _cublas() -> Any:
     return cublas
 
 
-def _handle() -> int:
-    return cupy_module().cuda.device.get_cublas_handle()
-
-
 @lru_cache(maxsize=None)
 def _fp64_ratio(device_id: int) -> int:
     return int(cupy_module().cuda.runtime.deviceGetAttribute(_ATTR_FP32_TO_FP64_RATIO, device_id))

@@ -63,9 +63,6 @@ class Problem:
     def with_operands(self, a: MatrixView, b: MatrixView, out: MatrixView) -> "Problem":
         return Problem(a, b, out, self.symmetric)
 
-    def flops(self) -> float:
-        return 2.0 * self.batches * self.m * self.n * self.k
-
 
 class Candidate:
     """One way of computing a `Problem`. Subclasses set ``name`` and ``gpu`` and implement
