@@ -14,8 +14,6 @@ product of the same data (bit-exactness checked against int64).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend, to_numpy  # noqa: E402
-from timing import Clock  # noqa: E402  (benchmarks/timing.py)
+from common import Clock, environment, parse_args, publish  # noqa: E402 (benchmarks/)
 from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
@@ -195,28 +193,12 @@ def markdown(rows, notes, backend, env):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default=None)
-    ap.add_argument("--small", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     backend = resolve_backend(args.backend)
     rows, notes = run(backend, args.small)
-    env = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dspk": dspk.__version__,
-           "numpy": np.__version__}
-    if backend == "gpu":
-        import cupy as cp
-
-        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-        env.update(gpu=name.decode() if isinstance(name, bytes) else name, cupy=cp.__version__)
+    env = environment(backend == "gpu")
     md = markdown(rows, notes, backend, env)
-    print(md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"bench_match-{backend}.md").write_text(md)
-        (out / f"bench_match-{backend}.json").write_text(json.dumps(
-            {"env": env, "rows": rows, "notes": notes}, indent=1))
+    publish("bench_match", backend, md, {"env": env, "rows": rows, "notes": notes}, args.out)
 
 
 if __name__ == "__main__":

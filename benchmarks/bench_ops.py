@@ -11,8 +11,6 @@ float64 reference where one is cheap.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import resolve_backend, to_numpy  # noqa: E402
-from timing import Clock  # noqa: E402  (benchmarks/timing.py)
+from common import Clock, environment, parse_args, publish  # noqa: E402 (benchmarks/)
 
 TARGETS_GPU = {"fir_bank 6x61": 0.8, "local whitening apply": 0.07,
                "median CAR + high-pass": 1.0, "local whitening build": 10.0}
@@ -166,26 +164,13 @@ def markdown(rows, notes, backend, env, bw):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default=None)
-    ap.add_argument("--small", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     backend = resolve_backend(args.backend)
     rows, notes, bw = run(backend, args.small)
-    env = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dspk": dspk.__version__}
-    if backend == "gpu":
-        import cupy as cp
-
-        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-        env.update(gpu=name.decode() if isinstance(name, bytes) else name, cupy=cp.__version__)
+    env = environment(backend == "gpu")
     md = markdown(rows, notes, backend, env, bw)
-    print(md)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"bench_ops-{backend}.md").write_text(md)
-        (Path(args.out) / f"bench_ops-{backend}.json").write_text(
-            json.dumps({"env": env, "rows": rows, "notes": notes, "copy_Bps": bw}, indent=1))
+    publish("bench_ops", backend, md,
+            {"env": env, "rows": rows, "notes": notes, "copy_Bps": bw}, args.out)
 
 
 if __name__ == "__main__":

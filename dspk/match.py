@@ -352,11 +352,15 @@ def _agree(got: Any, ref: Any) -> str | None:
     return None if worst <= 2e-6 else f"coefficients differ from the reference by {worst:.2e}"
 
 
+def _patch_bytes(th: int, tw: int) -> int:
+    """The image patch of the fused kernels (their own layout): NCC_TY + th - 1 rows of
+    NCC_TX + 4*twq + 8 bytes."""
+    return (8 + th - 1) * (32 + 4 * -(-tw // 4) + 8)
+
+
 def _bank_smem(n: int, th: int, tw: int) -> int:
-    """Dynamic shared memory of the bank kernels: bank words, then the image patch (the
-    kernels' own layout: rows of NCC_TX + 4*twq + 8 bytes, NCC_TY + th - 1 rows)."""
-    twq = -(-tw // 4)
-    return n * th * twq * 4 + (8 + th - 1) * (32 + 4 * twq + 8)
+    """Dynamic shared memory of the dp4a bank kernel: bank words [n][th][twq], then the patch."""
+    return n * th * -(-tw // 4) * 4 + _patch_bytes(th, tw)
 
 
 def _mma_words(th: int, tw: int) -> tuple:
@@ -366,33 +370,33 @@ def _mma_words(th: int, tw: int) -> tuple:
 
 
 def _mma_smem(n: int, th: int, tw: int) -> int:
-    twq, wtot = _mma_words(th, tw)
-    return -(-n // 32) * 32 * wtot * 4 + (8 + th - 1) * (32 + 4 * twq + 8)
+    """Dynamic shared memory of the mma bank kernel: bank [Npad][Wtot] words, then the patch."""
+    return -(-n // 32) * 32 * _mma_words(th, tw)[1] * 4 + _patch_bytes(th, tw)
 
 
-def _mma_reason(image: Any, bank: TemplateBank) -> str | None:
-    """Why the fused tensor-core kernel cannot run these inputs (None if it can)."""
+def _fused_reason(image: Any, bank: TemplateBank, mma: bool) -> str | None:
+    """Why a fused bank kernel (dp4a, or tensor-core ``mma``) cannot run these inputs."""
+    which = "tensor-core" if mma else "dp4a"
     if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
-        return "the tensor-core bank kernel takes 8-bit images"
-    props = device_properties(image.device.id)
-    if (props["major"], props["minor"]) < (8, 0):
-        return "mma.sync m16n8k32 on int8 needs compute capability 8.0"
+        return f"the {which} bank kernel takes 8-bit images"
+    if mma:
+        props = device_properties(image.device.id)
+        if (props["major"], props["minor"]) < (8, 0):
+            return "mma.sync m16n8k32 on int8 needs compute capability 8.0"
     if bank.th * bank.tw > 131071:
         return "template of more than 131071 pixels (int32 sums)"
-    if _mma_smem(bank.n, bank.th, bank.tw) > _SMEM:
+    smem = (_mma_smem if mma else _bank_smem)(bank.n, bank.th, bank.tw)
+    if smem > _SMEM:
         return "bank and image patch exceed 48 KiB of shared memory"
     return None
 
 
 def _bank_reason(image: Any, bank: TemplateBank) -> str | None:
-    """Why the fused dp4a bank kernel cannot run these inputs (None if it can)."""
-    if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
-        return "the dp4a bank kernel takes 8-bit images"
-    if bank.th * bank.tw > 131071:
-        return "template of more than 131071 pixels (int32 sums)"
-    if _bank_smem(bank.n, bank.th, bank.tw) > _SMEM:
-        return "bank and image patch exceed 48 KiB of shared memory"
-    return None
+    return _fused_reason(image, bank, mma=False)
+
+
+def _mma_reason(image: Any, bank: TemplateBank) -> str | None:
+    return _fused_reason(image, bank, mma=True)
 
 
 def ncc_direct(image: Any, templates: Any) -> Any:

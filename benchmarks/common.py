@@ -1,0 +1,75 @@
+"""What bench_match and bench_ops share: the command line, the environment header, writing the
+results, and timing: one call per sample, CUDA events on the GPU, perf_counter on
+the CPU, median after a warm-up call. (bench_linalg has its own, finer clock: back-to-back calls,
+rotation beyond L2, device-only time behind a spin kernel.)"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+class Clock:
+    def __init__(self, gpu: bool):
+        self.gpu = gpu
+        if gpu:
+            import cupy as cp
+
+            self.cp = cp
+
+    def median_ms(self, fn, samples: int = 7) -> float:
+        fn()
+        times = []
+        for _ in range(samples):
+            if self.gpu:
+                s, e = self.cp.cuda.Event(), self.cp.cuda.Event()
+                s.record()
+                fn()
+                e.record()
+                e.synchronize()
+                times.append(self.cp.cuda.get_elapsed_time(s, e))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+
+def parse_args(doc: str, argv=None):
+    """The benchmarks' command line: --backend, --small, --out."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--backend", default=None, help="cpu, gpu or auto (default: $DSPK_BACKEND)")
+    ap.add_argument("--small", action="store_true", help="small sizes")
+    ap.add_argument("--out", default=None, help="directory for <name>-<backend>.{md,json}")
+    return ap.parse_args(argv)
+
+
+def environment(gpu: bool) -> dict:
+    """Date, versions and, on the GPU, its name and CuPy's version, for a table's header."""
+    import numpy as np
+
+    import dspk
+
+    env = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dspk": dspk.__version__,
+           "numpy": np.__version__}
+    if gpu:
+        import cupy as cp
+
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+        env.update(gpu=name.decode() if isinstance(name, bytes) else name, cupy=cp.__version__)
+    return env
+
+
+def publish(name: str, backend: str, md: str, payload: dict, out: str | None) -> None:
+    """Print the table; with ``out``, also write it and the JSON payload there."""
+    import json
+    from pathlib import Path
+
+    print(md)
+    if out:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}-{backend}.md").write_text(md)
+        (d / f"{name}-{backend}.json").write_text(json.dumps(payload, indent=1))
