@@ -34,10 +34,15 @@ TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
 
 
 def coins_or_none():
+    """scikit-image's coins, or a saved copy named by $DSPK_COINS (a .npy file) for machines
+    without scikit-image (the GPU machine has no network to install it)."""
     try:
         from skimage import data  # noqa: PLC0415
     except ImportError:
-        return None
+        import os  # noqa: PLC0415
+
+        saved = os.environ.get("DSPK_COINS")
+        return np.load(saved) if saved and os.path.exists(saved) else None
     return data.coins()
 
 
@@ -93,17 +98,17 @@ def run(backend, small):
         t = clock.median_ms(lambda: ncc(xi, xb))
         rows.append(dict(case=label, n=n, what="ncc", shape=shape, impl="dspk.ncc (full maps)",
                          ms=t, gops=gop / (t * 1e-3), err=err))
-        bank = TemplateBank(xb)
-        impls = {"im2col_int_matmul": bank._ncc_engine}
+        tb = TemplateBank(xb)
+        impls = {"im2col_int_matmul": tb._ncc_engine}
         if gpu:
-            if _bank_reason(xi, bank) is None:
-                impls["bank_dp4a"] = bank._ncc_bank_dp4a
+            if _bank_reason(xi, tb) is None:
+                impls["bank_dp4a"] = tb._ncc_bank_dp4a
             else:
-                notes.append(f"{label} N={n}: bank_dp4a unavailable: {_bank_reason(xi, bank)}")
-            if _mma_reason(xi, bank) is None:
-                impls["bank_mma"] = bank._ncc_bank_mma
+                notes.append(f"{label} N={n}: bank_dp4a unavailable: {_bank_reason(xi, tb)}")
+            if _mma_reason(xi, tb) is None:
+                impls["bank_mma"] = tb._ncc_bank_mma
             else:
-                notes.append(f"{label} N={n}: bank_mma unavailable: {_mma_reason(xi, bank)}")
+                notes.append(f"{label} N={n}: bank_mma unavailable: {_mma_reason(xi, tb)}")
         for name, fn in impls.items():
             try:
                 res = fn(xi)

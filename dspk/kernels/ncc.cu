@@ -6,8 +6,9 @@
 // invariant to the shift): for the window I and template T (K pixels),
 //   num = K*S_IT - S_I*S_T,  var_I = K*S_II - S_I^2,  var_T = K*S_TT - S_T^2
 // with S_IT, S_I, S_II accumulated exactly in int32 (|sum| <= K*128^2 < 2^31 for K <= 131071)
-// and combined in int64; only the final ratio is float32: num * rsqrt(var_I) * rsqrt(var_T),
-// 0 where a variance is 0. No float64 in device code (consumer GPUs run it at 1/64 rate).
+// and combined in int64; only the final ratio is float32: num * (1/sqrt(var_I)) * (1/sqrt(var_T)),
+// 0 where a variance is 0, with IEEE sqrt and division (not rsqrtf's 2-ulp approximation) in
+// the host formula's order, so every implementation gives the same float32 bits. No float64 in device code (consumer GPUs run it at 1/64 rate).
 //
 // Block: NCC_TX x NCC_TY output positions (one per thread). The patch of the image under the
 // block's windows and the packed bank (int32 words of 4 template pixels, [N][th][twq], zero
@@ -93,7 +94,7 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
         }
         if (inside) {
             const long long var_i = (long long)K * s_ii - (long long)s_i * s_i;
-            const float ri = var_i > 0 ? rsqrtf((float)var_i) : 0.0f;
+            const float ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
 #pragma unroll
             for (int t = 0; t < TG; ++t) {
                 const int n = g + t;
@@ -228,7 +229,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     if (x >= wo) continue;
                     const long long si = s_i[mt][h];
                     const long long var_i = (long long)K * s_ii[mt][h] - si * si;
-                    const float ri = var_i > 0 ? rsqrtf((float)var_i) : 0.0f;
+                    const float ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll

@@ -32,7 +32,7 @@ def _check_cov(cov: Any) -> Any:
     asym = xp.abs(c64 - c64.T)
     tol = 1e-6 * float(xp.abs(c64).max() or 1.0)
     if float(asym.max()) > tol:
-        i, j = (int(v) for v in xp.unravel_index(int(asym.argmax()), asym.shape))
+        i, j = (int(v) for v in np.unravel_index(int(asym.argmax()), asym.shape))
         raise ValueError(f"cov: not symmetric: cov[{i}, {j}] = {float(c64[i, j])!r} but "
                          f"cov[{j}, {i}] = {float(c64[j, i])!r}")
     return xp
