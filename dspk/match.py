@@ -36,6 +36,12 @@ _SMEM = 48 * 1024
 IM2COL_BLOCK_BYTES = 64 << 20
 #: ncc_peaks computes the maps of at most this many bytes at a time (template groups)
 PEAK_MAPS_BYTES = 256 << 20
+#: the fused peak search lists scores above the threshold in at most this many bytes
+PEAK_CANDIDATES_BYTES = 1 << 30
+#: tensor-core kernel: positions per block (x, y) and dynamic shared memory per block (two
+#: blocks per SM on the H100/H200's 228 KiB)
+MMA_BX, MMA_BY = 64, 16
+MMA_SMEM_BUDGET = 110 * 1024
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
 
@@ -276,34 +282,92 @@ class TemplateBank:
         return packed.view(np.int32), t_sum, t_rs
 
     def _mma_bank(self) -> tuple:
-        """(bank words [Npad, Wtot] int32: each template's (dy, 4-pixel group) words, zero
-        padded to a multiple of 8 words and of 32 templates; centred S_T; rsqrt(var_T))."""
-        xp, n, th, tw = self.xp, self.n, self.th, self.tw
-        words, t_sum, t_rs = self._get("dp4a", self._dp4a_bank)   # [n, th, twq]
-        twq, wtot = _mma_words(th, tw)
-        npad = -(-n // 32) * 32
-        packed = xp.zeros((npad, wtot), dtype=np.int32)
-        packed[:n, :th * twq] = words.reshape(n, th * twq)
-        return packed, t_sum, t_rs
+        """(plan, bank in fragment order, centred S_T, float32 1/sqrt(var_T) or 0), packed on
+        the device by one launch of ``ncc_mma_pack``."""
+        xp = self.xp
+        plan = _mma_plan(self.n, self.th, self.tw, xp.cuda.runtime.getDevice())
+        tmpl = xp.ascontiguousarray(self.templates).view(np.uint8)
+        tiles = plan["grid_z"] * plan["tiles_z"]
+        packed = xp.empty(tiles * (plan["KC"] // 4) * 32 * 2, dtype=np.int32)
+        t_sum = xp.empty(self.n, dtype=np.int64)
+        t_rs = xp.empty(self.n, dtype=np.float32)
+        center = "true" if self.dtype == np.uint8 else "false"
+        fn = kernel(str(NCC_KERNELS), f"ncc_mma_pack<{center}>")
+        fn((tiles * 8,), (128,), (tmpl, np.int32(self.n), np.int32(self.th), np.int32(self.tw),
+                                  np.int32(plan["cpr"]), np.int32(plan["KC"]), packed, t_sum,
+                                  t_rs))
+        return plan, packed, t_sum, t_rs
 
-    def _ncc_bank_mma(self, image: Any) -> Any:
-        """The fused tensor-core kernel of dspk/kernels/ncc.cu (implicit im2col, mma.sync)."""
+    def _launch_mma(self, image: Any, out: Any, peaks: tuple | None) -> None:
+        """One launch of the tensor-core kernel: maps into ``out``, or with ``peaks`` =
+        (threshold, count, capacity, keys, scores) the candidate list instead."""
         xp, n, th, tw = self.xp, self.n, self.th, self.tw
         H, W = image.shape
         ho, wo = H - th + 1, W - tw + 1
-        bank, t_sum, t_rs = self._get("mma", self._mma_bank)
-        twq, wtot = _mma_words(th, tw)
+        plan, bank, t_sum, t_rs = self._get("mma", self._mma_bank)
         img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
         img8 = img.view(np.uint8)
-        out = xp.empty((n, ho, wo), dtype=np.float32)
-        center = self.dtype == np.uint8
-        fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{'true' if center else 'false'}>")
-        fn((-(-wo // 32), -(-ho // 8)), (32, 8),
-           (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
-            np.int32(bank.shape[0]), np.int32(th), np.int32(tw), np.int32(twq),
-            np.int32(wtot), t_sum, t_rs, out, np.int32(ho), np.int32(wo)),
-           shared_mem=_mma_smem(n, th, tw))
+        center = "true" if self.dtype == np.uint8 else "false"
+        wide = "true" if plan["wide"] else "false"
+        mode = "true" if peaks is not None else "false"
+        fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}>")
+        if fn.max_dynamic_shared_size_bytes < plan["smem"]:
+            fn.max_dynamic_shared_size_bytes = plan["smem"]
+        threshold, count, capacity, keys, scores = peaks or (0.0, None, 0, None, None)
+        nil = np.uint64(0)  # null pointer for the arguments of the other mode
+        fn((-(-wo // MMA_BX), -(-ho // MMA_BY), plan["grid_z"]), (256,),
+           (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(th),
+            np.int32(tw), np.int32(plan["cpr"]), np.int32(plan["KC"]), np.int32(n),
+            np.int32(plan["tiles_z"]), t_sum, t_rs, np.int32(plan["Cs"]), np.int32(plan["R"]),
+            out if out is not None else nil, np.int32(ho), np.int32(wo), np.float32(threshold),
+            count if count is not None else nil, np.int32(capacity),
+            keys if keys is not None else nil, scores if scores is not None else nil),
+           shared_mem=plan["smem"])
+
+    def _ncc_bank_mma(self, image: Any) -> Any:
+        """The fused tensor-core kernel of dspk/kernels/ncc.cu (implicit im2col, mma.sync)."""
+        ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
+        out = self.xp.empty((self.n, ho, wo), dtype=np.float32)
+        self._launch_mma(image, out, None)
         return out
+
+    def _peaks_mma(self, image: Any, threshold: float, d: int) -> np.ndarray | None:
+        """Peaks without maps: the tensor-core kernel lists every score >= threshold, the
+        candidates are sorted by (template, y, x) and ``ncc_peak_check`` keeps the local maxima.
+        None when the candidates would exceed PEAK_CANDIDATES_BYTES (a threshold so low that
+        most positions pass: the caller falls back to maps)."""
+        xp = self.xp
+        ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
+        count = xp.zeros(1, dtype=np.uint32)
+        capacity = self._cache.get("peak_capacity", 1 << 20)
+        while True:
+            keys = xp.empty(capacity, dtype=np.int64)
+            scores = xp.empty(capacity, dtype=np.float32)
+            self._launch_mma(image, None, (threshold, count, capacity, keys, scores))
+            found = int(count.get()[0])
+            if found <= capacity:
+                break
+            if found * 12 > PEAK_CANDIDATES_BYTES or found >= 2**31:
+                return None
+            capacity = found                      # once more, with room for all of them
+            self._cache["peak_capacity"] = capacity
+            count.fill(0)
+        keys, scores = keys[:found], scores[:found]
+        order = xp.argsort(keys)
+        keys, scores = keys[order], scores[order]
+        is_peak = xp.empty(found, dtype=np.uint8)
+        if found:
+            fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
+            fn((-(-found // 256),), (256,), (keys, scores, np.int32(found), np.int32(ho),
+                                             np.int32(wo), np.int32(d), is_peak))
+        keep = is_peak.view(bool)
+        k, sc = keys[keep].get(), scores[keep].get()
+        peaks = np.empty(len(k), dtype=PEAK_DTYPE)
+        plane = ho * wo
+        peaks["template_index"], rem = np.divmod(k, plane)
+        peaks["y"], peaks["x"] = np.divmod(rem, wo)
+        peaks["score"] = sc
+        return peaks
 
     def _ncc_bank_dp4a(self, image: Any) -> Any:
         """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
@@ -363,15 +427,32 @@ def _bank_smem(n: int, th: int, tw: int) -> int:
     return n * th * -(-tw // 4) * 4 + _patch_bytes(th, tw)
 
 
-def _mma_words(th: int, tw: int) -> tuple:
-    """(words per template row twq, words per template padded to one mma K step of 8)."""
-    twq = -(-tw // 4)
-    return twq, -(-(th * twq) // 8) * 8
-
-
-def _mma_smem(n: int, th: int, tw: int) -> int:
-    """Dynamic shared memory of the mma bank kernel: bank [Npad][Wtot] words, then the patch."""
-    return -(-n // 32) * 32 * _mma_words(th, tw)[1] * 4 + _patch_bytes(th, tw)
+def _mma_plan(n: int, th: int, tw: int, device_id: int) -> dict:
+    """Geometry of the tensor-core kernel (see dspk/kernels/ncc.cu): chunks of 8 template bytes
+    per row (cpr) and per template (KC, a multiple of 4 = one mma K step each), the shifted
+    copies' strides (Cs, R), n-tiles of 8 templates per group (NT) and per grid-z slice
+    (tiles_z: as many as fit the shared-memory budget), and the dynamic shared memory."""
+    cpr = -(-tw // 8)
+    twp = 8 * cpr
+    kc = -(-(th * cpr) // 4) * 4
+    cs = (56 + twp - 32 + 63) // 64 * 64 + 32          # >= 56 + twp and = 32 (mod 64)
+    r = 8 * cs + (8 * cpr) % 32
+    ph = MMA_BY + th - 1
+    fixed = kc * 4 + ph * r + max(ph * (64 + twp + 8), ph * MMA_BX * 8)
+    per_tile = kc // 4 * 32 * 8
+    wide = th * tw > 362                                # int32 epilogue exact up to K = 362
+    ntiles = -(-n // 8)
+    nt = 4 if ntiles >= 4 else (2 if ntiles >= 2 else 1)
+    if wide:
+        nt = min(nt, 2)                                 # int64 sums: registers for 2 n-tiles
+    optin = int(device_properties(device_id).get("sharedMemPerBlockOptin", _SMEM))
+    budget = min(optin, MMA_SMEM_BUDGET)
+    fit = (budget - fixed) // per_tile // nt * nt if budget > fixed else 0
+    need = -(-ntiles // nt) * nt
+    tiles_z = min(fit, need)
+    grid_z = -(-need // tiles_z) if tiles_z > 0 else 0
+    return dict(cpr=cpr, KC=kc, Cs=cs, R=r, NT=nt, wide=wide, tiles_z=tiles_z, grid_z=grid_z,
+                smem=fixed + tiles_z * per_tile, fixed=fixed, per_tile=per_tile, budget=budget)
 
 
 def _fused_reason(image: Any, bank: TemplateBank, mma: bool) -> str | None:
@@ -385,8 +466,13 @@ def _fused_reason(image: Any, bank: TemplateBank, mma: bool) -> str | None:
             return "mma.sync m16n8k32 on int8 needs compute capability 8.0"
     if bank.th * bank.tw > 131071:
         return "template of more than 131071 pixels (int32 sums)"
-    smem = (_mma_smem if mma else _bank_smem)(bank.n, bank.th, bank.tw)
-    if smem > _SMEM:
+    if mma:
+        plan = _mma_plan(bank.n, bank.th, bank.tw, image.device.id)
+        if plan["tiles_z"] == 0:
+            return (f"image patch copies and one group of templates need "
+                    f"{plan['fixed'] + plan['NT'] * plan['per_tile']} bytes of shared memory "
+                    f"(budget {plan['budget']})")
+    elif _bank_smem(bank.n, bank.th, bank.tw) > _SMEM:
         return "bank and image patch exceed 48 KiB of shared memory"
     return None
 
@@ -460,6 +546,10 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
         return _peaks_of(xp, maps, 0, float(threshold), size)
     # The bank in groups whose maps fit PEAK_MAPS_BYTES: the full maps of a large bank never
     # exist at once (4096² x 128 templates would be 8.6 GB of float32).
+    if xp is not np and _mma_reason(image, bank) is None:
+        found = bank._peaks_mma(image, float(threshold), int(min_distance))
+        if found is not None:
+            return found
     ho, wo = image.shape[0] - bank.th + 1, image.shape[1] - bank.tw + 1
     group = max(1, PEAK_MAPS_BYTES // max(1, 4 * ho * wo))
     parts = []

@@ -61,6 +61,12 @@ def test_extremes_with_k_beyond_one_int32_accumulation(xp):
     x = xp.full((2, k), -32768, dtype=np.int16)
     got = to_numpy(dspk.int_matmul(x, x.T))
     assert np.all(got == 32768 * 32768 * k)
+    # batched (the GPU's K loop instead of split-K), with a column of 32767s
+    xb = xp.stack([x, x])
+    xb[1, :, 5] = 32767
+    want = np.full((2, 2, 2), 32768 * 32768 * k, dtype=np.int64)
+    want[1] += 32767 * 32767 - 32768 * 32768
+    np.testing.assert_array_equal(to_numpy(dspk.int_matmul(xb, xb.transpose(0, 2, 1))), want)
 
 
 def test_cpu_float64_path_chunks_k_exactly(monkeypatch):

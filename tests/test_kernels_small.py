@@ -105,3 +105,5 @@ def test_small_ncc_bank_kernel(dtype):
     for got in (tb._ncc_bank_dp4a(cp.asarray(image)).get(),
                 tb._ncc_bank_mma(cp.asarray(image)).get()):
         assert np.max(np.abs(got - ref)) <= 2e-6 and got[0, 3, 8] > 0.99999
+    peaks = tb._peaks_mma(cp.asarray(image), 0.5, 2)
+    assert (0, 3, 8) in {(int(t), int(y), int(x)) for t, y, x, _ in peaks}

@@ -212,6 +212,34 @@ def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra):
     assert _mma_reason(xi, tb) is None
     got = tb._ncc_bank_mma(xi).get()
     assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
+    np.testing.assert_array_equal(got, ncc_direct(xi, cp.asarray(bank)).get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(20, 20), (3, 130)])
+def test_gpu_tensor_core_kernel_int64_epilogue_and_bank_slices(shape, monkeypatch):
+    """Templates of more than 362 pixels take the int64 epilogue; a shared-memory budget too
+    small for the whole bank splits it over grid z. Both bit-identical to the direct maps."""
+    import cupy as cp
+
+    import dspk.match as match
+
+    th, tw = shape
+    image = rand((th + 21, tw + 70), np.uint8, 13)
+    bank = rand((37, th, tw), np.uint8, 14)
+    bank[5] = image[4:4 + th, 9:9 + tw]
+    xi, xb = cp.asarray(image), cp.asarray(bank)
+    ref = ncc_direct(xi, xb).get()
+    plan = match._mma_plan(37, th, tw, 0)
+    assert plan["wide"] and plan["grid_z"] == 1
+    monkeypatch.setattr(match, "MMA_SMEM_BUDGET", plan["fixed"] + plan["NT"] * plan["per_tile"])
+    sliced = match._mma_plan(37, th, tw, 0)
+    assert sliced["grid_z"] > 1
+    for _ in range(2):   # in slices, then (a fresh bank, the normal budget) whole
+        got = TemplateBank(xb)._ncc_bank_mma(xi).get()
+        np.testing.assert_array_equal(got, ref)
+        assert got[5, 4, 9] > 0.99999
+        monkeypatch.undo()
 
 
 def test_peaks_in_template_groups_equal_peaks_of_the_full_maps(xp, monkeypatch):
@@ -222,5 +250,28 @@ def test_peaks_in_template_groups_equal_peaks_of_the_full_maps(xp, monkeypatch):
     xi, xb = xp.asarray(image), xp.asarray(bank)
     whole = ncc_peaks(xi, xb, 0.2, min_distance=2)
     monkeypatch.setattr(match, "PEAK_MAPS_BYTES", 3 * 4 * 25 * 29)  # groups of 3 templates
+    monkeypatch.setattr(match, "PEAK_CANDIDATES_BYTES", 0)  # no fused candidate list
     np.testing.assert_array_equal(ncc_peaks(xi, xb, 0.2, min_distance=2), whole)
     np.testing.assert_array_equal(brute_peaks(to_numpy(ncc(xi, xb)), 0.2, 2), whole)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threshold", [-1.0, 0.1, 0.95])
+def test_gpu_fused_peaks_with_a_growing_candidate_list(threshold):
+    """The tensor-core peak search (no maps): a candidate list that starts too small is grown
+    and the search repeated; every threshold, plateaus of flat windows included, gives the
+    peaks of the maps."""
+    import cupy as cp
+
+    image = rand((50, 90), np.uint8, 15)
+    image[30:40, 50:70] = 77                       # flat: zero variance, score 0 plateau
+    bank = np.stack([image[i:i + 7, 3 * i:3 * i + 9] for i in range(11)])
+    xi, xb = cp.asarray(image), cp.asarray(bank)
+    tb = TemplateBank(xb)
+    tb._cache["peak_capacity"] = 8
+    got = tb._peaks_mma(xi, threshold, 2)
+    assert got is not None
+    if threshold < 0:   # every position is a candidate: the list had to grow
+        assert tb._cache["peak_capacity"] == 11 * 44 * 82
+    np.testing.assert_array_equal(got, brute_peaks(ncc(xi, xb).get(), threshold, 2))
+    np.testing.assert_array_equal(ncc_peaks(xi, xb, threshold, 2), got)

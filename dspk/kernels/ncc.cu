@@ -111,140 +111,322 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 
 
 // ------------------------------------------------------------------------------------------
-// ncc_bank_mma: the same computation on INT8 tensor cores (mma.sync m16n8k32 s8, inline PTX:
-// no CUDA headers needed under NVRTC), with an implicit im2col: the A fragments are built from
-// the patch in shared memory, so the K-times-larger window matrix is never written.
+// ncc_bank_mma: the same computation on INT8 tensor cores (mma.sync m16n8k32 s8 through inline
+// PTX: no CUDA headers under NVRTC) with an implicit im2col: the window matrix is read from the
+// image patch in shared memory, never written.
 //
-// Same block geometry as ncc_bank_dp4a: NCC_TX x NCC_TY positions, 8 warps; warp w owns output
-// row y0 + w and its 32 positions as two m-tiles of 16. A template group of 32 (4 n-tiles of 8)
-// is taken at a time; K runs over the bank's words (4 pixels each, [N][Wtot], zero padded to a
-// multiple of 8 words = one mma K step of 32). Fragment layouts (PTX ISA, m16n8k32, .s8):
-//   A (row): reg r of lane (g = lane >> 2, t = lane & 3): row g + 8*(r & 1), bytes
-//            4t..4t+3 + 16*(r >> 1) of the K step;
-//   B (col): reg r: column (template) g, bytes 4t..4t+3 + 16*r;
-//   C:       reg r: row g + 8*(r >> 1), column 2t + (r & 1).
-// Window sums S_I, S_II are accumulated with __dp4a on the same A words (masked past tw) and
-// summed over the 4 lanes of a group by shuffles. Epilogue as in ncc_bank_dp4a.
-// Shared memory: bank Npad*Wtot words, then the patch (as ncc_bank_dp4a).
+// Why the layout below: a window starts at any byte, so a plain fragment load is unaligned
+// (two loads and a byte permute per register). The block instead keeps 8 shifted copies of its
+// patch, copy_s[r][c] = patch[r][c + s]; the window of position p then starts 8-byte aligned in
+// copy (p & 7). The K order inside an mma K step is free as long as A and B agree, so lane t
+// takes the 8 contiguous window bytes of "chunk" 4*step + t (a chunk = 8 bytes of one template
+// row, rows padded to twp = 8*cpr bytes) as its A registers {r0, r2} (and {r1, r3} for the
+// row 8 positions on): two 8-byte loads per 16x32 fragment, no permutes. The bank is packed on
+// the device (ncc_mma_pack) in fragment order [n-tile][step][lane] of 8-byte pairs, so a B
+// fragment is one conflict-free 8-byte load. Copy stride Cs = 32 mod 64 and row stride
+// R = 8*Cs + (8*cpr mod 32) bytes put the 16 lanes of a half-warp on distinct banks for
+// 16-byte template rows.
+//
+// Block: MMA_BX = 64 positions (4 m-tiles) x MMA_BY = 16 rows; warp w computes rows w and w+8,
+// NT n-tiles (8*NT templates) at a time, all of its templates slice (grid z) from shared memory.
+// Window sums S_I, S_II: horizontal sums per patch row by __dp4a on the aligned copies (masked
+// past tw), then running vertical sums per column, in place.
+// Epilogue: num = K*S_IT - S_I*S_T and var_I = K*S_II - S_I^2 are exact in 32-bit arithmetic
+// when K <= 362 (|num| <= sqrt(var_I*var_T) <= K^2*128^2 < 2^31); WIDE uses int64 otherwise.
+// PEAKS: instead of maps, append (key = (n*ho + y)*wo + x, score) of every score >= threshold
+// to a candidate list (warp-aggregated atomics); ncc_peak_check keeps the local maxima.
 // ------------------------------------------------------------------------------------------
-__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const int (&a)[4], const int (&b)[2])
+constexpr int MMA_BX = 64;
+constexpr int MMA_BY = 16;
+
+template <bool WIDE> struct SumType { typedef int type; };      // no <type_traits> in NVRTC
+template <> struct SumType<true> { typedef long long type; };
+
+__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const int (&a)[4], int b0, int b1)
 {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool CENTER>
-__global__ void __launch_bounds__(NCC_TX * NCC_TY)
-ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int W,
-             const int* __restrict__ bank, int N, int Npad, int th, int tw, int twq, int Wtot,
-             const long long* __restrict__ t_sum, const float* __restrict__ t_rs,
-             float* __restrict__ out, int ho, int wo)
+__device__ __forceinline__ int byte_mask(int nbytes)  // the low nbytes bytes (0..4) of a word
 {
-    extern __shared__ __align__(16) int ncc_smem[];
-    int* sbank = ncc_smem;
-    unsigned char* patch = reinterpret_cast<unsigned char*>(ncc_smem + Npad * Wtot);
-    const int pw = NCC_TX + 4 * twq + 8;
-    const int ph = NCC_TY + th - 1;
-    const int x0 = blockIdx.x * NCC_TX, y0 = blockIdx.y * NCC_TY;
-    const int tid = threadIdx.y * NCC_TX + threadIdx.x;
-    const int nthreads = NCC_TX * NCC_TY;
+    return nbytes >= 4 ? -1 : (nbytes <= 0 ? 0 : (int)((1u << (8 * nbytes)) - 1u));
+}
 
-    for (int e = tid; e < Npad * Wtot; e += nthreads) sbank[e] = bank[e];
-    load_patch<CENTER>(img, pitch, H, W, y0, x0, ph, pw, patch, tid, nthreads);
-    __syncthreads();
-
-    const int warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int y = y0 + warp;
-    const int words = th * twq;             // real words of a window (per template)
-    const int rem = tw & 3;
-    const int last_mask = rem == 0 ? -1 : (int)((1u << (8 * rem)) - 1u);
-    const int K = th * tw;
-    // positions of this lane's A rows: m-tile mt, half h -> x = x0 + 16*mt + g + 8*h
-    // (g + 8h has the same low two bits as g: one byte_perm selector per lane)
-    const int shift = g & 3;
-    const unsigned sel = (unsigned)(shift | ((shift + 1) << 4) | ((shift + 2) << 8) |
-                                    ((shift + 3) << 12));
-
-    auto a_word = [&](int px, int w) -> int {
-        if (w >= words) return 0;
-        const int dy = w / twq, q = w - dy * twq;
-        const int* row = reinterpret_cast<const int*>(patch + (warp + dy) * pw + ((px + 4 * q) & ~3));
-        return (int)__byte_perm((unsigned)row[0], (unsigned)row[1], sel);
-    };
-
-    int s_i[2][2] = {{0, 0}, {0, 0}}, s_ii[2][2] = {{0, 0}, {0, 0}};
-    for (int n0 = 0; n0 < Npad; n0 += 32) {
-        int acc[2][4][4];
+// The bank, centred, in fragment order: packed[(tile * KS + step) * 32 + g * 4 + t] holds
+// chunk 4*step + t of template 8*tile + g (zero past the template and for padding templates),
+// with the exact sums S_T and the float32 1/sqrt(var_T) (0 for a flat template).
+// Grid: one block per (padded) template.
+template <bool CENTER>
+__global__ void __launch_bounds__(128)
+ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int cpr, int KC,
+             int2* __restrict__ packed, long long* __restrict__ t_sum,
+             float* __restrict__ t_rs)
+{
+    __shared__ long long red[2][128];
+    const int n = blockIdx.x, KS = KC >> 2;
+    const int tile = n >> 3, g = n & 7;
+    long long s = 0, ss = 0;
+    for (int c = threadIdx.x; c < KC; c += blockDim.x) {
+        const int dy = c / cpr, dx0 = (c - dy * cpr) * 8;
+        unsigned w[2] = {0u, 0u};
+        if (n < N && dy < th) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0;
-        for (int w0 = 0; w0 < Wtot; w0 += 8) {
-            int a[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int px = 16 * mt + g + 8 * (r & 1);
-                    const int w = w0 + t + 4 * (r >> 1);
-                    a[mt][r] = a_word(px, w);
-                    if (n0 == 0 && w < words) {
-                        const int q = w % twq;
-                        const int wm = q == twq - 1 ? (a[mt][r] & last_mask) : a[mt][r];
-                        s_i[mt][r & 1] = __dp4a(wm, 0x01010101, s_i[mt][r & 1]);
-                        s_ii[mt][r & 1] = __dp4a(wm, wm, s_ii[mt][r & 1]);
-                    }
+            for (int b = 0; b < 8; ++b) {
+                const int dx = dx0 + b;
+                if (dx < tw) {
+                    int v = tmpl[((long long)n * th + dy) * tw + dx];
+                    v = CENTER ? v - 128 : (int)(signed char)v;
+                    s += v;
+                    ss += v * v;
+                    w[b >> 2] |= (unsigned)(v & 0xff) << (8 * (b & 3));
                 }
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const int* bw = sbank + (n0 + 8 * nt + g) * Wtot + w0 + t;
-                const int b[2] = {bw[0], bw[4]};
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) mma_s8_16832(acc[mt][nt], a[mt], b);
             }
         }
-        if (n0 == 0) {  // window sums: add the 4 lanes of each group (words t, t+4, ... split)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    s_i[mt][h] += __shfl_xor_sync(0xffffffffu, s_i[mt][h], 1);
-                    s_i[mt][h] += __shfl_xor_sync(0xffffffffu, s_i[mt][h], 2);
-                    s_ii[mt][h] += __shfl_xor_sync(0xffffffffu, s_ii[mt][h], 1);
-                    s_ii[mt][h] += __shfl_xor_sync(0xffffffffu, s_ii[mt][h], 2);
-                }
+        packed[((long long)tile * KS + (c >> 2)) * 32 + g * 4 + (c & 3)] =
+            make_int2((int)w[0], (int)w[1]);
+    }
+    red[0][threadIdx.x] = s;
+    red[1][threadIdx.x] = ss;
+    __syncthreads();
+    for (int h = 64; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h) {
+            red[0][threadIdx.x] += red[0][threadIdx.x + h];
+            red[1][threadIdx.x] += red[1][threadIdx.x + h];
         }
-        if (y < ho) {
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && n < N) {
+        const long long K = (long long)th * tw, st = red[0][0];
+        const long long var_t = K * red[1][0] - st * st;
+        t_sum[n] = st;
+        t_rs[n] = var_t > 0 ? 1.0f / sqrtf((float)var_t) : 0.0f;
+    }
+}
+
+template <bool CENTER, int NT, bool WIDE, bool PEAKS>
+__global__ void __launch_bounds__(256, 2)
+ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int W,
+             const int2* __restrict__ bank, int th, int tw, int cpr, int KC, int N, int tiles_z,
+             const long long* __restrict__ t_sum, const float* __restrict__ t_rs, int Cs, int R,
+             float* __restrict__ out, int ho, int wo,
+             float threshold, unsigned* __restrict__ count, int capacity,
+             long long* __restrict__ cand_key, float* __restrict__ cand_score)
+{
+    extern __shared__ __align__(16) int ncc_smem[];
+    const int KS = KC >> 2;
+    const int PH = MMA_BY + th - 1;
+    const int twp = 8 * cpr;
+    const int RW = 64 + twp + 8;                 // raw patch row: bytes 0 .. 63+twp, +1 word
+    const int CW = (56 + twp) >> 2;              // words per copy row that windows read
+    int2* sbank = reinterpret_cast<int2*>(ncc_smem);
+    int* koff = reinterpret_cast<int*>(sbank + tiles_z * KS * 32);
+    unsigned char* copies = reinterpret_cast<unsigned char*>(koff + KC);
+    int* hs = reinterpret_cast<int*>(copies + PH * R);      // [PH][64], aliases the raw patch
+    int* hss = hs + PH * MMA_BX;
+    unsigned* raw = reinterpret_cast<unsigned*>(hs);         // [PH][RW / 4] centred bytes
+
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int x0 = blockIdx.x * MMA_BX, y0 = blockIdx.y * MMA_BY;
+    const int tile0 = blockIdx.z * tiles_z;
+
+    {   // bank slice, chunk offsets, raw patch
+        const int4* src = reinterpret_cast<const int4*>(bank + (long long)tile0 * KS * 32);
+        int4* dst = reinterpret_cast<int4*>(sbank);
+        for (int e = tid; e < tiles_z * KS * 16; e += nthreads) dst[e] = src[e];
+        for (int c = tid; c < KC; c += nthreads) {
+            const int dy = c / cpr;
+            koff[c] = dy < th ? dy * R + (c - dy * cpr) * 8 : 0;  // padding: any valid address
+        }
+        const int rw4 = RW >> 2;
+        for (int e = tid; e < PH * rw4; e += nthreads) {
+            const int r = e / rw4, q = e - r * rw4;
+            const int y = y0 + r, x = x0 + 4 * q;
+            unsigned w = 0;
+            if (y < H) {
+                const unsigned char* row = img + (long long)y * pitch;
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
+                for (int b = 0; b < 4; ++b)
+                    if (x + b < W) w |= (unsigned)row[x + b] << (8 * b);
+            }
+            if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (zero stays zero
+            raw[e] = w;                     // only outside the image, never read by a window)
+        }
+    }
+    __syncthreads();
+    {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3
+        const int rw4 = RW >> 2;
+        for (int e = tid; e < PH * 8 * CW; e += nthreads) {
+            const int r = e / (8 * CW), rem = e - r * 8 * CW;
+            const int sft = rem / CW, q = rem - sft * CW;
+            const unsigned* src = raw + r * rw4 + q + (sft >> 2);
+            const int b = sft & 3;
+            const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
+            reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] =
+                __byte_perm(src[0], src[1], sel);
+        }
+    }
+    __syncthreads();
+    {   // horizontal window sums per patch row (overwrites the raw patch)
+        for (int e = tid; e < PH * MMA_BX; e += nthreads) {
+            const int r = e >> 6, p = e & 63;
+            const unsigned char* base = copies + r * R + (p & 7) * Cs + (p & ~7);
+            int s = 0, ss = 0;
+            for (int j = 0; j < cpr; ++j) {
+                const int2 v = *reinterpret_cast<const int2*>(base + 8 * j);
+                const int lo = v.x & byte_mask(tw - 8 * j), hi = v.y & byte_mask(tw - 8 * j - 4);
+                s = __dp4a(lo, 0x01010101, __dp4a(hi, 0x01010101, s));
+                ss = __dp4a(lo, lo, __dp4a(hi, hi, ss));
+            }
+            hs[e] = s;
+            hss[e] = ss;
+        }
+    }
+    __syncthreads();
+    if (tid < 2 * MMA_BX) {   // vertical running sums, in place: row y <- sum of rows y..y+th-1
+        int* a = (tid < MMA_BX ? hs : hss) + (tid & 63);
+        int s = 0;
+        for (int r = 0; r < th; ++r) s += a[r * MMA_BX];
+        for (int y = 0; y < MMA_BY; ++y) {
+            const int old = a[y * MMA_BX];
+            a[y * MMA_BX] = s;
+            if (y + th < PH) s += a[(y + th) * MMA_BX] - old;
+        }
+    }
+    __syncthreads();
+
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int K = th * tw;
+    for (int nt0 = 0; nt0 < tiles_z; nt0 += NT) {
+        typename SumType<WIDE>::type ts[NT][2];
+        float tr[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int n = 8 * (tile0 + nt0 + nt) + 2 * t + c;
+                ts[nt][c] = n < N ? (typename SumType<WIDE>::type)t_sum[n] : 0;
+                tr[nt][c] = n < N ? t_rs[n] : 0.0f;
+            }
+        if (8 * (tile0 + nt0) >= N) break;
+        for (int yl = warp; yl < MMA_BY; yl += 8) {
+            const int y = y0 + yl;
+            if (y >= ho) break;
+            int acc[4][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0;
+            const unsigned char* abase = copies + yl * R + g * Cs;
+            const int2* bbase = sbank + nt0 * KS * 32 + lane;
+#pragma unroll 2
+            for (int st = 0; st < KS; ++st) {
+                const unsigned char* ap = abase + koff[4 * st + t];
+                int a[4][4];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    const int2 lo = *reinterpret_cast<const int2*>(ap + 16 * mt);
+                    const int2 hi = *reinterpret_cast<const int2*>(ap + 16 * mt + 8);
+                    a[mt][0] = lo.x; a[mt][2] = lo.y; a[mt][1] = hi.x; a[mt][3] = hi.y;
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int2 b = bbase[(nt * KS + st) * 32];
+#pragma unroll
+                    for (int mt = 0; mt < 4; ++mt) mma_s8_16832(acc[mt][nt], a[mt], b.x, b.y);
+                }
+            }
+            // epilogue: C fragment reg r = position 16*mt + g + 8*(r >> 1), template 2t + (r & 1)
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int x = x0 + 16 * mt + g + 8 * h;
-                    if (x >= wo) continue;
-                    const long long si = s_i[mt][h];
-                    const long long var_i = (long long)K * s_ii[mt][h] - si * si;
-                    const float ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                    const int p = 16 * mt + 8 * h + g;
+                    const int x = x0 + p;
+                    const bool xin = x < wo;
+                    const int si = hs[yl * MMA_BX + p], sii = hss[yl * MMA_BX + p];
+                    float ri;
+                    if (WIDE) {
+                        const long long var_i = (long long)K * sii - (long long)si * si;
+                        ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                    } else {
+                        const int var_i = K * sii - si * si;
+                        ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                    }
 #pragma unroll
-                    for (int nt = 0; nt < 4; ++nt)
+                    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
-                            const int n = n0 + 8 * nt + 2 * t + c;
-                            if (n >= N) continue;
-                            const long long num = (long long)K * acc[mt][nt][2 * h + c] -
-                                                  si * t_sum[n];
-                            float r = (float)num * ri * t_rs[n];
+                            const int n = 8 * (tile0 + nt0 + nt) + 2 * t + c;
+                            const int sit = acc[mt][nt][2 * h + c];
+                            float num;
+                            if (WIDE) {
+                                num = (float)((long long)K * sit - (long long)si * ts[nt][c]);
+                            } else {   // exact in 32 bits (see above); unsigned: defined wrap
+                                num = (float)(int)((unsigned)K * (unsigned)sit -
+                                                   (unsigned)si * (unsigned)ts[nt][c]);
+                            }
+                            float r = num * ri * tr[nt][c];
                             r = fminf(1.0f, fmaxf(-1.0f, r));
-                            out[((long long)n * ho + y) * wo + x] = r;
+                            const bool valid = xin && n < N;
+                            if (!PEAKS) {
+                                if (valid) out[((long long)n * ho + y) * wo + x] = r;
+                            } else {
+                                const bool hit = valid && r >= threshold;
+                                const unsigned m = __ballot_sync(0xffffffffu, hit);
+                                if (m) {
+                                    const int leader = __ffs(m) - 1;
+                                    unsigned base = 0;
+                                    if (lane == leader) base = atomicAdd(count, __popc(m));
+                                    base = __shfl_sync(0xffffffffu, base, leader);
+                                    if (hit) {
+                                        const unsigned i = base + __popc(m & ((1u << lane) - 1u));
+                                        if (i < (unsigned)capacity) {
+                                            cand_key[i] = ((long long)n * ho + y) * wo + x;
+                                            cand_score[i] = r;
+                                        }
+                                    }
+                                }
+                            }
                         }
                 }
         }
     }
+}
+
+// Keep the candidates that are local maxima: candidate i (keys sorted ascending) is a peak when
+// no candidate of the same template within the (2d+1)^2 square scores higher (any position
+// not in the list scores below the threshold, so below every candidate). One thread each.
+__global__ void ncc_peak_check(const long long* __restrict__ keys, const float* __restrict__ score,
+                               int C, int ho, int wo, int d, unsigned char* __restrict__ is_peak)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    const long long key = keys[i];
+    const long long plane = (long long)ho * wo;
+    const long long n = key / plane;
+    const int y = (int)((key - n * plane) / wo), x = (int)(key - n * plane - (long long)y * wo);
+    const float s = score[i];
+    bool peak = true;
+    for (int dy = -d; dy <= d && peak; ++dy) {
+        const int yy = y + dy;
+        if (yy < 0 || yy >= ho) continue;
+        const long long row = (n * ho + yy) * wo;
+        const long long lo_key = row + max(x - d, 0), hi_key = row + min(x + d, wo - 1);
+        int lo = 0, hi = C;                      // first index with keys >= lo_key
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (keys[mid] < lo_key) lo = mid + 1; else hi = mid;
+        }
+        for (int j = lo; j < C && keys[j] <= hi_key; ++j)
+            if (score[j] > s) { peak = false; break; }
+    }
+    is_peak[i] = peak ? 1 : 0;
 }
 
 #ifdef DSPK_COMPILE_CHECK
@@ -256,10 +438,17 @@ template __global__ void ncc_bank_dp4a<false, 32>(const unsigned char*, long lon
                                                   const int*, int, int, int, int,
                                                   const long long*, const float*, float*, int,
                                                   int);
-template __global__ void ncc_bank_mma<true>(const unsigned char*, long long, int, int,
-                                           const int*, int, int, int, int, int, int,
-                                           const long long*, const float*, float*, int, int);
-template __global__ void ncc_bank_mma<false>(const unsigned char*, long long, int, int,
-                                            const int*, int, int, int, int, int, int,
-                                            const long long*, const float*, float*, int, int);
+#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS)                                                  \
+    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS>(                                 \
+        const unsigned char*, long long, int, int, const int2*, int, int, int, int, int, int,  \
+        const long long*, const float*, int, int, float*, int, int, float, unsigned*, int,     \
+        long long*, float*);
+NCC_MMA_INSTANCE(true, 4, false, false)
+NCC_MMA_INSTANCE(false, 2, true, false)
+NCC_MMA_INSTANCE(true, 1, false, true)
+NCC_MMA_INSTANCE(false, 4, true, true)
+template __global__ void ncc_mma_pack<true>(const unsigned char*, int, int, int, int, int, int2*,
+                                            long long*, float*);
+template __global__ void ncc_mma_pack<false>(const unsigned char*, int, int, int, int, int,
+                                             int2*, long long*, float*);
 #endif

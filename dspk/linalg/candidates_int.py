@@ -140,54 +140,74 @@ class Int8TensorCore(Candidate):
 
         B, M, N, K, dt = p.batches, p.m, p.n, p.k, p.dtype
         P = 2 if dt == np.int16 else 1
-        mp, np_, kp = _pad16(M), _pad16(N), _pad16(K)
+        mp, np_ = _pad16(M), _pad16(N)
+        splits, kc = _split_k(B, P * mp, P * np_, K, device_properties(p.device_id))
+        kp = splits * kc if B == 1 else _pad16(K)
+        sums = dt != np.int8   # the centring correction needs the raw row/column sums
         pack = kernel("intpack.cu", f"pack_planes<{_CTYPE[dt]}, "
-                                    f"{'true' if dt == np.uint8 else 'false'}>")
+                                    f"{'true' if dt == np.uint8 else 'false'}, "
+                                    f"{'true' if sums else 'false'}>")
 
         def packed(v: Any, rows: int, rp: int) -> tuple:
-            """(planes [nb, P*rp, kp] int8, batch stride in elements) of a [B, rows, K] view;
-            a broadcast operand is packed once."""
+            """(planes [nb, P*rp, kp] int8, batch stride in elements, row sums [B, rows]
+            int64 or None) of a [B, rows, K] view; a broadcast operand is packed once."""
             v.check()
             nb = 1 if (v.batches > 1 and v.strides[0] == 0) else v.batches
             dst = cp.empty(nb * P * rp * kp, dtype=np.int8)
+            rs = cp.zeros((nb, rows), dtype=np.int64) if sums else None
             sb, sr, sk = v.strides
-            pack(grid_1d(dst.size // P), (256,),
+            pack((-(-kp // 1024), min(65535, nb * rp)), (256,),
                  (np.uint64(v.ptr), np.int64(sb), np.int64(sr), np.int64(sk), np.int32(nb),
-                  np.int32(rows), np.int32(K), np.int32(rp), np.int32(kp), dst))
-            return dst, (0 if nb == 1 else P * rp * kp)
+                  np.int32(rows), np.int32(K), np.int32(rp), np.int32(kp), dst,
+                  np.uint64(0 if rs is None else rs.data.ptr)))
+            if rs is not None and nb != B:
+                rs = cp.ascontiguousarray(cp.broadcast_to(rs, (B, rows)))
+            return dst, (0 if nb == 1 else P * rp * kp), rs
 
-        qa, stride_a = packed(p.a, M, mp)
-        qb, stride_b = (qa, stride_a) if p.symmetric else packed(p.b.T, N, np_)
-        c32 = cp.empty(B * P * mp * P * np_, dtype=np.int32)
-        if dt == np.int8:
-            ra = cb = None
-        else:  # sums of the raw values, for the centring correction (exact in int64)
-            ra = cp.ascontiguousarray(p.a.to_array().sum(axis=2, dtype=np.int64))
-            cb = cp.ascontiguousarray(p.b.to_array().sum(axis=1, dtype=np.int64))
-            if ra.shape[0] != B:
-                ra = cp.ascontiguousarray(cp.broadcast_to(ra, (B, M)))
-            if cb.shape[0] != B:
-                cb = cp.ascontiguousarray(cp.broadcast_to(cb, (B, N)))
+        qa, stride_a, ra = packed(p.a, M, mp)
+        qb, stride_b, cb = (qa, stride_a, ra) if p.symmetric else packed(p.b.T, N, np_)
+        c32 = cp.empty(splits * B * P * mp * P * np_, dtype=np.int32)
         combine = kernel("intpack.cu", "combine_planes")
         out = p.out
         out.check()
         handle = cp.cuda.device.get_cublas_handle()
-        for k0 in range(0, kp, INT8_K_CHUNK):
-            kc = min(INT8_K_CHUNK, kp - k0)
+        ldc, plane_c = P * np_, P * mp * P * np_
+        if B == 1:
+            chunks = [(0, kc, splits)]   # split-K: the K chunks as the GEMM's batch
+        else:
+            chunks = [(k0, min(INT8_K_CHUNK, kp - k0), 1) for k0 in range(0, kp, INT8_K_CHUNK)]
+        for k0, kk, nsplit in chunks:
             # Row-major C[P*Mp, P*Np] = A·Bᵀ with K contiguous in both: cuBLAS "TN" on Cᵀ.
+            sa, sb_ = (kk, kk) if B == 1 else (stride_a, stride_b)
             cublas.gemmStridedBatchedEx(
-                handle, OP_T, OP_N, P * np_, P * mp, kc, _ONE_I32.ctypes.data,
-                qb.data.ptr + k0, CUDA_R_8I, kp, stride_b,
-                qa.data.ptr + k0, CUDA_R_8I, kp, stride_a,
-                _ZERO_I32.ctypes.data, c32.data.ptr, CUDA_R_32I, P * np_, P * mp * P * np_,
-                B, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
+                handle, OP_T, OP_N, P * np_, P * mp, kk, _ONE_I32.ctypes.data,
+                qb.data.ptr + k0, CUDA_R_8I, kp, sb_,
+                qa.data.ptr + k0, CUDA_R_8I, kp, sa,
+                _ZERO_I32.ctypes.data, c32.data.ptr, CUDA_R_32I, ldc, plane_c,
+                B * nsplit, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
             combine(grid_1d(B * M * N), (256,),
-                    (c32, np.int32(P), np.int32(mp), np.int32(np_), np.int32(B), np.int32(M),
-                     np.int32(N), np.uint64(out.ptr), np.int64(out.strides[0]),
-                     np.int64(out.strides[1]), np.int64(out.strides[2]),
-                     np.uint64(0 if ra is None else ra.data.ptr),
+                    (c32, np.int32(nsplit), np.int32(P), np.int32(mp), np.int32(np_),
+                     np.int32(B), np.int32(M), np.int32(N), np.uint64(out.ptr),
+                     np.int64(out.strides[0]), np.int64(out.strides[1]),
+                     np.int64(out.strides[2]), np.uint64(0 if ra is None else ra.data.ptr),
                      np.uint64(0 if cb is None else cb.data.ptr), np.int64(128 * 128 * K),
                      np.int32(1 if k0 == 0 else 0)))
+
+
+def _split_k(batches: int, rows: int, cols: int, k: int, props: dict) -> tuple[int, int]:
+    """(splits, chunk) for a single product: cuBLAS's int8 GEMM does not split K itself, and a
+    768 x 768 output (int16 covariance of 384 channels) is only 36 tiles of 128 x 128 for 132
+    SMs; the K chunks run as the batch of one strided-batched call, each at most INT8_K_CHUNK
+    long (int32 accumulators exact), about two waves of tiles in all. Batched products keep
+    the K loop (splits 1)."""
+    kp = _pad16(k)
+    if batches != 1:
+        return 1, kp
+    tiles = -(-rows // 128) * -(-cols // 128)
+    want = -(-2 * int(props.get("multiProcessorCount", 1)) // tiles)
+    splits = max(-(-kp // INT8_K_CHUNK), min(want, kp // 2048), 1)
+    chunk = _pad16(-(-kp // splits))
+    return splits, chunk
 
 
 def int_candidates(gpu: bool) -> list[Candidate]:
