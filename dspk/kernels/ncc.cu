@@ -127,7 +127,7 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // R = 8*Cs + (8*cpr mod 32) bytes put the 16 lanes of a half-warp on distinct banks for
 // 16-byte template rows.
 //
-// Block: MMA_BX = 64 positions (4 m-tiles) x MMA_BY = 16 rows; warp w computes rows w and w+8,
+// Block: MMA_BX = 64 positions (4 m-tiles) x MMA_BY = 32 rows; warp w computes rows w + 8i,
 // NT n-tiles (8*NT templates) at a time, all of its templates slice (grid z) from shared memory.
 // Window sums S_I, S_II: horizontal sums per patch row by __dp4a on the aligned copies (masked
 // past tw), then running vertical sums per column, in place.
@@ -137,7 +137,7 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // to a candidate list (warp-aggregated atomics); ncc_peak_check keeps the local maxima.
 // ------------------------------------------------------------------------------------------
 constexpr int MMA_BX = 64;
-constexpr int MMA_BY = 16;
+constexpr int MMA_BY = 32;
 
 template <bool WIDE> struct SumType { typedef int type; };      // no <type_traits> in NVRTC
 template <> struct SumType<true> { typedef long long type; };
@@ -223,7 +223,9 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     const int RW = 64 + twp + 8;                 // raw patch row: bytes 0 .. 63+twp, +1 word
     const int CW = (56 + twp) >> 2;              // words per copy row that windows read
     int2* sbank = reinterpret_cast<int2*>(ncc_smem);
-    int* koff = reinterpret_cast<int*>(sbank + tiles_z * KS * 32);
+    long long* s_tsum = reinterpret_cast<long long*>(sbank + tiles_z * KS * 32);
+    float* s_trs = reinterpret_cast<float*>(s_tsum + tiles_z * 8);
+    int* koff = reinterpret_cast<int*>(s_trs + tiles_z * 8);
     unsigned char* copies = reinterpret_cast<unsigned char*>(koff + KC);
     int* hs = reinterpret_cast<int*>(copies + PH * R);      // [PH][64], aliases the raw patch
     int* hss = hs + PH * MMA_BX;
@@ -233,40 +235,59 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     const int x0 = blockIdx.x * MMA_BX, y0 = blockIdx.y * MMA_BY;
     const int tile0 = blockIdx.z * tiles_z;
 
-    {   // bank slice, chunk offsets, raw patch
+    {   // bank slice, its template constants, chunk offsets, raw patch
         const int4* src = reinterpret_cast<const int4*>(bank + (long long)tile0 * KS * 32);
         int4* dst = reinterpret_cast<int4*>(sbank);
         for (int e = tid; e < tiles_z * KS * 16; e += nthreads) dst[e] = src[e];
+        for (int e = tid; e < tiles_z * 8; e += nthreads) {
+            const int n = 8 * tile0 + e;
+            s_tsum[e] = n < N ? t_sum[n] : 0;
+            s_trs[e] = n < N ? t_rs[n] : 0.0f;
+        }
         for (int c = tid; c < KC; c += nthreads) {
             const int dy = c / cpr;
             koff[c] = dy < th ? dy * R + (c - dy * cpr) * 8 : 0;  // padding: any valid address
         }
+        // thread -> (row group, word column), rows looped: no division in the loop
         const int rw4 = RW >> 2;
-        for (int e = tid; e < PH * rw4; e += nthreads) {
-            const int r = e / rw4, q = e - r * rw4;
-            const int y = y0 + r, x = x0 + 4 * q;
-            unsigned w = 0;
-            if (y < H) {
-                const unsigned char* row = img + (long long)y * pitch;
+        const int groups = nthreads >= rw4 ? nthreads / rw4 : 1;
+        const bool words = ((pitch & 3) == 0) && (((unsigned long long)img & 3) == 0);
+        for (int e0 = tid; e0 < groups * rw4 && (nthreads >= rw4 || e0 < rw4); e0 += nthreads) {
+            const int grp = e0 / rw4, q = e0 - grp * rw4;
+            const int x = x0 + 4 * q;
+            for (int r = grp; r < PH; r += groups) {
+                const int y = y0 + r;
+                unsigned w = 0;
+                if (y < H) {
+                    const unsigned char* row = img + (long long)y * pitch;
+                    if (words && x + 3 < W) {
+                        w = *reinterpret_cast<const unsigned*>(row + x);
+                    } else {
 #pragma unroll
-                for (int b = 0; b < 4; ++b)
-                    if (x + b < W) w |= (unsigned)row[x + b] << (8 * b);
+                        for (int b = 0; b < 4; ++b)
+                            if (x + b < W) w |= (unsigned)row[x + b] << (8 * b);
+                    }
+                }
+                if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (zero stays
+                raw[r * rw4 + q] = w;           // zero only outside the image, never read)
             }
-            if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (zero stays zero
-            raw[e] = w;                     // only outside the image, never read by a window)
         }
     }
     __syncthreads();
-    {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3
-        const int rw4 = RW >> 2;
-        for (int e = tid; e < PH * 8 * CW; e += nthreads) {
-            const int r = e / (8 * CW), rem = e - r * 8 * CW;
-            const int sft = rem / CW, q = rem - sft * CW;
-            const unsigned* src = raw + r * rw4 + q + (sft >> 2);
+    {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3; thread -> (s, q)
+        const int rw4 = RW >> 2, pairs = 8 * CW;
+        const int groups = nthreads >= pairs ? nthreads / pairs : 1;
+        for (int e0 = tid; e0 < groups * pairs && (nthreads >= pairs || e0 < pairs);
+             e0 += nthreads) {
+            const int grp = e0 / pairs, pr = e0 - grp * pairs;
+            const int sft = pr / CW, q = pr - sft * CW;
             const int b = sft & 3;
             const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
-            reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] =
-                __byte_perm(src[0], src[1], sel);
+            for (int r = grp; r < PH; r += groups) {
+                const unsigned* src = raw + r * rw4 + q + (sft >> 2);
+                reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] =
+                    __byte_perm(src[0], src[1], sel);
+            }
         }
     }
     __syncthreads();
@@ -289,11 +310,14 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     if (tid < 2 * MMA_BX) {   // vertical running sums, in place: row y <- sum of rows y..y+th-1
         int* a = (tid < MMA_BX ? hs : hss) + (tid & 63);
         int s = 0;
+#pragma unroll 4
         for (int r = 0; r < th; ++r) s += a[r * MMA_BX];
+#pragma unroll
         for (int y = 0; y < MMA_BY; ++y) {
             const int old = a[y * MMA_BX];
+            const int next = y + th < PH ? a[(y + th) * MMA_BX] : 0;
             a[y * MMA_BX] = s;
-            if (y + th < PH) s += a[(y + th) * MMA_BX] - old;
+            s += next - old;
         }
     }
     __syncthreads();
@@ -301,16 +325,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int K = th * tw;
     for (int nt0 = 0; nt0 < tiles_z; nt0 += NT) {
-        typename SumType<WIDE>::type ts[NT][2];
-        float tr[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int n = 8 * (tile0 + nt0 + nt) + 2 * t + c;
-                ts[nt][c] = n < N ? (typename SumType<WIDE>::type)t_sum[n] : 0;
-                tr[nt][c] = n < N ? t_rs[n] : 0.0f;
-            }
         if (8 * (tile0 + nt0) >= N) break;
         for (int yl = warp; yl < MMA_BY; yl += 8) {
             const int y = y0 + yl;
@@ -324,7 +338,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0;
             const unsigned char* abase = copies + yl * R + g * Cs;
             const int2* bbase = sbank + nt0 * KS * 32 + lane;
-#pragma unroll 2
             for (int st = 0; st < KS; ++st) {
                 const unsigned char* ap = abase + koff[4 * st + t];
                 int a[4][4];
@@ -362,16 +375,19 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
-                            const int n = 8 * (tile0 + nt0 + nt) + 2 * t + c;
+                            const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
+                            const int n = 8 * tile0 + nl;
+                            const typename SumType<WIDE>::type ts =
+                                (typename SumType<WIDE>::type)s_tsum[nl];
                             const int sit = acc[mt][nt][2 * h + c];
                             float num;
                             if (WIDE) {
-                                num = (float)((long long)K * sit - (long long)si * ts[nt][c]);
+                                num = (float)((long long)K * sit - (long long)si * ts);
                             } else {   // exact in 32 bits (see above); unsigned: defined wrap
                                 num = (float)(int)((unsigned)K * (unsigned)sit -
-                                                   (unsigned)si * (unsigned)ts[nt][c]);
+                                                   (unsigned)si * (unsigned)ts);
                             }
-                            float r = num * ri * tr[nt][c];
+                            float r = num * ri * s_trs[nl];
                             r = fminf(1.0f, fmaxf(-1.0f, r));
                             const bool valid = xin && n < N;
                             if (!PEAKS) {

@@ -84,13 +84,13 @@ class FastLaunch:
     grid, block : tuple of int
     args : list
         One entry per kernel parameter: ``("ptr", None)`` for an address given at call time,
-        or ``(ctype, value)`` for a constant (``"i32"``, ``"i64"``, ``"u64"``; arrays by
-        their address).
+        or ``(ctype, value)`` for a constant (``"i32"``, ``"i64"``, ``"u64"``, ``"f32"``;
+        arrays by their address).
     shared_mem : int
     """
 
     _CT = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
-           "ptr": ctypes.c_uint64}
+           "f32": ctypes.c_float, "ptr": ctypes.c_uint64}
 
     def __init__(self, fn: Any, grid: tuple, block: tuple, args: list, shared_mem: int = 0):
         cupy_module()
@@ -114,7 +114,7 @@ class FastLaunch:
                 continue
             if hasattr(value, "data") and hasattr(value.data, "ptr"):
                 value = value.data.ptr
-            v = self._CT[kind](int(value))
+            v = self._CT[kind](float(value) if kind == "f32" else int(value))
             self._vals.append(v)
             addrs.append(ctypes.addressof(v))
         self._params = (ctypes.c_void_p * len(addrs))(*addrs)
