@@ -354,44 +354,56 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     for (int mt = 0; mt < 4; ++mt) mma_s8_16832(acc[mt][nt], a[mt], b.x, b.y);
                 }
             }
-            // epilogue: C fragment reg r = position 16*mt + g + 8*(r >> 1), template 2t + (r & 1)
+            // epilogue: C fragment reg r = position 16*mt + g + 8*(r >> 1), template 2t + (r & 1).
+            // Window terms first (one per position), then template by template: the template
+            // constants and the output row address are computed once per template, not per
+            // output (the epilogue is most of the kernel's instructions).
+            int si[4][2];
+            float ri[4][2];
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int p = 16 * mt + 8 * h + g;
-                    const int x = x0 + p;
-                    const bool xin = x < wo;
-                    const int si = hs[yl * MMA_BX + p], sii = hss[yl * MMA_BX + p];
-                    float ri;
+                    const int s1 = hs[yl * MMA_BX + p], s2 = hss[yl * MMA_BX + p];
+                    si[mt][h] = s1;
                     if (WIDE) {
-                        const long long var_i = (long long)K * sii - (long long)si * si;
-                        ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                        const long long var_i = (long long)K * s2 - (long long)s1 * s1;
+                        ri[mt][h] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
                     } else {
-                        const int var_i = K * sii - si * si;
-                        ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                        const int var_i = K * s2 - s1 * s1;
+                        ri[mt][h] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
                     }
+                }
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt)
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                        for (int c = 0; c < 2; ++c) {
-                            const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
-                            const int n = 8 * tile0 + nl;
-                            const typename SumType<WIDE>::type ts =
-                                (typename SumType<WIDE>::type)s_tsum[nl];
+                for (int c = 0; c < 2; ++c) {
+                    const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
+                    const int n = 8 * tile0 + nl;
+                    const typename SumType<WIDE>::type ts =
+                        (typename SumType<WIDE>::type)s_tsum[nl];
+                    const float tr = s_trs[nl];
+                    const bool nin = n < N;
+                    const long long orow = ((long long)n * ho + y) * wo + x0 + g;
+#pragma unroll
+                    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int off = 16 * mt + 8 * h;
                             const int sit = acc[mt][nt][2 * h + c];
                             float num;
                             if (WIDE) {
-                                num = (float)((long long)K * sit - (long long)si * ts);
+                                num = (float)((long long)K * sit - (long long)si[mt][h] * ts);
                             } else {   // exact in 32 bits (see above); unsigned: defined wrap
                                 num = (float)(int)((unsigned)K * (unsigned)sit -
-                                                   (unsigned)si * (unsigned)ts);
+                                                   (unsigned)si[mt][h] * (unsigned)ts);
                             }
-                            float r = num * ri * s_trs[nl];
+                            float r = num * ri[mt][h] * tr;
                             r = fminf(1.0f, fmaxf(-1.0f, r));
-                            const bool valid = xin && n < N;
+                            const bool valid = nin && x0 + g + off < wo;
                             if (!PEAKS) {
-                                if (valid) out[((long long)n * ho + y) * wo + x] = r;
+                                if (valid) out[orow + off] = r;
                             } else {
                                 const bool hit = valid && r >= threshold;
                                 const unsigned m = __ballot_sync(0xffffffffu, hit);
@@ -403,7 +415,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                                     if (hit) {
                                         const unsigned i = base + __popc(m & ((1u << lane) - 1u));
                                         if (i < (unsigned)capacity) {
-                                            cand_key[i] = ((long long)n * ho + y) * wo + x;
+                                            cand_key[i] = orow + off;
                                             cand_score[i] = r;
                                         }
                                     }
