@@ -223,10 +223,13 @@ class TemplateBank:
         (`dspk.linalg.int_matmul`: INT8 tensor cores on the GPU), window sums from exact integral
         images; ``bank_dp4a`` (GPU, 8-bit images) — one fused kernel that loads each image patch
         once and correlates it with the whole bank with __dp4a; ``bank_mma`` (GPU, 8-bit, cc >=
-        8.0) — the same on INT8 tensor cores, the window matrix built in registers from the patch
-        (implicit im2col, `dspk/kernels/ncc.cu`). Only the final ratio is floating point. See
-        the module docstring for the formula and the exactness bounds. `ncc_direct` computes
-        the same maps directly.
+        8.0) — the same on INT8 tensor cores (mma.sync), the window matrix read from shifted
+        copies of the image patch in shared memory (implicit im2col: never written,
+        `dspk/kernels/ncc.cu`). Only the final ratio is floating point, computed the same way
+        by every implementation (the maps are bit-identical whichever runs). See the module
+        docstring for the formula and the exactness bounds. `ncc_direct` computes the same
+        maps directly. The chosen implementation is bound per image geometry: later calls with
+        the same shape, dtype and strides go straight to it.
 
         Examples
         --------
@@ -561,6 +564,13 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
     A position is a peak of template n when its score is >= ``threshold`` and equals the
     maximum of that template's map over the (2·min_distance + 1)² square around it (positions
     outside the map do not count). Plateaus give one peak per position of the plateau.
+
+    On the GPU with 8-bit images, the maps are never written: the tensor-core kernel lists
+    every score at or above the threshold, and a second kernel keeps those that no listed
+    neighbour exceeds (a neighbour not listed scores below the threshold). A threshold so low
+    that the list would exceed ``PEAK_CANDIDATES_BYTES`` falls back to maps, computed a group
+    of templates at a time (``PEAK_MAPS_BYTES``), as on the CPU. The peaks are the same either
+    way.
 
     Parameters
     ----------
