@@ -264,26 +264,11 @@ class TemplateBank:
         return bound(image)
 
     def _bind_mma(self, image: Any) -> Any:
-        """The tensor-core kernel for images of this geometry with its launch packed once
-        (`FastLaunch`): a call allocates the maps and launches, nothing else."""
-        xp, n, th, tw = self.xp, self.n, self.th, self.tw
-        H, W = image.shape
-        ho, wo = H - th + 1, W - tw + 1
-        plan, bank, t_sum, t_rs = self._get("mma", self._mma_bank)
-        center = "true" if self.dtype == np.uint8 else "false"
-        wide = "true" if plan["wide"] else "false"
-        fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, false>")
-        if fn.max_dynamic_shared_size_bytes < plan["smem"]:
-            fn.max_dynamic_shared_size_bytes = plan["smem"]
-        i32 = lambda v: ("i32", v)  # noqa: E731
-        launch = FastLaunch(
-            fn, (-(-wo // MMA_BX), -(-ho // MMA_BY), plan["grid_z"]), (256,),
-            [("ptr", None), ("i64", image.strides[0]), i32(H), i32(W), ("u64", bank), i32(th),
-             i32(tw), i32(plan["cpr"]), i32(plan["KC"]), i32(n), i32(plan["tiles_z"]),
-             ("u64", t_sum), ("u64", t_rs), i32(plan["Cs"]), i32(plan["R"]), ("ptr", None),
-             i32(ho), i32(wo), ("f32", 0.0), ("u64", 0), i32(0), ("u64", 0), ("u64", 0)],
-            shared_mem=plan["smem"])
-        shape = (n, ho, wo)
+        """The tensor-core kernel for images of this geometry with its launch packed once:
+        a call allocates the maps and launches, nothing else."""
+        xp = self.xp
+        launch = self._mma_launch(image, None)
+        shape = (self.n, image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1)
 
         def run(img: Any) -> Any:
             out = xp.empty(shape, dtype=np.float32)
@@ -340,38 +325,39 @@ class TemplateBank:
                                   t_rs))
         return plan, packed, t_sum, t_rs
 
-    def _launch_mma(self, image: Any, out: Any, peaks: tuple | None) -> None:
-        """One launch of the tensor-core kernel: maps into ``out``, or with ``peaks`` =
-        (threshold, count, capacity, keys, scores) the candidate list instead."""
-        xp, n, th, tw = self.xp, self.n, self.th, self.tw
+    def _mma_launch(self, image: Any, peaks: tuple | None) -> FastLaunch:
+        """The tensor-core kernel's launch for images of ``image``'s geometry (rows
+        contiguous), its parameters packed (`FastLaunch`). Call-time addresses: the image and
+        the maps; with ``peaks`` = (threshold, capacity), the image, the candidate count, keys
+        and scores instead (the candidate-list mode)."""
+        th, tw = self.th, self.tw
         H, W = image.shape
         ho, wo = H - th + 1, W - tw + 1
         plan, bank, t_sum, t_rs = self._get("mma", self._mma_bank)
-        img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
-        img8 = img.view(np.uint8)
         center = "true" if self.dtype == np.uint8 else "false"
         wide = "true" if plan["wide"] else "false"
         mode = "true" if peaks is not None else "false"
         fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}>")
         if fn.max_dynamic_shared_size_bytes < plan["smem"]:
             fn.max_dynamic_shared_size_bytes = plan["smem"]
-        threshold, count, capacity, keys, scores = peaks or (0.0, None, 0, None, None)
-        nil = np.uint64(0)  # null pointer for the arguments of the other mode
-        fn((-(-wo // MMA_BX), -(-ho // MMA_BY), plan["grid_z"]), (256,),
-           (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(th),
-            np.int32(tw), np.int32(plan["cpr"]), np.int32(plan["KC"]), np.int32(n),
-            np.int32(plan["tiles_z"]), t_sum, t_rs, np.int32(plan["Cs"]), np.int32(plan["R"]),
-            out if out is not None else nil, np.int32(ho), np.int32(wo), np.float32(threshold),
-            count if count is not None else nil, np.int32(capacity),
-            keys if keys is not None else nil, scores if scores is not None else nil),
-           shared_mem=plan["smem"])
+        dyn, nil = ("ptr", None), ("u64", 0)
+        threshold, capacity = peaks or (0.0, 0)
+        maps_args = [nil, dyn, dyn, dyn] if peaks is not None else [dyn, nil, nil, nil]
+        args = [dyn, ("i64", image.strides[0]), ("i32", H), ("i32", W), ("u64", bank),
+                ("i32", th), ("i32", tw), ("i32", plan["cpr"]), ("i32", plan["KC"]),
+                ("i32", self.n), ("i32", plan["tiles_z"]), ("u64", t_sum), ("u64", t_rs),
+                ("i32", plan["Cs"]), ("i32", plan["R"]), maps_args[0], ("i32", ho), ("i32", wo),
+                ("f32", threshold), maps_args[1], ("i32", capacity), maps_args[2], maps_args[3]]
+        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // MMA_BY), plan["grid_z"]), (256,),
+                          args, shared_mem=plan["smem"])
+
+    def _rows_contiguous(self, image: Any) -> Any:
+        return image if image.strides[1] == 1 else self.xp.ascontiguousarray(image)
 
     def _ncc_bank_mma(self, image: Any) -> Any:
         """The fused tensor-core kernel of dspk/kernels/ncc.cu (implicit im2col, mma.sync)."""
-        ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
-        out = self.xp.empty((self.n, ho, wo), dtype=np.float32)
-        self._launch_mma(image, out, None)
-        return out
+        image = self._rows_contiguous(image)
+        return self._bind_mma(image)(image)
 
     def _peaks_mma(self, image: Any, threshold: float, d: int) -> np.ndarray | None:
         """Peaks without maps: the tensor-core kernel lists every score >= threshold, the
@@ -379,13 +365,16 @@ class TemplateBank:
         None when the candidates would exceed PEAK_CANDIDATES_BYTES (a threshold so low that
         most positions pass: the caller falls back to maps)."""
         xp = self.xp
+        image = self._rows_contiguous(image)
         ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
         count = xp.zeros(1, dtype=np.uint32)
         capacity = self._cache.get("peak_capacity", 1 << 20)
+        stream = xp.cuda.get_current_stream().ptr
         while True:
             keys = xp.empty(capacity, dtype=np.int64)
             scores = xp.empty(capacity, dtype=np.float32)
-            self._launch_mma(image, None, (threshold, count, capacity, keys, scores))
+            self._mma_launch(image, (threshold, capacity))(
+                stream, image.data.ptr, count.data.ptr, keys.data.ptr, scores.data.ptr)
             found = int(count.get()[0])
             if found <= capacity:
                 break
