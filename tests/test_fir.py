@@ -3,6 +3,8 @@ with halos; CPU and GPU (`gpu` params)."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import signal
 
 import dspk
@@ -110,3 +112,32 @@ def test_cpu_channel_blocks_in_threads_equal_one_block(monkeypatch):
     threaded = dspk.fir_filter(x, taps)
     monkeypatch.setattr(par.os, "cpu_count", lambda: 1)
     np.testing.assert_array_equal(dspk.fir_filter(x, taps), threaded)
+
+
+@pytest.mark.gpu
+@settings(max_examples=30, deadline=None)
+@given(channels=st.integers(1, 4), n=st.sampled_from([1, 17, 300, 2048, 2049, 5000]),
+       taps=st.integers(1, 300), nf=st.integers(1, 7), f64=st.booleans(),
+       strided=st.booleans())
+def test_gpu_direct_fir_kernel_matches_float64(channels, n, taps, nf, f64, strided):
+    """The direct FIR/bank kernel (whichever the tuner would pick): tile edges, taps not a
+    multiple of the register block, taps longer than a tile's overhang, rows with a stride."""
+    import cupy as cp
+
+    from dspk.ops._traces_gpu import fir_direct
+
+    taps = min(taps, n)
+    dtype = np.float64 if f64 else np.float32
+    rng = np.random.default_rng(taps * 131 + n)
+    x = rng.standard_normal((channels, 2 * n if strided else n)).astype(dtype)
+    w = rng.standard_normal((nf, taps))
+    xg = cp.asarray(x)[:, ::2] if strided else cp.asarray(x)
+    xr = x[:, ::2] if strided else x
+    got = fir_direct(xg, w, taps // 2).get()
+    assert got.shape == (channels, nf, n) and got.dtype == dtype
+    for c in range(channels):
+        for i in range(nf):
+            ref = signal.correlate(xr[c].astype(np.float64), w[i], mode="full")
+            ref = ref[taps - 1 - taps // 2: taps - 1 - taps // 2 + n]
+            scale = np.abs(xr[c]).max() * np.abs(w[i]).sum()
+            assert np.abs(got[c, i] - ref).max() <= (1e-6 if not f64 else 1e-14) * scale

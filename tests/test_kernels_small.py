@@ -107,3 +107,21 @@ def test_small_ncc_bank_kernel(dtype):
         assert np.max(np.abs(got - ref)) <= 2e-6 and got[0, 3, 8] > 0.99999
     peaks = tb._peaks_mma(cp.asarray(image), 0.5, 2)
     assert (0, 3, 8) in {(int(t), int(y), int(x)) for t, y, x, _ in peaks}
+
+
+def test_small_trace_kernels():
+    """The direct FIR kernel and the median reference on small ragged inputs (sanitizer target
+    for traces.cu)."""
+    import cupy as cp
+
+    from dspk.ops._traces_gpu import car_median, fir_direct
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 2100)).astype(np.float32)
+    w = rng.standard_normal((2, 37))
+    got = fir_direct(cp.asarray(x), w, 18).get()
+    ref = np.stack([[np.correlate(np.pad(r.astype(np.float64), 18), f, "valid") for f in w]
+                    for r in x])
+    assert np.abs(got - ref).max() <= 1e-4
+    y = rng.standard_normal((37, 70)).astype(np.float32)
+    np.testing.assert_array_equal(car_median(cp.asarray(y)).get(), y - np.median(y, axis=0))

@@ -233,3 +233,24 @@ def test_bipolar_and_laplacian(xp):
         dspk.ops.bipolar_matrix([[2, 2]], 12)
     with pytest.raises(ValueError, match="n_neighbors: expected"):
         dspk.ops.laplacian_matrix(geom, n_neighbors=12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [1, 2, 3, 31, 32, 33, 64, 383, 384])
+def test_gpu_median_reference_kernel_is_exact(dtype, channels):
+    """The median-selection kernel equals numpy to the bit (x - median in x's dtype), with
+    ties, negative values, zeros of both signs and a sample count not a multiple of its tile."""
+    import cupy as cp
+
+    from dspk.ops._traces_gpu import car_median, car_reason
+
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((channels, 1000)).astype(dtype)
+    x[:, :300] = rng.integers(-3, 4, (channels, 300))      # many ties
+    x[:, 300] = -0.0
+    assert car_reason(cp.asarray(x)) is None
+    got = car_median(cp.asarray(x)).get()
+    np.testing.assert_array_equal(got, x - np.median(x, axis=0)[None])
+    strided = cp.asarray(np.repeat(x, 2, axis=1))[:, ::2]    # rows with a stride
+    np.testing.assert_array_equal(car_median(strided).get(), got)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..linalg.matmul import tuner
 from ._checks import traces
 from ._parallel import blocks
 
@@ -115,6 +116,45 @@ def _correlate_same(xp: Any, x: Any, kernel: Any) -> Any:
     return blocks(rows, x.shape[0], x.size, axis=0)
 
 
+def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
+    """[C, k, n]: every row of x correlated with every row of ``weights`` [k, taps] (float64
+    host array), Σ_j weights[i, j]·x[t + j − taps//2], zero outside.
+
+    On the GPU the tuner chooses, per size class, between overlap-add FFT convolution (cupyx,
+    one per filter) and the direct kernel of dspk/kernels/traces.cu (all filters from one read
+    of x; the better choice for short filters, when few outputs share each input); results are
+    checked against the FFT's before a choice is kept."""
+    k, taps = weights.shape
+    C, n = x.shape
+
+    def fft() -> Any:
+        out = xp.empty((C, k, n), dtype=x.dtype)
+        for i in range(k):
+            out[:, i] = _correlate_same(xp, x, xp.asarray(weights[i].astype(x.dtype)))
+        return out
+
+    if xp is np:
+        return fft()
+    from ._traces_gpu import fir_direct, fir_reason  # noqa: PLC0415 (GPU-only)
+
+    impls = {"oaconvolve": fft}
+    if fir_reason(x, k, taps) is None:
+        impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
+    if len(impls) == 1:
+        return fft()
+    key = ("fir", tuner.stamp(True, x.device.id), x.dtype.name,
+           *(int(v).bit_length() for v in (C, n, taps, k)))
+    tol = 1e-4 if x.dtype == np.float32 else 1e-10
+
+    def agree(got: Any, ref: Any) -> str | None:
+        scale = float(abs(ref).max()) or 1.0
+        worst = float(abs(got - ref).max()) / scale
+        return None if worst <= tol else f"differs from the FFT result by {worst:.1e} (relative)"
+
+    name, _ = tuner.choose(key, impls, True, agree)
+    return impls[name]()
+
+
 def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> Any:
     """Filter every channel of ``x`` [channels, samples] with ``taps``.
 
@@ -141,8 +181,11 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     halo = int(halo)
     if not (0 <= halo and 2 * halo < x.shape[1]):
         raise ValueError(f"halo: expected 0 <= halo < samples/2, got {halo}")
-    k = xp.asarray(t[::-1].copy().astype(x.dtype))   # correlation kernel of a convolution
-    y = _correlate_same(xp, x, k).astype(x.dtype, copy=False)
+    k = t[::-1].copy()                                 # correlation kernel of a convolution
+    if xp is np:
+        y = _correlate_same(xp, x, k.astype(x.dtype)).astype(x.dtype, copy=False)
+    else:
+        y = _correlate_bank(xp, x, k[None])[:, 0]
     return y[:, halo:x.shape[1] - halo] if halo else y
 
 
@@ -162,7 +205,4 @@ def fir_bank(x: Any, bank: Any) -> Any:
     if b.shape[1] > x.shape[1]:
         raise ValueError(f"bank: {b.shape[1]} taps are longer than the data "
                          f"({x.shape[1]} samples)")
-    out = xp.empty((x.shape[0], b.shape[0], x.shape[1]), dtype=x.dtype)
-    for i in range(b.shape[0]):
-        out[:, i] = _correlate_same(xp, x, xp.asarray(b[i].astype(x.dtype)))
-    return out
+    return _correlate_bank(xp, x, b)

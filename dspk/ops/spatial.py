@@ -229,8 +229,18 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
                                  f"and {outer} µm")
             out[ch] = x[ch] - reduce(x[xp.asarray(ring)])
         return out
+    def referenced(a: Any) -> Any:
+        """a minus its reference; the GPU median is a selection kernel of its own
+        (dspk/kernels/traces.cu), exact like numpy's."""
+        if operator == "median" and xp is not np:
+            from ._traces_gpu import car_median, car_reason  # noqa: PLC0415 (GPU-only)
+
+            if car_reason(a) is None:
+                return car_median(a)
+        return a - reduce(a)[None]
+
     if groups is None:
-        return x - reduce(x)[None]
+        return referenced(x)
     out = x.copy()
     seen = np.zeros(c, dtype=bool)
     for gi, group in enumerate(groups):
@@ -241,7 +251,7 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
             raise ValueError(f"groups[{gi}]: a channel appears in two groups")
         seen[ids] = True
         sel = xp.asarray(ids)
-        out[sel] = x[sel] - reduce(x[sel])[None]
+        out[sel] = referenced(x[sel])
     return out
 
 
