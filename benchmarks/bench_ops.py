@@ -111,6 +111,8 @@ def run(backend, small):
 
             add("median CAR + high-pass", f"dspk.common_reference + fir_filter ({len(taps)} taps)",
                 clock.median_ms(car_hp, 5), 4 * x.nbytes)
+            add("median CAR", "dspk.common_reference(x, 'median')",
+                clock.median_ms(lambda: dspk.common_reference(x, "median"), 5), 2 * x.nbytes)
             add("high-pass", "dspk.fir_filter",
                 clock.median_ms(lambda: dspk.fir_filter(x, taps), 5),
                 2 * x.nbytes)
