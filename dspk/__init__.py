@@ -6,14 +6,16 @@ Importing dspk is cheap: CuPy is imported, and CUDA kernels compiled, only when 
 
 __version__ = "0.1.0"
 
-from . import backend, linalg  # noqa: E402
+from . import backend, io, linalg  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
+from .io import open_recording  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
 from .ops import (PCA, CovarianceAccumulator, bandpass_taps, common_reference,  # noqa: E402
                   covariance, fir_bank, fir_filter, highpass_taps, knn, pairwise_sqdist,
                   spatial_filter, whitening_matrix, zero_phase_taps)
 
-__all__ = ["__version__", "backend", "linalg", "matmul", "int_matmul", "explain", "MatrixView",
+__all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
+           "explain", "MatrixView",
            "BackendError", "gpu_available", "resolve_backend", "covariance",
            "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "common_reference",
            "PCA", "pairwise_sqdist", "knn", "highpass_taps", "bandpass_taps", "zero_phase_taps",

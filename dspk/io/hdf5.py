@@ -1,0 +1,314 @@
+"""Recordings in HDF5: any 2-D dataset, and NWB ElectricalSeries read through h5py alone.
+
+gzip-compressed datasets are decompressed in parallel: the raw chunks are read with
+``read_direct_chunk`` (fast, under HDF5's global lock) and inflated by zlib in a thread pool
+(zlib releases the GIL), so a compressed file is not capped at one core the way h5py's own
+filter pipeline is. Other filters (lzf, hdf5plugin's) go through h5py.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .recording import LAYOUTS, Recording, RecordingError, _layout, _select
+
+FS_ATTRS = ("fs", "sampling_rate", "sampling_frequency", "rate", "sample_rate")
+#: HDF5 filter ids
+_DEFLATE, _SHUFFLE = 1, 2
+#: the raw-data chunk cache per open dataset (h5py's default, 1 MiB, holds less than one chunk
+#: of a typical 384-channel layout)
+CHUNK_CACHE_BYTES = 64 << 20
+
+
+def _h5py() -> Any:
+    import h5py  # noqa: PLC0415 (imported when a file is opened, not with dspk)
+
+    return h5py
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _open_file(path: str) -> Any:
+    h5py = _h5py()
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if not h5py.is_hdf5(path):
+        raise RecordingError(f"{path}: not an HDF5 file (a flat binary needs n_channels= and "
+                             f"fs=)")
+    try:
+        return h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES)
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot be read as HDF5 ({exc}); truncated or "
+                             f"damaged?") from exc
+
+
+def _resolve(f: Any, name: str, allow_external_links: bool) -> Any:
+    """The object at ``name``, refusing external links (anywhere along the path) unless
+    allowed: a link may point outside the file the user named."""
+    h5py = _h5py()
+    parts = [p for p in name.strip("/").split("/") if p]
+    node = f["/"]
+    for i, part in enumerate(parts):
+        link = node.get(part, getlink=True)
+        here = "/" + "/".join(parts[:i + 1])
+        if link is None:
+            raise RecordingError(f"{f.filename}: no object {here}; datasets found: "
+                                 f"{', '.join(_datasets(f)) or 'none'}")
+        if isinstance(link, h5py.ExternalLink) and not allow_external_links:
+            raise RecordingError(f"{f.filename}: {here} is an external link to "
+                                 f"{link.filename}:{link.path}; refused (pass "
+                                 f"allow_external_links=True to follow it)")
+        try:
+            node = node[part]
+        except (KeyError, OSError) as exc:
+            raise RecordingError(f"{f.filename}: {here} cannot be opened ({exc})") from exc
+    return node
+
+
+def _datasets(f: Any) -> list[str]:
+    """2-D numeric datasets of the file (for error messages and discovery)."""
+    h5py = _h5py()
+    found: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and obj.ndim == 2 and obj.dtype.kind in "iuf":
+            found.append("/" + name)
+
+    f.visititems(visit)   # visititems does not follow external links
+    return found
+
+
+def electrical_series(f: Any) -> list[str]:
+    """Paths of the NWB ElectricalSeries groups under /acquisition and /processing."""
+    h5py = _h5py()
+    found: list[str] = []
+    for top in ("acquisition", "processing"):
+        if top not in f or not isinstance(f.get(top, getlink=True), h5py.HardLink):
+            continue
+
+        def visit(name: str, obj: Any, top: str = top) -> None:
+            if isinstance(obj, h5py.Group) and \
+                    _text(obj.attrs.get("neurodata_type", "")) == "ElectricalSeries":
+                found.append(f"/{top}/{name}")
+
+        f[top].visititems(visit)
+    return sorted(found)
+
+
+class HDF5Recording(Recording):
+    """A 2-D HDF5 dataset, or an NWB ElectricalSeries, as a recording.
+
+    Metadata not given as arguments is taken from attributes: for a plain dataset, the
+    sampling rate from ``fs``/``sampling_rate``/``rate`` (on the dataset or its group),
+    ``gain_to_uv``, ``offset_to_uv``, ``geometry`` and ``layout``; for NWB, the series' rate or
+    timestamps, conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y.
+    The file is opened read-only and kept open while the recording is in use (``close()``).
+    """
+
+    def __init__(self, path: str, dataset: str | None = None, fs: float | None = None,
+                 layout: str | None = None, gain_to_uv: Any = None, offset_to_uv: Any = None,
+                 geometry: Any = None, allow_external_links: bool = False,
+                 threads: int | None = None) -> None:
+        h5py = _h5py()
+        path = os.fspath(path)
+        f = _open_file(path)
+        try:
+            if dataset is None:
+                series = electrical_series(f)
+                if len(series) > 1:
+                    raise RecordingError(f"{path}: {len(series)} ElectricalSeries; choose one "
+                                         f"with dataset=: {', '.join(series)}")
+                if series:
+                    dataset = series[0]
+                else:
+                    found = _datasets(f)
+                    if len(found) != 1:
+                        raise RecordingError(f"{path}: no ElectricalSeries and "
+                                             f"{len(found)} 2-D datasets; choose one with "
+                                             f"dataset=: {', '.join(found) or 'none'}")
+                    dataset = found[0]
+            node = _resolve(f, dataset, allow_external_links)
+            meta: dict = {}
+            if isinstance(node, h5py.Group):
+                if _text(node.attrs.get("neurodata_type", "")) != "ElectricalSeries":
+                    raise RecordingError(f"{path}: {dataset} is a group, not a dataset or an "
+                                         f"NWB ElectricalSeries")
+                dset = _resolve(f, node.name + "/data", allow_external_links)
+                meta = _nwb_meta(f, node, dset)
+                layout = layout or "samples_channels"
+            else:
+                dset = node
+            if not isinstance(dset, h5py.Dataset) or dset.ndim != 2:
+                raise RecordingError(f"{path}: {dataset} has shape "
+                                     f"{getattr(dset, 'shape', None)}; expected 2-D "
+                                     f"[samples, channels] or [channels, samples]")
+            if dset.dtype.kind not in "iuf":
+                raise RecordingError(f"{path}: {dataset} holds {dset.dtype}, not samples")
+            attrs = _plain_meta(dset)
+            layout = _layout(layout or attrs.pop("layout", None), dset.shape,
+                             f"{path}:{dataset}")
+            self._samples_first = layout == "samples_channels"
+            n, c = dset.shape if self._samples_first else dset.shape[::-1]
+            pick = lambda arg, key: arg if arg is not None else \
+                meta.get(key, attrs.get(key))  # noqa: E731
+            super().__init__(fs=pick(fs, "fs"), n_channels=c, n_samples=n, dtype=dset.dtype,
+                             gain_to_uv=pick(gain_to_uv, "gain_to_uv"),
+                             offset_to_uv=pick(offset_to_uv, "offset_to_uv"),
+                             geometry=pick(geometry, "geometry"), source=f"{path}:{dset.name}")
+        except BaseException:
+            f.close()
+            raise
+        self.path, self.dataset, self.layout = path, dset.name, layout
+        self._file, self._dset = f, dset
+        self._threads = threads or min(32, os.cpu_count() or 1)
+        self._gzip = _gzip_plan(dset)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "HDF5Recording":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
+        if self._samples_first:
+            sel = (slice(start, stop), slice(None))
+        else:
+            sel = (slice(None), slice(start, stop))
+        if self._gzip is not None and stop > start:
+            block = _read_gzip(self._dset, sel, self._gzip, self._threads)
+        else:
+            block = self._dset[sel]
+        return _select(block, idx, self.n_channels, self._samples_first)
+
+
+# -- metadata ---------------------------------------------------------------------------------
+def _plain_meta(dset: Any) -> dict:
+    meta: dict = {}
+    for holder in (dset.parent, dset):            # the dataset's own attributes win
+        a = holder.attrs
+        for key in FS_ATTRS:
+            if key in a:
+                meta["fs"] = float(np.asarray(a[key]).ravel()[0])
+        for key in ("gain_to_uv", "offset_to_uv", "geometry"):
+            if key in a:
+                meta[key] = np.asarray(a[key])
+        if "layout" in a:
+            meta["layout"] = _text(a["layout"])
+            if meta["layout"] not in LAYOUTS:
+                raise RecordingError(f"{dset.name}: layout attribute {meta['layout']!r} is "
+                                     f"not one of {LAYOUTS}")
+    return meta
+
+
+def _nwb_meta(f: Any, series: Any, dset: Any) -> dict:
+    """fs, µV scaling and geometry of an NWB ElectricalSeries (NWB 2.x schema)."""
+    meta: dict = {}
+    if "starting_time" in series and "rate" in series["starting_time"].attrs:
+        meta["fs"] = float(series["starting_time"].attrs["rate"])
+    elif "timestamps" in series:
+        ts = np.asarray(series["timestamps"][:100_000], dtype=np.float64)
+        steps = np.diff(ts)
+        if ts.size < 2 or not np.all(steps > 0):
+            raise RecordingError(f"{series.name}: timestamps are not increasing; cannot "
+                                 f"derive a sampling rate (pass fs=)")
+        meta["fs"] = 1.0 / float(np.median(steps))
+    conversion = float(dset.attrs.get("conversion", 1.0))
+    offset = float(dset.attrs.get("offset", 0.0))
+    gain = np.full(dset.shape[1], conversion * 1e6)
+    if "channel_conversion" in series:
+        gain = gain * np.asarray(series["channel_conversion"][:], dtype=np.float64)
+    meta["gain_to_uv"] = gain
+    meta["offset_to_uv"] = np.full(dset.shape[1], offset * 1e6)
+    geometry = _nwb_geometry(f, series)
+    if geometry is not None and len(geometry) == dset.shape[1]:
+        meta["geometry"] = geometry
+    return meta
+
+
+def _nwb_geometry(f: Any, series: Any) -> np.ndarray | None:
+    """rel_x, rel_y of the series' electrodes (a region of the electrodes table)."""
+    if "electrodes" not in series:
+        return None
+    region = series["electrodes"]
+    ref = region.attrs.get("table")
+    try:
+        table = f[ref] if ref is not None else f["/general/extracellular_ephys/electrodes"]
+    except (KeyError, ValueError, TypeError):
+        return None
+    if "rel_x" not in table or "rel_y" not in table:
+        return None
+    rows = np.asarray(region[:], dtype=np.int64)
+    x = np.asarray(table["rel_x"][:], dtype=np.float64)
+    y = np.asarray(table["rel_y"][:], dtype=np.float64)
+    if rows.size and (rows.min() < 0 or rows.max() >= len(x)):
+        raise RecordingError(f"{series.name}: electrodes refer to rows outside the electrodes "
+                             f"table")
+    return np.stack([x[rows], y[rows]], axis=1)
+
+
+# -- parallel gzip ----------------------------------------------------------------------------
+def _gzip_plan(dset: Any) -> dict | None:
+    """The filter pipeline if this module can inflate the chunks itself (deflate, optionally
+    after byte shuffle, nothing else), else None (h5py reads)."""
+    if dset.chunks is None or dset.compression != "gzip":
+        return None
+    if dset.fletcher32 or dset.scaleoffset is not None or dset.dtype.byteorder == ">":
+        return None
+    if not hasattr(dset.id, "get_chunk_info_by_coord"):   # h5py >= 3 on HDF5 >= 1.10.5
+        return None
+    return {"shuffle": bool(dset.shuffle), "chunks": dset.chunks}
+
+
+def _inflate(raw: bytes, shuffle: bool, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    data = zlib.decompress(raw)
+    if shuffle and dtype.itemsize > 1:   # undo HDF5's byte shuffle: byte planes -> elements
+        planes = np.frombuffer(data, np.uint8).reshape(dtype.itemsize, -1)
+        return np.ascontiguousarray(planes.T).view(dtype).reshape(shape)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _stored(dset: Any, offset: tuple) -> bool:
+    """Whether the chunk at ``offset`` is written (an unwritten chunk reads as fill values)."""
+    info = dset.id.get_chunk_info_by_coord(offset)
+    return info.byte_offset is not None and info.size > 0
+
+
+def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int) -> np.ndarray:
+    """dset[sel] (two slices) with the chunks inflated in a thread pool; a chunk whose filters
+    were skipped, or that is not stored (fill value), is read through h5py."""
+    chunks = plan["chunks"]
+    bounds = [(s.start or 0, dset.shape[d] if s.stop is None else s.stop)
+              for d, s in enumerate(sel)]
+    out = np.empty([b - a for a, b in bounds], dtype=dset.dtype)
+    firsts = [range(a // c * c, b, c) for (a, b), c in zip(bounds, chunks)]
+    tasks = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for r0 in firsts[0]:
+            for c0 in firsts[1]:
+                mask, raw = None, None
+                if _stored(dset, (r0, c0)):
+                    mask, raw = dset.id.read_direct_chunk((r0, c0))
+                tasks.append(((r0, c0), mask, pool.submit(_inflate, raw, plan["shuffle"],
+                                                          dset.dtype, chunks)
+                              if mask == 0 else None))
+        for (r0, c0), _, fut in tasks:
+            # the part of chunk (r0, c0) inside the request, in chunk and in output coordinates
+            lo = [max(r0, bounds[0][0]), max(c0, bounds[1][0])]
+            hi = [min(r0 + chunks[0], bounds[0][1]), min(c0 + chunks[1], bounds[1][1])]
+            dst = (slice(lo[0] - bounds[0][0], hi[0] - bounds[0][0]),
+                   slice(lo[1] - bounds[1][0], hi[1] - bounds[1][0]))
+            if fut is None:
+                out[dst] = dset[lo[0]:hi[0], lo[1]:hi[1]]
+            else:
+                out[dst] = fut.result()[lo[0] - r0:hi[0] - r0, lo[1] - c0:hi[1] - c0]
+    return out

@@ -1,0 +1,248 @@
+"""The `Recording` interface and the sources that need no HDF5: in-memory arrays and flat
+binaries (Kilosort / SpikeGLX: int16 [samples, channels])."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..backend import array_module
+from .layout import to_channels_first
+
+#: more channels than this is taken for a wrong axis or a corrupt header, not a probe
+MAX_CHANNELS = 65536
+#: one read() may return at most this many bytes (float32 when scaled): larger requests are
+#: refused before allocating (read in chunks, or use dspk.pipeline)
+MAX_READ_BYTES = 8 << 30
+LAYOUTS = ("samples_channels", "channels_samples")
+RAW_DTYPES = tuple(np.dtype(d) for d in (np.int16, np.uint16, np.int32, np.float32,
+                                         np.float64, np.int8, np.uint8))
+
+
+class RecordingError(ValueError):
+    """A recording that cannot be opened or read as asked (the message says why)."""
+
+
+class Recording:
+    """A multi-channel extracellular recording.
+
+    Attributes
+    ----------
+    fs : float
+        Sampling rate in Hz.
+    n_channels, n_samples : int
+    dtype : numpy.dtype
+        The stored (raw) sample type.
+    gain_to_uv, offset_to_uv : numpy.ndarray
+        Per channel, float64: µV = raw · gain_to_uv + offset_to_uv.
+    geometry : numpy.ndarray or None
+        [channels, 2] contact positions in µm.
+    source : str
+        Where the samples come from (file and dataset), for provenance.
+    """
+
+    def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
+                 gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,
+                 source: str = "") -> None:
+        self.source = source
+        if fs is None:
+            raise RecordingError(f"fs: the sampling rate of {source or 'the recording'} is "
+                                 f"unknown; pass fs=")
+        fs = float(fs)
+        if not (np.isfinite(fs) and fs > 0):
+            raise RecordingError(f"fs: expected a positive sampling rate in Hz, got {fs}")
+        if not 1 <= n_channels <= MAX_CHANNELS:
+            raise RecordingError(f"{source}: {n_channels} channels is outside 1..{MAX_CHANNELS} "
+                                 f"(wrong layout or a corrupt file?)")
+        if n_samples < 2:
+            raise RecordingError(f"{source}: {n_samples} sample(s); a recording needs at least "
+                                 f"2")
+        self.fs = fs
+        self.n_channels = int(n_channels)
+        self.n_samples = int(n_samples)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in RAW_DTYPES:
+            raise RecordingError(f"{source}: unsupported sample type {self.dtype}")
+        self.gain_to_uv = self._per_channel("gain_to_uv", 1.0 if gain_to_uv is None else
+                                            gain_to_uv)
+        if offset_to_uv is None:
+            # unsigned samples are centred on 2^(bits-1): the offset puts that at 0 µV
+            # (never a cast to a signed type, which would wrap)
+            mid = 2 ** (8 * self.dtype.itemsize - 1) if self.dtype.kind == "u" else 0
+            offset_to_uv = -mid * self.gain_to_uv
+        self.offset_to_uv = self._per_channel("offset_to_uv", offset_to_uv)
+        self.geometry = None if geometry is None else self._geometry(geometry)
+
+    # -- metadata checks ---------------------------------------------------------------------
+    def _per_channel(self, name: str, value: Any) -> np.ndarray:
+        v = np.asarray(value, dtype=np.float64)
+        if v.ndim == 0:
+            v = np.full(self.n_channels, float(v))
+        if v.shape != (self.n_channels,):
+            raise RecordingError(f"{name}: expected one value or {self.n_channels} (one per "
+                                 f"channel), got shape {v.shape}")
+        if not np.all(np.isfinite(v)):
+            raise RecordingError(f"{name}: values must be finite")
+        return v
+
+    def _geometry(self, geom: Any) -> np.ndarray:
+        if hasattr(geom, "contact_positions"):   # a probeinterface Probe
+            geom = geom.contact_positions
+        g = np.asarray(geom, dtype=np.float64)
+        if g.ndim != 2 or g.shape != (self.n_channels, 2):
+            raise RecordingError(f"geometry: expected [{self.n_channels}, 2] positions in µm, "
+                                 f"got shape {g.shape}")
+        if not np.all(np.isfinite(g)):
+            raise RecordingError("geometry: positions must be finite")
+        return g
+
+    @property
+    def duration_s(self) -> float:
+        return self.n_samples / self.fs
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.source!r}, {self.n_channels} channels x "
+                f"{self.n_samples} samples {self.dtype}, {self.fs:g} Hz, "
+                f"{self.duration_s:.2f} s)")
+
+    # -- reading -----------------------------------------------------------------------------
+    def read(self, start: int = 0, stop: int | None = None, channels: Any = None,
+             scaled: bool = True) -> Any:
+        """Samples ``start:stop`` as [channels, samples].
+
+        Parameters
+        ----------
+        start, stop : int
+            Sample range, 0 <= start <= stop <= n_samples (stop None: to the end).
+        channels : slice, sequence of int or None
+            A subset of channels, in the order given.
+        scaled : bool
+            float32 µV (raw · gain_to_uv + offset_to_uv) when True, the stored type otherwise.
+
+        Raises
+        ------
+        RecordingError
+            A range outside the recording, channel indices out of range, a request larger than
+            MAX_READ_BYTES, or non-finite float samples (the message names channel and sample).
+        """
+        stop = self.n_samples if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= self.n_samples:
+            raise RecordingError(f"read: expected 0 <= start <= stop <= {self.n_samples}, got "
+                                 f"start={start}, stop={stop}")
+        idx = self._channels(channels)
+        nbytes = len(idx) * (stop - start) * (4 if scaled else self.dtype.itemsize)
+        if nbytes > MAX_READ_BYTES:
+            raise RecordingError(f"read: {nbytes / 2**30:.1f} GiB in one call exceeds "
+                                 f"MAX_READ_BYTES ({MAX_READ_BYTES / 2**30:.0f} GiB); read in "
+                                 f"chunks or run a dspk.pipeline")
+        raw = self._read(start, stop, idx)          # [len(idx), stop - start], stored type
+        if raw.dtype.kind == "f":
+            self._check_finite(raw, start, idx)
+        if not scaled:
+            return raw
+        xp = array_module(raw)
+        gain = xp.asarray(self.gain_to_uv[idx].astype(np.float32))[:, None]
+        offset = xp.asarray(self.offset_to_uv[idx].astype(np.float32))[:, None]
+        out = raw.astype(np.float32)
+        out *= gain
+        out += offset
+        return out
+
+    def _channels(self, channels: Any) -> np.ndarray:
+        if channels is None:
+            return np.arange(self.n_channels)
+        if isinstance(channels, slice):
+            return np.arange(self.n_channels)[channels]
+        idx = np.asarray(channels)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise RecordingError(f"channels: expected a slice or a 1-D sequence of channel "
+                                 f"indices, got {channels!r}")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_channels):
+            raise RecordingError(f"channels: indices must be in [0, {self.n_channels})")
+        return idx.astype(np.int64)
+
+    def _check_finite(self, raw: Any, start: int, idx: np.ndarray) -> None:
+        xp = array_module(raw)
+        bad = ~xp.isfinite(raw)
+        if bool(bad.any()):
+            c, s = (int(v) for v in xp.argwhere(bad)[0])
+            raise RecordingError(f"{self.source}: non-finite sample ({float(raw[c, s])}) at "
+                                 f"channel {int(idx[c])}, sample {start + s}")
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> Any:
+        raise NotImplementedError
+
+
+def _select(block: Any, idx: np.ndarray, n_channels: int, samples_first: bool) -> Any:
+    """[channels, samples] of the channels ``idx`` from a block stored samples- or
+    channels-first (a blocked transpose on the CPU; the GPU transposes after its transfer)."""
+    xp = array_module(block)
+    everything = len(idx) == n_channels and bool(np.all(idx == np.arange(n_channels)))
+    if samples_first:
+        sub = block if everything else block[:, idx]
+        if xp is np:
+            return to_channels_first(np.asarray(sub))
+        return xp.ascontiguousarray(sub.T)
+    sub = block if everything else block[idx]
+    return xp.ascontiguousarray(sub)
+
+
+def _layout(layout: str | None, shape: tuple, source: str) -> str:
+    """The layout given, or told from the shape: channels are the shorter axis when the other
+    is at least twice as long; otherwise the caller must say."""
+    if layout is not None:
+        if layout not in LAYOUTS:
+            raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        return layout
+    a, b = shape
+    if max(a, b) >= 2 * min(a, b):
+        return "samples_channels" if a > b else "channels_samples"
+    raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "
+                         f"{shape}; pass layout='samples_channels' or 'channels_samples'")
+
+
+class ArrayRecording(Recording):
+    """A NumPy or CuPy array as a recording (no copy; reads return the array's type)."""
+
+    def __init__(self, array: Any, fs: float, layout: str | None = None, **meta: Any) -> None:
+        if getattr(array, "ndim", None) != 2:
+            raise RecordingError(f"array: expected a 2-D array, got shape "
+                                 f"{getattr(array, 'shape', None)}")
+        layout = _layout(layout, array.shape, "the array")
+        self._samples_first = layout == "samples_channels"
+        n, c = array.shape if self._samples_first else array.shape[::-1]
+        super().__init__(fs=fs, n_channels=c, n_samples=n, dtype=array.dtype,
+                         source=meta.pop("source", f"array {array.shape}"), **meta)
+        self._array = array
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> Any:
+        a = self._array
+        block = a[start:stop] if self._samples_first else a[:, start:stop]
+        return _select(block, idx, self.n_channels, self._samples_first)
+
+
+class BinaryRecording(Recording):
+    """A flat binary file of interleaved samples, [samples, channels] (Kilosort, SpikeGLX),
+    memory-mapped read-only."""
+
+    def __init__(self, path: str, n_channels: int, fs: float, dtype: Any = np.int16,
+                 header_bytes: int = 0, **meta: Any) -> None:
+        dtype = np.dtype(dtype)
+        size = os.path.getsize(path) - int(header_bytes)
+        if n_channels is None or int(n_channels) < 1:
+            raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count")
+        frame = int(n_channels) * dtype.itemsize
+        if size < 0 or size % frame:
+            raise RecordingError(f"{path}: {size} bytes of samples is not a whole number of "
+                                 f"{n_channels}-channel {dtype} frames ({frame} bytes): "
+                                 f"truncated, or wrong n_channels/dtype/header_bytes")
+        super().__init__(fs=fs, n_channels=int(n_channels), n_samples=size // frame,
+                         dtype=dtype, source=str(path), **meta)
+        self._map = np.memmap(path, dtype=dtype, mode="r", offset=int(header_bytes),
+                              shape=(self.n_samples, self.n_channels))
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
+        return _select(self._map[start:stop], idx, self.n_channels, True)
