@@ -1,6 +1,7 @@
 """The ``dspk`` command.
 
     dspk info              backend, devices and the tuner cache
+    dspk info IN           what a recording file holds (series, shape, rate, gains, geometry)
     dspk tune-cache show   the tuned choices stored on disk
     dspk tune-cache clear  forget them (re-tuned on next use)
 
@@ -18,6 +19,8 @@ from .backend import gpu_unavailable_reason, resolve_backend
 
 
 def _info(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        return _info_file(args)
     from .linalg.tuner import cache_path, tune_mode  # noqa: PLC0415
 
     print(f"dspk {__version__}")
@@ -33,6 +36,49 @@ def _info(args: argparse.Namespace) -> int:
     else:
         print(f"gpu: none ({reason})")
     print(f"tuner: DSPK_TUNE={tune_mode()}, cache {cache_path()}")
+    return 0
+
+
+def _info_file(args: argparse.Namespace) -> int:
+    import numpy as np  # noqa: PLC0415
+
+    from .io import open_recording  # noqa: PLC0415
+
+    path = args.input
+    series = []
+    try:
+        from .io.hdf5 import _h5py, _datasets, electrical_series  # noqa: PLC0415
+
+        if _h5py().is_hdf5(path):
+            with _h5py().File(path, "r") as f:
+                series = electrical_series(f)
+                others = [d for d in _datasets(f) if not any(d.startswith(s + "/")
+                                                             for s in series)]
+            print(f"{path}: HDF5")
+            for name in series:
+                print(f"  ElectricalSeries {name}")
+            for name in others:
+                print(f"  dataset {name}")
+    except OSError:
+        pass
+    names = series if (series and args.dataset is None) else [args.dataset]
+    for name in names:
+        rec = open_recording(path, dataset=name, fs=args.fs, n_channels=args.n_channels)
+        print(f"{rec.source}")
+        print(f"  {rec.n_channels} channels x {rec.n_samples} samples {rec.dtype}, "
+              f"{rec.fs:g} Hz, {rec.duration_s:.3f} s")
+        g, o = rec.gain_to_uv, rec.offset_to_uv
+        same = np.all(g == g[0]) and np.all(o == o[0])
+        print(f"  µV = raw x {g[0]:g} + {o[0]:g}" if same else
+              f"  µV = raw x gain + offset, per channel: gain {g.min():g}..{g.max():g}, "
+              f"offset {o.min():g}..{o.max():g}")
+        if rec.geometry is None:
+            print("  geometry: none")
+        else:
+            lo, hi = rec.geometry.min(axis=0), rec.geometry.max(axis=0)
+            print(f"  geometry: x {lo[0]:g}..{hi[0]:g} µm, y {lo[1]:g}..{hi[1]:g} µm")
+        if hasattr(rec, "close"):
+            rec.close()
     return 0
 
 
@@ -63,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dspk", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dspk {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_info = sub.add_parser("info", help="backend, devices and tuner cache")
+    p_info = sub.add_parser("info", help="backend, devices and tuner cache; or what a "
+                                         "recording file holds")
+    p_info.add_argument("input", nargs="?", default=None, help="a recording file")
+    p_info.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
+    p_info.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
+    p_info.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
     p_info.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
     p_info.set_defaults(func=_info)
     p_cache = sub.add_parser("tune-cache", help="show or clear the tuner's stored choices")

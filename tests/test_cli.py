@@ -25,3 +25,20 @@ def test_tune_cache_show_and_clear(tmp_path, monkeypatch, capsys):
     assert "-> numpy" in capsys.readouterr().out
     assert cli.main(["tune-cache", "clear"]) == 0
     assert not cache_path().exists()
+
+
+def test_info_of_a_recording(capsys, tmp_path):
+    from pathlib import Path
+
+    import numpy as np
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample.nwb"
+    assert cli.main(["info", str(sample)]) == 0
+    out = capsys.readouterr().out
+    assert "ElectricalSeries /acquisition/ElectricalSeries" in out
+    assert "32 channels x 240000 samples int16, 30000 Hz" in out and "µV = raw x 0.195" in out
+    np.zeros((100, 3), np.int16).tofile(tmp_path / "r.bin")
+    assert cli.main(["info", str(tmp_path / "r.bin"), "--n-channels", "3", "--fs", "1000"]) == 0
+    assert "3 channels x 100 samples" in capsys.readouterr().out
+    assert cli.main(["info", str(tmp_path / "missing.h5")]) == 2
+    assert "no such file" in capsys.readouterr().err
