@@ -14,10 +14,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The main job on bundled data. Until the pipeline exists: the linalg benchmark on the CPU at
-# small sizes, printing its table.
+# The main job on the bundled data: preprocess data/sample.nwb into out/ and print a summary
+# (the GPU when CuPy sees one, the CPU otherwise).
 demo: $(STAMP)
-	DSPK_BACKEND=$${DSPK_BACKEND:-auto} $(PY) benchmarks/bench_linalg.py --small
+	DSPK_BACKEND=$${DSPK_BACKEND:-auto} $(PY) scripts/demo.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -26,4 +26,4 @@ gpu-check:
 	scripts/gpu-check $${OUT:-gpu-results}
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info out

@@ -2,10 +2,11 @@
 
     dspk info              backend, devices and the tuner cache
     dspk info IN           what a recording file holds (series, shape, rate, gains, geometry)
+    dspk preprocess IN OUT [--highpass HZ | --bandpass LO HI] [--reference median|mean|none]
+                   [--whiten global|local|none] [--chunk SECONDS] [--backend auto|cpu|gpu]
+                   [--resume] [--overwrite]
     dspk tune-cache show   the tuned choices stored on disk
     dspk tune-cache clear  forget them (re-tuned on next use)
-
-The preprocessing job (``dspk preprocess``) arrives with the pipeline.
 """
 
 from __future__ import annotations
@@ -82,6 +83,37 @@ def _info_file(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preprocess(args: argparse.Namespace) -> int:
+    import logging  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from .io import open_recording  # noqa: PLC0415
+    from .pipeline import Pipeline  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    rec = open_recording(args.input, dataset=args.dataset, fs=args.fs,
+                         n_channels=args.n_channels)
+    pipe = Pipeline.from_options(
+        highpass=None if not args.highpass else args.highpass,
+        bandpass=tuple(args.bandpass) if args.bandpass else None,
+        reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
+        backend=args.backend or "auto")
+    print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
+          f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
+    print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
+    t0 = time.perf_counter()
+    out = pipe.run(rec, args.output, chunk_s=args.chunk,
+                   output_dtype=np.int16 if args.int16 else np.float32,
+                   overwrite=args.overwrite, resume=args.resume,
+                   progress=not args.quiet)
+    dt = time.perf_counter() - t0
+    print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
+          f"{'gpu' if pipe._xp().__name__ == 'cupy' else 'cpu'} backend)")
+    return 0
+
+
 def _cache(args: argparse.Namespace) -> int:
     from .linalg.tuner import _read_cache, cache_path  # noqa: PLC0415
 
@@ -117,6 +149,28 @@ def main(argv: list[str] | None = None) -> int:
     p_info.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
     p_info.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
     p_info.set_defaults(func=_info)
+    p_pre = sub.add_parser("preprocess", help="filter, reference and whiten a recording into "
+                                              "an HDF5 file")
+    p_pre.add_argument("input", help="HDF5/NWB file or flat binary")
+    p_pre.add_argument("output", help="output HDF5 file (traces [samples, channels])")
+    band = p_pre.add_mutually_exclusive_group()
+    band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
+                      help="FIR high-pass cutoff (default 300 Hz)")
+    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"))
+    p_pre.add_argument("--reference", default="median", choices=("median", "mean", "none"))
+    p_pre.add_argument("--whiten", default="local", choices=("global", "local", "none"))
+    p_pre.add_argument("--neighbors", type=int, default=32,
+                       help="channels per neighbourhood for local whitening (default 32)")
+    p_pre.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS")
+    p_pre.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_pre.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
+    p_pre.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
+    p_pre.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
+    p_pre.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
+    p_pre.add_argument("--resume", action="store_true", help="continue a killed job")
+    p_pre.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_pre.set_defaults(func=_preprocess)
     p_cache = sub.add_parser("tune-cache", help="show or clear the tuner's stored choices")
     p_cache.add_argument("action", choices=("show", "clear"))
     p_cache.set_defaults(func=_cache)

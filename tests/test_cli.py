@@ -42,3 +42,23 @@ def test_info_of_a_recording(capsys, tmp_path):
     assert "3 channels x 100 samples" in capsys.readouterr().out
     assert cli.main(["info", str(tmp_path / "missing.h5")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_preprocess_command(capsys, tmp_path):
+    from pathlib import Path
+
+    import h5py
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample.nwb"
+    out = tmp_path / "o.h5"
+    args = ["preprocess", str(sample), str(out), "--whiten", "global", "--reference", "mean",
+            "--chunk", "0.5", "--quiet", "--backend", "cpu"]
+    assert cli.main(args) == 0
+    assert "x real time" in capsys.readouterr().out
+    with h5py.File(out, "r") as f:
+        assert f["traces"].shape == (240000, 32)
+    assert cli.main(args) == 2
+    assert "exists; pass overwrite" in capsys.readouterr().err
+    assert cli.main(args + ["--overwrite", "--bandpass", "300", "6000", "--int16"]) == 0
+    with h5py.File(out, "r") as f:
+        assert f["traces"].dtype == "int16"
