@@ -13,7 +13,8 @@ TRANSPOSE_TILE = 4096
 
 def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """[samples, channels] -> a C-contiguous [channels, samples] copy, tile by tile so that
-    each tile's reads and writes stay in cache."""
+    each tile's reads and writes stay in cache (any 2-D array: also the way back, for writing
+    [samples, channels] files)."""
     n, c = block.shape
     if out is None:
         out = np.empty((c, n), dtype=block.dtype)
