@@ -215,6 +215,11 @@ def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
     assert type(got) is type(xp.asarray(x)) and got.dtype == dtype
     ref = to_numpy(w).astype(np.float64) @ x.astype(np.float64)
     assert rel(got, ref) <= tol
+    # both ways the tuner chooses between, whichever it kept
+    from dspk.ops.spatial import _sparse_apply
+
+    assert rel(_sparse_apply(xp, w.astype(dtype), xp.asarray(x)), ref) <= tol
+    assert rel(dspk.matmul(w.astype(dtype), xp.asarray(x)), ref) <= tol
 
 
 def test_bipolar_and_laplacian(xp):
