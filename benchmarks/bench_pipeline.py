@@ -97,7 +97,7 @@ def spikeinterface_chain(src: Path, work: Path, seconds: float) -> float | None:
     with h5py.File(src, "r") as f:
         traces = f["traces"][:]
     rec = sc.NumpyRecording([traces], sampling_frequency=FS)
-    rec.set_channel_locations(geometry())
+    rec.set_dummy_probe_from_locations(geometry())
     t0 = time.perf_counter()
     chain = spre.whiten(spre.common_reference(spre.highpass_filter(rec, freq_min=300.0),
                                               operator="median"),

@@ -159,3 +159,29 @@ def test_sample_whitened_noise_has_unit_variance(tmp_path):
     y = traces(out)[3000:-3000]
     var = y.var(axis=0)
     assert np.all(np.abs(var - 1) < 0.1)
+
+
+def test_a_failed_write_leaves_no_complete_looking_output(tmp_path, monkeypatch):
+    """A full disk (the write raises ENOSPC mid-job): the error reaches the caller, the output
+    name does not exist, the partial file is left for --resume, the input is untouched."""
+    import errno
+
+    import dspk.pipeline as pl
+
+    rec = recording()
+    calls = {"n": 0}
+    real = pl._write_json
+
+    def full_disk(path, obj):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, obj)
+
+    monkeypatch.setattr(pl, "_write_json", full_disk)
+    before = rec.read(scaled=False).copy()
+    with pytest.raises(OSError, match="No space left"):
+        Pipeline.from_options(whiten=None).run(rec, tmp_path / "o.h5", chunk_s=0.3,
+                                               progress=False)
+    assert not (tmp_path / "o.h5").exists() and (tmp_path / "o.h5.partial").exists()
+    np.testing.assert_array_equal(rec.read(scaled=False), before)
