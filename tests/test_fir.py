@@ -141,3 +141,18 @@ def test_gpu_direct_fir_kernel_matches_float64(channels, n, taps, nf, f64, strid
             ref = ref[taps - 1 - taps // 2: taps - 1 - taps // 2 + n]
             scale = np.abs(xr[c]).max() * np.abs(w[i]).sum()
             assert np.abs(got[c, i] - ref).max() <= (1e-6 if not f64 else 1e-14) * scale
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_cpu_whole_row_fft_candidate(dtype, tol):
+    """The CPU's whole-row FFT candidate on its own (the tuner may keep either candidate)."""
+    from dspk.ops.fir import _rfft_bank
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 1001)).astype(dtype)
+    w = rng.standard_normal((2, 64))
+    got = _rfft_bank(x, w)
+    for c in range(3):
+        for i in range(2):
+            ref = signal.correlate(x[c].astype(np.float64), w[i], mode="full")[63 - 32:][:1001]
+            assert np.linalg.norm(got[c, i] - ref) / np.linalg.norm(ref) <= tol
