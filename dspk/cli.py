@@ -5,6 +5,7 @@
     dspk preprocess IN OUT [--highpass HZ | --bandpass LO HI] [--reference median|mean|none]
                    [--whiten global|local|none] [--chunk SECONDS] [--backend auto|cpu|gpu]
                    [--resume] [--overwrite]
+    dspk tune IN [pipeline options]   pre-tune the products and kernels a recording will need
     dspk tune-cache show   the tuned choices stored on disk
     dspk tune-cache clear  forget them (re-tuned on next use)
 """
@@ -114,6 +115,46 @@ def _preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    """Fit the pipeline and push one chunk through it: every tuner decision the job will need
+    (products, FIR and reference implementations) is taken now and stored in the cache."""
+    import time  # noqa: PLC0415
+
+    from .io import open_recording  # noqa: PLC0415
+    from .linalg.tuner import cache_path  # noqa: PLC0415
+    from .pipeline import Pipeline  # noqa: PLC0415
+
+    rec = open_recording(args.input, dataset=args.dataset, fs=args.fs,
+                         n_channels=args.n_channels)
+    pipe = Pipeline.from_options(highpass=args.highpass or None,
+                                 bandpass=tuple(args.bandpass) if args.bandpass else None,
+                                 reference=args.reference, whiten=args.whiten,
+                                 n_neighbors=args.neighbors, backend=args.backend or "auto")
+    t0 = time.perf_counter()
+    pipe.fit(rec)
+    chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
+    pipe._block(rec, 0, chunk, pipe._xp(), margin=pipe.margin(rec.fs))
+    print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
+          f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
+    return 0
+
+
+def _pipeline_options(p: argparse.ArgumentParser) -> None:
+    band = p.add_mutually_exclusive_group()
+    band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
+                      help="FIR high-pass cutoff (default 300 Hz; 0: none)")
+    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"))
+    p.add_argument("--reference", default="median", choices=("median", "mean", "none"))
+    p.add_argument("--whiten", default="local", choices=("global", "local", "none"))
+    p.add_argument("--neighbors", type=int, default=32,
+                   help="channels per neighbourhood for local whitening (default 32)")
+    p.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS")
+    p.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
+    p.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
+    p.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
+    p.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
+
+
 def _cache(args: argparse.Namespace) -> int:
     from .linalg.tuner import _read_cache, cache_path  # noqa: PLC0415
 
@@ -153,24 +194,16 @@ def main(argv: list[str] | None = None) -> int:
                                               "an HDF5 file")
     p_pre.add_argument("input", help="HDF5/NWB file or flat binary")
     p_pre.add_argument("output", help="output HDF5 file (traces [samples, channels])")
-    band = p_pre.add_mutually_exclusive_group()
-    band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
-                      help="FIR high-pass cutoff (default 300 Hz)")
-    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"))
-    p_pre.add_argument("--reference", default="median", choices=("median", "mean", "none"))
-    p_pre.add_argument("--whiten", default="local", choices=("global", "local", "none"))
-    p_pre.add_argument("--neighbors", type=int, default=32,
-                       help="channels per neighbourhood for local whitening (default 32)")
-    p_pre.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS")
+    _pipeline_options(p_pre)
     p_pre.add_argument("--int16", action="store_true", help="scaled int16 output")
-    p_pre.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
-    p_pre.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
-    p_pre.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
-    p_pre.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
     p_pre.add_argument("--resume", action="store_true", help="continue a killed job")
     p_pre.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
+    p_tune = sub.add_parser("tune", help="pre-tune what preprocessing a recording needs")
+    p_tune.add_argument("input", help="HDF5/NWB file or flat binary")
+    _pipeline_options(p_tune)
+    p_tune.set_defaults(func=_tune)
     p_cache = sub.add_parser("tune-cache", help="show or clear the tuner's stored choices")
     p_cache.add_argument("action", choices=("show", "clear"))
     p_cache.set_defaults(func=_cache)

@@ -62,3 +62,14 @@ def test_preprocess_command(capsys, tmp_path):
     assert cli.main(args + ["--overwrite", "--bandpass", "300", "6000", "--int16"]) == 0
     with h5py.File(out, "r") as f:
         assert f["traces"].dtype == "int16"
+
+
+def test_tune_command_fills_the_cache(capsys, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample.nwb"
+    assert cli.main(["tune", str(sample), "--whiten", "global", "--backend", "cpu"]) == 0
+    assert "tuned for 32 channels, chunks of 30000 samples" in capsys.readouterr().out
+    entries = json.loads(cache_path().read_text())["entries"]
+    assert any("fir" in key for key in entries)
