@@ -437,7 +437,10 @@ class Pipeline:
         f.attrs["layout"] = job["layout"]
         f.attrs["pipeline"] = json.dumps(self.options())
         f.attrs["job"] = json.dumps(job)
-        f["traces"].attrs["gain_to_uv"] = job["scale"]
+        traces = f["traces"]
+        traces.attrs["fs"] = rec.fs                 # readable by dspk.open_recording
+        traces.attrs["layout"] = job["layout"]
+        traces.attrs["gain_to_uv"] = job["scale"]
         if rec.geometry is not None:
             f["traces"].attrs["geometry"] = rec.geometry
             f.create_dataset("geometry", data=rec.geometry)

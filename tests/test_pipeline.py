@@ -185,3 +185,15 @@ def test_a_failed_write_leaves_no_complete_looking_output(tmp_path, monkeypatch)
                                                progress=False)
     assert not (tmp_path / "o.h5").exists() and (tmp_path / "o.h5.partial").exists()
     np.testing.assert_array_equal(rec.read(scaled=False), before)
+
+
+def test_output_opens_as_a_recording(tmp_path):
+    rec = recording()
+    p = Pipeline.from_options(whiten="global")
+    out = p.run(rec, tmp_path / "o.h5", output_dtype=np.int16, output_scale=0.01,
+                progress=False)
+    back = dspk.open_recording(out)
+    assert (back.n_channels, back.n_samples, back.fs) == (rec.n_channels, rec.n_samples, FS)
+    np.testing.assert_array_equal(back.geometry, rec.geometry)
+    np.testing.assert_allclose(back.read(), traces(out).T.astype(np.float32) * 0.01,
+                               rtol=1e-6)

@@ -129,11 +129,15 @@ class HDF5Recording(Recording):
                     dataset = series[0]
                 else:
                     found = _datasets(f)
-                    if len(found) != 1:
+                    # several 2-D datasets (a dspk output holds traces, geometry, fitted
+                    # matrices): the one that carries its own sampling rate is the recording
+                    rated = [d for d in found if any(k in f[d].attrs for k in FS_ATTRS)]
+                    if len(found) == 1 or len(rated) == 1:
+                        dataset = found[0] if len(found) == 1 else rated[0]
+                    else:
                         raise RecordingError(f"{path}: no ElectricalSeries and "
                                              f"{len(found)} 2-D datasets; choose one with "
                                              f"dataset=: {', '.join(found) or 'none'}")
-                    dataset = found[0]
             node = _resolve(f, dataset, allow_external_links)
             meta: dict = {}
             if isinstance(node, h5py.Group):
