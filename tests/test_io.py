@@ -287,3 +287,19 @@ def test_bad_read_arguments_and_metadata():
         open_recording(raw(), fs=FS, gain_to_uv=[1, 2])
     with pytest.raises(RecordingError, match="fs: an array recording needs"):
         open_recording(raw())
+
+
+def test_spikeinterface_recording():
+    si = pytest.importorskip("spikeinterface.core")
+    x = raw(n=2000, c=4)
+    r = si.NumpyRecording([x], sampling_frequency=FS)
+    r.set_channel_gains(0.195)
+    r.set_channel_offsets(3.0)
+    r.set_dummy_probe_from_locations(np.stack([np.zeros(4), 20.0 * np.arange(4)], 1))
+    rec = open_recording(r)
+    assert (rec.n_channels, rec.n_samples, rec.fs) == (4, 2000, FS)
+    np.testing.assert_allclose(rec.gain_to_uv, 0.195)
+    np.testing.assert_array_equal(rec.geometry[:, 1], 20.0 * np.arange(4))
+    np.testing.assert_array_equal(rec.read(10, 500, channels=[3, 0], scaled=False),
+                                  x[10:500, [3, 0]].T)
+    np.testing.assert_allclose(rec.read(0, 5), x[:5].T * 0.195 + 3.0, rtol=1e-6)

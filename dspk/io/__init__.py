@@ -18,10 +18,11 @@ import numpy as np
 from ..backend import is_cupy_array
 from .layout import to_channels_first
 from .recording import (MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording, BinaryRecording,
-                        Recording, RecordingError)
+                        Recording, RecordingError, SpikeInterfaceRecording)
 
 __all__ = ["open_recording", "Recording", "RecordingError", "ArrayRecording",
-           "BinaryRecording", "HDF5Recording", "electrical_series", "to_channels_first",
+           "BinaryRecording", "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
+           "to_channels_first",
            "MAX_CHANNELS", "MAX_READ_BYTES"]
 
 BINARY_SUFFIXES = (".bin", ".dat", ".raw")
@@ -39,7 +40,8 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         An HDF5 file (a dataset, or an NWB ElectricalSeries found under /acquisition or
         /processing), a flat binary (``.bin``/``.dat``/``.raw``, or any non-HDF5 file when
         ``n_channels`` is given: [samples, channels] as Kilosort and SpikeGLX write it), or a
-        NumPy/CuPy array (``fs`` required).
+        NumPy/CuPy array (``fs`` required), or a SpikeInterface recording (its first segment;
+        gains, offsets and channel locations taken from it).
     dataset : str, optional
         Path inside the HDF5 file: a 2-D dataset or an ElectricalSeries group. Needed when the
         file holds several series (the error lists them).
@@ -79,6 +81,8 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         if fs is None:
             raise RecordingError("fs: an array recording needs its sampling rate (fs=)")
         return ArrayRecording(source, fs, layout, **meta)
+    if hasattr(source, "get_traces") and hasattr(source, "get_sampling_frequency"):
+        return SpikeInterfaceRecording(source, fs=fs, **meta)
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source: expected a path or an array, got {type(source).__name__}")
     path = os.fspath(source)

@@ -246,3 +246,40 @@ class BinaryRecording(Recording):
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         return _select(self._map[start:stop], idx, self.n_channels, True)
+
+
+class SpikeInterfaceRecording(Recording):
+    """A SpikeInterface recording (one segment) read through its ``get_traces``; its gains,
+    offsets and channel locations carried over. Needs spikeinterface (optional)."""
+
+    def __init__(self, si_recording: Any, segment: int = 0, **meta: Any) -> None:
+        r = si_recording
+        nseg = r.get_num_segments()
+        if not 0 <= segment < nseg:
+            raise RecordingError(f"segment: the SpikeInterface recording has {nseg} "
+                                 f"segment(s), got {segment}")
+        gains = offsets = geometry = None
+        if r.has_scaleable_traces():
+            gains, offsets = r.get_channel_gains(), r.get_channel_offsets()
+        try:
+            geometry = r.get_channel_locations()[:, :2]
+        except Exception:   # SpikeInterface raises when no probe is attached
+            geometry = None
+        for key, value in (("gain_to_uv", gains), ("offset_to_uv", offsets),
+                           ("geometry", geometry)):
+            if meta.get(key) is None:
+                meta[key] = value
+        super().__init__(fs=meta.pop("fs", None) or r.get_sampling_frequency(),
+                         n_channels=r.get_num_channels(),
+                         n_samples=r.get_num_samples(segment_index=segment),
+                         dtype=r.get_dtype(), source=f"SpikeInterface {type(r).__name__}",
+                         **meta)
+        self._si, self._segment = r, segment
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
+        ids = self._si.get_channel_ids()[idx]
+        # unscaled by default (the keyword for scaling was renamed across SpikeInterface
+        # versions: not passed)
+        block = self._si.get_traces(segment_index=self._segment, start_frame=start,
+                                    end_frame=stop, channel_ids=ids)
+        return to_channels_first(np.asarray(block))
