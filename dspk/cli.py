@@ -108,6 +108,8 @@ def _preprocess(args: argparse.Namespace) -> int:
     out = pipe.run(rec, args.output, chunk_s=args.chunk,
                    output_dtype=np.int16 if args.int16 else np.float32,
                    overwrite=args.overwrite, resume=args.resume,
+                   compression=None if args.compression == "none" else args.compression,
+                   layout="channels_samples" if args.channels_first else "samples_channels",
                    progress=not args.quiet)
     dt = time.perf_counter() - t0
     print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
@@ -196,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     p_pre.add_argument("output", help="output HDF5 file (traces [samples, channels])")
     _pipeline_options(p_pre)
     p_pre.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
+                       help="HDF5 compression of the output")
+    p_pre.add_argument("--channels-first", action="store_true",
+                       help="write traces as [channels, samples] (default [samples, channels])")
     p_pre.add_argument("--resume", action="store_true", help="continue a killed job")
     p_pre.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -504,15 +504,32 @@ def _hook_after_chunk(done: int) -> None:
         os._exit(137)
 
 
+class _Progress:
+    """A tqdm bar counted in seconds of recording, so its rate reads as × real time."""
+
+    def __init__(self, total: int, done: int, fs: float) -> None:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        self.fs = fs
+        self.bar = tqdm(total=round(total / fs, 3), initial=round(done / fs, 3),
+                        unit="s", desc="dspk preprocess",
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of "
+                                   "recording [{elapsed}<{remaining}, {rate_fmt}: x real time]")
+
+    def update(self, samples: int) -> None:
+        self.bar.update(samples / self.fs)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _progress(enabled: bool, total: int, done: int, fs: float) -> Any:
     if not enabled:
         return None
     try:
-        from tqdm import tqdm  # noqa: PLC0415
+        return _Progress(total, done, fs)
     except ImportError:
         return None
-    return tqdm(total=total, initial=done, unit="sample", unit_scale=True,
-                desc="dspk preprocess", postfix={"fs": f"{fs:g}"})
 
 
 def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
