@@ -67,7 +67,10 @@ def test_preprocess_command(capsys, tmp_path):
 def test_tune_command_fills_the_cache(capsys, tmp_path, monkeypatch):
     from pathlib import Path
 
+    from dspk.linalg.matmul import tuner
+
     monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
+    tuner.forget()     # choices made by earlier tests in this process would not be re-tuned
     sample = Path(__file__).resolve().parents[1] / "data" / "sample.nwb"
     assert cli.main(["tune", str(sample), "--whiten", "global", "--backend", "cpu"]) == 0
     assert "tuned for 32 channels, chunks of 30000 samples" in capsys.readouterr().out
