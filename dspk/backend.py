@@ -165,6 +165,24 @@ def device_properties(device_id: int) -> dict:
     return cupy_module().cuda.runtime.getDeviceProperties(device_id)
 
 
+#: samples per tile of the blocked transpose: measured on a 2-core x86 host for 384 int16
+#: channels, 4096 ran at 1.15 GB/s, 8192 at 0.56 and a plain ascontiguousarray(x.T) at 0.16
+#: (the H200 host: 0.28 GB/s, slower than its disk)
+TRANSPOSE_TILE = 4096
+
+
+def blocked_transpose(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A C-contiguous transpose of a 2-D host array, tile by tile so that each tile's reads
+    and writes stay in cache (NumPy's strided transpose copy is several times slower)."""
+    n, c = a.shape
+    if out is None:
+        out = np.empty((c, n), dtype=a.dtype)
+    for s0 in range(0, n, TRANSPOSE_TILE):
+        s1 = min(n, s0 + TRANSPOSE_TILE)
+        out[:, s0:s1] = a[s0:s1].T
+    return out
+
+
 def to_numpy(x: Any) -> np.ndarray:
     """Host copy of any array (CuPy arrays are transferred)."""
     if is_cupy_array(x):

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..backend import array_module, is_cupy_array
+from ..backend import array_module, blocked_transpose, is_cupy_array
 from ..linalg import matmul
 from ..linalg.matmul import tuner
 from ._checks import FLOATS, geometry, traces
@@ -247,19 +247,25 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
             out[ch] = x[ch] - reduce(x[xp.asarray(ring)])
         return out
     def referenced(a: Any) -> Any:
-        """a minus its reference. On the GPU the median is also offered as a selection kernel
-        of its own (dspk/kernels/traces.cu, exact like numpy's): the tuner times it against
-        cupy.median on first sight of a size class and keeps it only if its result is
-        identical."""
-        if operator == "median" and xp is not np:
-            from ._traces_gpu import car_median, car_reason  # noqa: PLC0415 (GPU-only)
+        """a minus its reference. The median has more than one exact implementation: on the
+        CPU, NumPy's median (partition) or whole-row SIMD sorts of the transposed block; on
+        the GPU, cupy.median or a selection kernel of its own (dspk/kernels/traces.cu). The
+        tuner times them on first sight of a size class and keeps the fastest whose result is
+        identical to the library median's."""
+        if operator == "median":
+            gpu = xp is not np
+            impls = {"median": lambda: a - reduce(a)[None]}
+            if not gpu:
+                impls["sorted_rows"] = lambda: a - _median_by_sorting(a)[None]
+            else:
+                from ._traces_gpu import car_median, car_reason  # noqa: PLC0415 (GPU-only)
 
-            if car_reason(a) is None:
-                impls = {"cupy_median": lambda: a - reduce(a)[None],
-                         "select_kernel": lambda: car_median(a)}
-                key = ("median_reference", tuner.stamp(True, a.device.id), a.dtype.name,
-                       *(int(v).bit_length() for v in a.shape))
-                name, _ = tuner.choose(key, impls, True, _identical)
+                if car_reason(a) is None:
+                    impls["select_kernel"] = lambda: car_median(a)
+            if len(impls) > 1:
+                key = ("median_reference", tuner.stamp(gpu, a.device.id if gpu else None),
+                       a.dtype.name, *(int(v).bit_length() for v in a.shape))
+                name, _ = tuner.choose(key, impls, gpu, _identical)
                 return impls[name]()
         return a - reduce(a)[None]
 
@@ -277,6 +283,26 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
         sel = xp.asarray(ids)
         out[sel] = referenced(x[sel])
     return out
+
+
+def _median_by_sorting(a: np.ndarray) -> np.ndarray:
+    """numpy.median(a, axis=0), exactly, by sorting each sample's channel values: NumPy's
+    vectorized (SIMD) sort of the transposed block's short rows beat its partition 6x here
+    (384 float32 channels x 30 262 samples: 26 ms against 151 on one core). A block with a
+    NaN takes numpy.median (which propagates it; the sort would move it to the end)."""
+    c = a.shape[0]
+    k = (c - 1) // 2
+    half = a.dtype.type(0.5)
+
+    def part(s: int, e: int) -> np.ndarray:
+        srt = np.sort(blocked_transpose(a[:, s:e]), axis=1)     # [samples, channels]
+        if np.isnan(srt[:, -1]).any():
+            return np.median(a[:, s:e], axis=0)
+        if c % 2:
+            return srt[:, k].copy()
+        return (srt[:, k] + srt[:, k + 1]) * half               # numpy's (a + b) / 2
+
+    return blocks(part, a.shape[1], a.size, axis=0)
 
 
 def _identical(got: Any, ref: Any) -> str | None:
