@@ -265,9 +265,13 @@ class Pipeline:
     def _compute(self, raw: tuple, recording: Recording, s0: int, s1: int, m: int, xp: Any,
                  upto: int | None = None) -> Any:
         a, block = raw
-        x = xp.zeros((recording.n_channels, s1 - s0 + 2 * m), dtype=self.dtype)
-        x[:, a - (s0 - m):a - (s0 - m) + block.shape[1]] = \
-            xp.asarray(block).astype(self.dtype, copy=False)
+        width = s1 - s0 + 2 * m
+        if a == s0 - m and block.shape[1] == width:   # inside the recording: no padding
+            x = xp.asarray(block).astype(self.dtype, copy=False)
+        else:
+            x = xp.zeros((recording.n_channels, width), dtype=self.dtype)
+            x[:, a - (s0 - m):a - (s0 - m) + block.shape[1]] = \
+                xp.asarray(block).astype(self.dtype, copy=False)
         return self._run_steps(x, recording.fs, s0 - m, recording.n_samples, upto)
 
     def transform(self, x: Any, fs: float | None = None) -> Any:

@@ -144,11 +144,12 @@ class Recording:
         if not scaled:
             return raw
         xp = array_module(raw)
-        gain = xp.asarray(self.gain_to_uv[idx].astype(np.float32))[:, None]
-        offset = xp.asarray(self.offset_to_uv[idx].astype(np.float32))[:, None]
+        gain, offset = self.gain_to_uv[idx], self.offset_to_uv[idx]
         out = raw.astype(np.float32)
-        out *= gain
-        out += offset
+        if np.any(gain != 1):            # a pass over the block each, skipped when trivial
+            out *= xp.asarray(gain.astype(np.float32))[:, None]
+        if np.any(offset != 0):
+            out += xp.asarray(offset.astype(np.float32))[:, None]
         return out
 
     def _channels(self, channels: Any) -> np.ndarray:
