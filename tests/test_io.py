@@ -247,13 +247,14 @@ def test_absurd_dimensions_are_refused_before_reading(tmp_path):
 
 def test_external_links_are_refused_unless_allowed(tmp_path):
     with h5py.File(tmp_path / "other.h5", "w") as f:
-        f["secret"] = raw()
+        f.create_dataset("secret", data=raw(), chunks=(500, 6))
     with h5py.File(tmp_path / "main.h5", "w") as f:
         f["x"] = h5py.ExternalLink(str(tmp_path / "other.h5"), "/secret")
     with pytest.raises(RecordingError, match="external link .* refused"):
         open_recording(tmp_path / "main.h5", dataset="x", fs=FS)
     rec = open_recording(tmp_path / "main.h5", dataset="x", fs=FS, allow_external_links=True)
     assert rec.n_channels == 6
+    np.testing.assert_array_equal(rec.read(0, 700, scaled=False), raw()[:700].T)
 
 
 @pytest.mark.parametrize("n", [0, 1])
@@ -303,3 +304,13 @@ def test_spikeinterface_recording():
     np.testing.assert_array_equal(rec.read(10, 500, channels=[3, 0], scaled=False),
                                   x[10:500, [3, 0]].T)
     np.testing.assert_allclose(rec.read(0, 5), x[:5].T * 0.195 + 3.0, rtol=1e-6)
+
+
+def test_chunk_cache_is_sized_for_the_chunks(tmp_path):
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f.create_dataset("x", shape=(100_000, 384), dtype=np.int16, chunks=(30000, 64),
+                         compression="gzip")
+    rec = open_recording(tmp_path / "c.h5", fs=FS)
+    _, nbytes, _ = rec._dset.id.get_access_plist().get_chunk_cache()
+    assert nbytes >= 2 * 6 * 30000 * 64 * 2       # two rows of 6 chunks of 3.84 MB
+    np.testing.assert_array_equal(rec.read(0, 10, scaled=False), 0)

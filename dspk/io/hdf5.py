@@ -170,7 +170,7 @@ class HDF5Recording(Recording):
             f.close()
             raise
         self.path, self.dataset, self.layout = path, dset.name, layout
-        self._file, self._dset = f, dset
+        self._file, self._dset = f, _with_chunk_cache(f, dset)
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
 
@@ -193,6 +193,22 @@ class HDF5Recording(Recording):
         else:
             block = self._dset[sel]
         return _select(block, idx, self.n_channels, self._samples_first)
+
+
+def _with_chunk_cache(f: Any, dset: Any) -> Any:
+    """The dataset reopened with a raw-data chunk cache sized for its chunks: enough for two
+    rows of chunks across all channels (a read of consecutive samples touches one row; h5py's
+    default 1 MiB cache can hold less than one chunk, so a chunk would be decompressed once
+    per read that touches it)."""
+    h5py = _h5py()
+    if dset.chunks is None:
+        return dset
+    per_chunk = int(np.prod(dset.chunks)) * dset.dtype.itemsize
+    across = -(-dset.shape[1] // dset.chunks[1])           # chunks spanning the second axis
+    nbytes = max(CHUNK_CACHE_BYTES, 2 * across * per_chunk)
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(max(521, 8 * across + 1), nbytes, 0.75)
+    return h5py.Dataset(h5py.h5d.open(dset.file.id, dset.name.encode(), dapl))
 
 
 # -- metadata ---------------------------------------------------------------------------------
