@@ -63,7 +63,9 @@ class HighPass:
         return len(self.taps(fs)) // 2
 
     def apply(self, x: Any, fs: float, state: dict) -> Any:
-        return fir_filter(x, state.setdefault("taps", self.taps(fs)))
+        if state.get("fs") != fs:          # designed once per sampling rate, not per chunk
+            state["taps"], state["fs"] = self.taps(fs), fs
+        return fir_filter(x, state["taps"])
 
 
 @dataclass
