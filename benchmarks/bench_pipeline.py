@@ -78,8 +78,7 @@ def io_floor(src: Path, dst: Path, out_dtype: np.dtype) -> dict:
     with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
         d = f["traces"]
         n = d.shape[0]
-        o = g.create_dataset("traces", shape=d.shape, dtype=out_dtype,
-                             chunks=(min(n, 16384), d.shape[1]))
+        o = g.create_dataset("traces", shape=d.shape, dtype=out_dtype)   # contiguous
         for s0 in range(0, n, int(FS)):
             blk = d[s0:s0 + int(FS)]
             o[s0:s0 + len(blk)] = blk.astype(out_dtype, copy=False)

@@ -375,7 +375,12 @@ class Pipeline:
         with f:
             if done == 0:
                 shape = (n, c) if layout == "samples_channels" else (c, n)
-                chunks = (min(n, 16384), c) if layout == "samples_channels" else (c, min(n, 16384))
+                # uncompressed: contiguous, each chunk's write lands directly; compressed: HDF5
+                # chunks of the job's chunk length, so no write touches part of a chunk (a
+                # partial chunk is read back, modified and rewritten)
+                rows = min(n, chunk)
+                chunks = None if compression is None else \
+                    ((rows, c) if layout == "samples_channels" else (c, rows))
                 f.create_dataset("traces", shape=shape, dtype=out_dtype, chunks=chunks,
                                  compression=compression)
                 self._save_metadata(f, rec, job)
