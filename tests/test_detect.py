@@ -1,0 +1,96 @@
+"""Spike detection against ground truth (tests/groundtruth.py): recall, precision, timing
+tolerance; memory-bounded blocks; bad input."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dspk
+from dspk.detect import SPIKE_DTYPE, default_templates, detect_spikes
+
+from .groundtruth import FS, make, match, probe
+
+
+@pytest.fixture(scope="module")
+def whitened():
+    d = make()
+    w = dspk.whitening_matrix(dspk.covariance(d["x"]))
+    d["xw"] = dspk.spatial_filter(w, d["x"])
+    return d
+
+
+def test_recall_and_precision_on_ground_truth(whitened):
+    d = whitened
+    spikes = detect_spikes(d["xw"], d["geometry"], FS)
+    assert spikes.dtype == SPIKE_DTYPE
+    assert np.all(np.diff(spikes["sample_index"]) >= 0)
+    found = spikes["sample_index"]
+    truth_hit, found_hit = match(found, d["times"], tolerance=int(0.4e-3 * FS))   # ±0.4 ms
+    strong = np.isin(d["units"], np.flatnonzero(d["snr"] >= 5))
+    assert truth_hit[strong].mean() >= 0.9
+    assert found_hit.mean() >= 0.95
+    # position: the detecting channel lies near the unit's largest channel
+    best = np.abs(d["templates"]).max(axis=2).argmax(axis=1)          # [units]
+    nearest = np.abs(found[:, None] - d["times"][None]).argmin(axis=1)
+    unit = d["units"][nearest][found_hit]
+    g = d["geometry"]
+    dist = np.sqrt(((g[spikes["channel_index"][found_hit]] - g[best[unit]]) ** 2).sum(-1))
+    assert np.mean(dist <= 50.0) >= 0.9
+    np.testing.assert_array_equal(spikes["x"], g[spikes["channel_index"], 0])
+    assert np.all(np.isin(spikes["template_index"], np.arange(6)))
+
+
+def test_memory_budget_changes_nothing(whitened):
+    d = whitened
+    x = d["xw"][:, :30000]
+    a = detect_spikes(x, d["geometry"], FS)
+    b = detect_spikes(x, d["geometry"], FS, memory_bytes=1 << 20)     # many time blocks
+    np.testing.assert_array_equal(a, b)
+
+
+def test_no_spikes_and_one_channel():
+    rng = np.random.default_rng(1)
+    quiet = rng.standard_normal((8, 3000)).astype(np.float32)
+    out = detect_spikes(quiet, probe(8), FS, threshold=50.0)
+    assert out.dtype == SPIKE_DTYPE and len(out) == 0
+    one = rng.standard_normal((1, 3000)).astype(np.float32)
+    one[0, 1000:1061] += 12 * default_templates()[0] / np.abs(default_templates()[0]).max()
+    got = detect_spikes(one, np.zeros((1, 2)), FS)
+    assert any(abs(int(t) - 1020) <= 2 for t in got["sample_index"])
+
+
+def test_default_templates():
+    t = default_templates()
+    assert t.shape == (6, 61) and np.allclose(np.linalg.norm(t, axis=1), 1)
+    assert np.all(t.argmin(axis=1) == 20)
+
+
+def test_bad_input():
+    x = np.random.default_rng(2).standard_normal((4, 2000)).astype(np.float32)
+    with pytest.raises(ValueError, match="geometry: detection needs"):
+        detect_spikes(x, None, FS)
+    with pytest.raises(ValueError, match=r"geometry: expected \[4, 2\]"):
+        detect_spikes(x, np.zeros((3, 2)), FS)
+    with pytest.raises(ValueError, match="templates: expected"):
+        detect_spikes(x, probe(4), FS, templates=np.ones((2, 60)))
+    with pytest.raises(ValueError, match="threshold: expected a positive"):
+        detect_spikes(x, probe(4), FS, threshold=0)
+    with pytest.warns(UserWarning, match="expects whitened data"):
+        detect_spikes(x * 50, probe(4), FS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        detect_spikes(x, probe(4), FS)                 # whitened-looking: no warning
+
+
+@pytest.mark.gpu
+def test_gpu_detection_equals_cpu(whitened):
+    import cupy as cp
+
+    d = whitened
+    x = d["xw"][:, :60000]
+    cpu = detect_spikes(x, d["geometry"], FS)
+    gpu = detect_spikes(cp.asarray(x), d["geometry"], FS)
+    np.testing.assert_array_equal(gpu[["sample_index", "channel_index", "template_index"]],
+                                  cpu[["sample_index", "channel_index", "template_index"]])
+    np.testing.assert_allclose(gpu["amplitude"], cpu["amplitude"], rtol=1e-4)
