@@ -3,8 +3,8 @@
     dspk info              backend, devices and the tuner cache
     dspk info IN           what a recording file holds (series, shape, rate, gains, geometry)
     dspk preprocess IN OUT [--highpass HZ | --bandpass LO HI] [--reference median|mean|none]
-                   [--whiten global|local|none] [--chunk SECONDS] [--backend auto|cpu|gpu]
-                   [--resume] [--overwrite]
+                   [--whiten global|local|none] [--detect] [--chunk SECONDS]
+                   [--backend auto|cpu|gpu] [--resume] [--overwrite]
     dspk tune IN [pipeline options]   pre-tune the products and kernels a recording will need
     dspk tune-cache show   the tuned choices stored on disk
     dspk tune-cache clear  forget them (re-tuned on next use)
@@ -100,7 +100,7 @@ def _preprocess(args: argparse.Namespace) -> int:
         highpass=None if not args.highpass else args.highpass,
         bandpass=tuple(args.bandpass) if args.bandpass else None,
         reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
-        backend=args.backend or "auto")
+        backend=args.backend or "auto", detect=args.detect, detect_threshold=args.threshold)
     print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
           f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
     print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     p_pre.add_argument("output", help="output HDF5 file (traces [samples, channels])")
     _pipeline_options(p_pre)
     p_pre.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_pre.add_argument("--detect", action="store_true",
+                       help="also detect spikes (written to /spikes of the output)")
+    p_pre.add_argument("--threshold", type=float, default=7.0,
+                       help="detection threshold in noise SDs (default 7)")
     p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
                        help="HDF5 compression of the output")
     p_pre.add_argument("--channels-first", action="store_true",

@@ -112,8 +112,33 @@ class Whiten:
         return spatial_filter(cached[key], x)
 
 
+@dataclass
+class Detect:
+    """Spike detection on the processed traces (`dspk.detect_spikes`), the last step. Its
+    margin (the templates' half length plus the dead time) makes the spikes of a chunk those
+    of the whole recording: no spike missed or doubled at a chunk edge."""
+    threshold: float = 7.0
+    n_neighbors: int = 10
+    dead_time_ms: float = 0.67
+
+    def margin(self, fs: float) -> int:
+        from .detect import default_templates  # noqa: PLC0415
+
+        return default_templates(fs).shape[1] // 2 + \
+            max(1, int(round(self.dead_time_ms * 1e-3 * fs))) + 1
+
+    def apply(self, x: Any, fs: float, state: dict) -> Any:
+        return x                     # traces pass through; spikes are taken by Pipeline.run
+
+    def spikes(self, x: Any, fs: float, geometry: Any) -> np.ndarray:
+        from .detect import detect_spikes  # noqa: PLC0415
+
+        return detect_spikes(x, geometry, fs, threshold=self.threshold,
+                             n_neighbors=self.n_neighbors, dead_time_ms=self.dead_time_ms)
+
+
 STEP_TYPES = {"HighPass": HighPass, "BandPass": BandPass, "Reference": Reference,
-              "Whiten": Whiten}
+              "Whiten": Whiten, "Detect": Detect}
 
 
 # -- the pipeline ------------------------------------------------------------------------------
@@ -152,6 +177,8 @@ class Pipeline:
             if type(s).__name__ not in STEP_TYPES:
                 raise PipelineError(f"steps: {s!r} is not a pipeline step "
                                     f"({', '.join(STEP_TYPES)})")
+        if any(isinstance(st, Detect) for st in self.steps[:-1]):
+            raise PipelineError("steps: Detect must be the last step")
         if np.dtype(self.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise PipelineError(f"dtype: expected float32 or float64, got {self.dtype}")
         self.dtype = np.dtype(self.dtype)
@@ -162,9 +189,11 @@ class Pipeline:
     def from_options(cls, highpass: float | None = 300.0, bandpass: tuple | None = None,
                      reference: str | None = "median", whiten: str | None = "local",
                      n_neighbors: int = 32, backend: str = "auto",
-                     dtype: Any = np.float32) -> "Pipeline":
+                     dtype: Any = np.float32, detect: bool = False,
+                     detect_threshold: float = 7.0) -> "Pipeline":
         """The pipeline of the command line's options (``dspk preprocess``), as keywords:
-        a band-pass replaces the high-pass; ``None``/"none" leaves a step out."""
+        a band-pass replaces the high-pass; ``None``/"none" leaves a step out; ``detect``
+        appends spike detection (`Detect`, written to the output's /spikes)."""
         steps: list = []
         if bandpass is not None:
             lo, hi = bandpass
@@ -181,6 +210,8 @@ class Pipeline:
                 raise PipelineError(f"whiten: expected 'global', 'local' or 'none', got "
                                     f"{whiten!r}")
             steps.append(Whiten(whiten, int(n_neighbors)))
+        if detect:
+            steps.append(Detect(float(detect_threshold)))
         return cls(steps, backend=backend, dtype=dtype)
 
     # -- description -----------------------------------------------------------------------------
@@ -345,11 +376,13 @@ class Pipeline:
                "output_dtype": out_dtype.name, "scale": scale, "layout": layout,
                "compression": compression}
         done = 0
+        state_spikes = 0
         if resume and partial.exists() and progress_file.exists():
             try:
                 state = json.loads(progress_file.read_text())
                 if {k: state.get(k) for k in job} == job:
                     done = int(state["done"])
+                    state_spikes = int(state.get("spikes", 0))
                 else:
                     log.warning("%s: a partial job with other parameters; starting over",
                                 partial)
@@ -367,7 +400,7 @@ class Pipeline:
         except OSError:
             log.warning("%s: cannot be reopened; starting over", partial)
             partial.unlink(missing_ok=True)
-            done = 0
+            done = state_spikes = 0
             f = h5py.File(partial, "w")
         xp = self._xp()
         bar = _progress(progress, n, done, rec.fs)
@@ -386,6 +419,17 @@ class Pipeline:
                 self._save_metadata(f, rec, job)
             dset = f["traces"]
             m = self.margin(rec.fs)
+            det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+            md = det.margin(rec.fs) if det is not None else 0
+            if det is not None:
+                if rec.geometry is None:
+                    raise PipelineError("Detect: needs the recording's geometry")
+                from .detect import SPIKE_DTYPE  # noqa: PLC0415
+
+                if "spikes" not in f:
+                    f.create_dataset("spikes", shape=(0,), maxshape=(None,),
+                                     dtype=SPIKE_DTYPE, chunks=(65536,))
+                f["spikes"].resize((int(state_spikes),))   # drop spikes past the last flush
             starts = list(range(done, n, chunk))
             timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
 
@@ -395,14 +439,20 @@ class Pipeline:
                 timing["read_s"] += time.perf_counter() - t
                 return r
 
-            def write(s0: int, s1: int, y: np.ndarray) -> None:
+            def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None) -> None:
                 t = time.perf_counter()
                 if layout == "samples_channels":
                     dset[s0:s1] = to_channels_first(y)     # blocked transpose
                 else:
                     dset[:, s0:s1] = y
+                total = 0
+                if spikes is not None:
+                    sd = f["spikes"]
+                    total = sd.shape[0] + len(spikes)
+                    sd.resize((total,))
+                    sd[total - len(spikes):] = spikes
                 f.flush()
-                _write_json(progress_file, {**job, "done": s1})
+                _write_json(progress_file, {**job, "done": s1, "spikes": total})
                 timing["write_s"] += time.perf_counter() - t
                 _hook_after_chunk(s1)
                 if bar is not None:
@@ -419,7 +469,17 @@ class Pipeline:
                     if i + 1 < len(starts):
                         ahead = reader.submit(read, starts[i + 1])
                     t = time.perf_counter()
-                    y = to_numpy(self._compute(raw, rec, s0, s1, m, xp)[:, m:m + (s1 - s0)])
+                    full = self._compute(raw, rec, s0, s1, m, xp)
+                    spikes = None
+                    if det is not None:
+                        # the exact part of the traces around the chunk: [s0 - md, s1 + md);
+                        # keep the spikes whose detection sample lies in [s0, s1)
+                        near = full[:, m - md:m + (s1 - s0) + md]
+                        spikes = det.spikes(near, rec.fs, rec.geometry)
+                        at = spikes["sample_index"] + _detect_lag(rec.fs) - md
+                        spikes = spikes[(at >= 0) & (at < s1 - s0)]
+                        spikes["sample_index"] += s0 - md
+                    y = to_numpy(full[:, m:m + (s1 - s0)])
                     if out_dtype == np.int16:
                         y = np.clip(np.rint(y / scale), -32768, 32767).astype(np.int16)
                     else:
@@ -427,7 +487,7 @@ class Pipeline:
                     timing["compute_s"] += time.perf_counter() - t
                     if pending is not None:
                         pending.result()        # a failed write stops the job here
-                    pending = writer.submit(write, s0, s1, y)
+                    pending = writer.submit(write, s0, s1, y, spikes)
                 if pending is not None:
                     pending.result()
         if bar is not None:
@@ -486,6 +546,13 @@ class Pipeline:
                 if f"W{k}" in z:
                     p.states[k]["W"] = z[f"W{k}"]
         return p
+
+
+def _detect_lag(fs: float) -> int:
+    """Samples from a spike's trough to the sample its detection score peaks at."""
+    from .detect import TROUGH_TAP, default_templates  # noqa: PLC0415
+
+    return default_templates(fs).shape[1] // 2 - int(round(TROUGH_TAP * fs / 30000.0))
 
 
 def _fit_chunks(n: int, fs: float, seed: int, n_chunks: int, chunk_s: float) -> list:

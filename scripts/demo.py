@@ -33,7 +33,7 @@ def main(argv: list[str]) -> None:
     rec = dspk.open_recording(sample)
     print(f"input : {rec}")
     pipe = dspk.Pipeline.from_options(highpass=300, reference="median", whiten="local",
-                                      n_neighbors=16)
+                                      n_neighbors=16, detect=True)
     t0 = time.perf_counter()
     pipe.fit(rec)
     t1 = time.perf_counter()
@@ -47,6 +47,7 @@ def main(argv: list[str]) -> None:
     filtered = dspk.Pipeline.from_options(whiten=None).fit(rec).transform(rec.read())
     with h5py.File(out, "r") as f:
         white = f["traces"][:].T
+        found = f["spikes"]["sample_index"]
         with h5py.File(sample, "r") as s:
             times = s["analysis/ground_truth/sample_index"][:]
             units = s["analysis/ground_truth/unit_index"][:]
@@ -59,6 +60,11 @@ def main(argv: list[str]) -> None:
     print(f"spikes: {len(times)} ground-truth spikes of {len(np.unique(units))} units; "
           f"their peak |whitened| is {np.median(peak):.1f} noise sigmas (median), "
           f"{np.mean(peak > 5):.0%} above 5 sigmas")
+    tol = int(0.4e-3 * rec.fs)
+    hit = np.array([np.any(np.abs(found - t) <= tol) for t in times])
+    real = np.array([np.any(np.abs(times - t) <= tol) for t in found])
+    print(f"detect: {len(found)} spikes found; {hit.mean():.0%} of the ground truth within "
+          f"±0.4 ms, {real.mean():.0%} of the detections are true spikes")
 
 
 if __name__ == "__main__":

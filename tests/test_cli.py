@@ -76,3 +76,19 @@ def test_tune_command_fills_the_cache(capsys, tmp_path, monkeypatch):
     assert "tuned for 32 channels, chunks of 30000 samples" in capsys.readouterr().out
     entries = json.loads(cache_path().read_text())["entries"]
     assert any("fir" in key for key in entries)
+
+
+def test_preprocess_with_detection(capsys, tmp_path):
+    from pathlib import Path
+
+    import h5py
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample.nwb"
+    out = tmp_path / "d.h5"
+    assert cli.main(["preprocess", str(sample), str(out), "--whiten", "global", "--detect",
+                     "--quiet", "--backend", "cpu"]) == 0
+    with h5py.File(out, "r") as f, h5py.File(sample, "r") as s:
+        found = f["spikes"]["sample_index"]
+        truth = s["analysis/ground_truth/sample_index"][:]
+    hit = [abs(found - t).min() <= 12 for t in truth]
+    assert sum(hit) / len(truth) >= 0.9
