@@ -10,7 +10,7 @@ from . import backend, io, linalg  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
 from .io import open_recording  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
-from .detect import detect_spikes  # noqa: E402
+from .detect import detect_spikes, learn_templates, spike_features  # noqa: E402
 from .pipeline import Pipeline, preprocess  # noqa: E402
 from .ops import (PCA, CovarianceAccumulator, bandpass_taps, common_reference,  # noqa: E402
                   covariance, fir_bank, fir_filter, highpass_taps, knn, pairwise_sqdist,
@@ -21,4 +21,5 @@ __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul",
            "BackendError", "gpu_available", "resolve_backend", "covariance",
            "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "common_reference",
            "PCA", "pairwise_sqdist", "knn", "highpass_taps", "bandpass_taps", "zero_phase_taps",
-           "fir_filter", "fir_bank", "Pipeline", "preprocess", "detect_spikes"]
+           "fir_filter", "fir_bank", "Pipeline", "preprocess", "detect_spikes",
+           "learn_templates", "spike_features"]

@@ -25,9 +25,10 @@ import numpy as np
 
 from .backend import array_module, to_numpy
 from .linalg import matmul
-from .ops import fir_bank
+from .ops import PCA, fir_bank, pairwise_sqdist
 
-__all__ = ["detect_spikes", "default_templates", "SPIKE_DTYPE"]
+__all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
+           "SPIKE_DTYPE"]
 
 SPIKE_DTYPE = np.dtype([("sample_index", np.int64), ("channel_index", np.int64),
                         ("amplitude", np.float32), ("template_index", np.int64),
@@ -186,3 +187,119 @@ def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) ->
         xp.maximum(around, in_time[nbr[:, j]], out=around)
     keep = (score >= threshold) & (score >= around)
     return xp.nonzero(keep)
+
+
+def _window(fs: float) -> tuple:
+    """(taps, trough tap) of a waveform window at ``fs`` (2 ms, trough at 2/3 ms)."""
+    taps = int(round(2e-3 * fs)) | 1
+    return taps, int(round(TROUGH_TAP * fs / 30000.0))
+
+
+def _clips(x: np.ndarray, channels: np.ndarray, times: np.ndarray, fs: float) -> np.ndarray:
+    """[n, len(channels[0]) or 1, taps] waveforms around each trough (zero outside x)."""
+    taps, trough = _window(fs)
+    offsets = np.arange(taps) - trough
+    t = times[:, None] + offsets[None, :]                          # [n, taps]
+    inside = (t >= 0) & (t < x.shape[1])
+    tc = np.clip(t, 0, x.shape[1] - 1)
+    ch = channels if channels.ndim == 2 else channels[:, None]
+    out = x[ch[:, :, None], tc[:, None, :]]                        # [n, nb, taps]
+    return np.where(inside[:, None, :], out, 0).astype(np.float32)
+
+
+def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 6.0,
+                    isolation_ms: float = 1.0, max_spikes: int = 20000,
+                    seed: int = 0) -> np.ndarray:
+    """A temporal bank learned from the data: isolated threshold crossings (troughs below
+    −``threshold`` noise SDs with no other crossing on the channel within ±``isolation_ms``),
+    their unit-norm waveforms clustered by seeded k-means (distances through
+    `dspk.pairwise_sqdist`), the cluster means as unit-norm templates.
+
+    Parameters
+    ----------
+    x : array
+        Whitened [channels, samples] (NumPy or CuPy; the waveforms are gathered on the host).
+    fs : float
+    n_templates : int
+    threshold, isolation_ms : float
+    max_spikes : int
+        At most this many crossings (a seeded random subset) are clustered.
+    seed : int
+
+    Returns
+    -------
+    numpy.ndarray
+        [n_templates, taps] float64, trough at tap 20 at 30 kHz (like `default_templates`),
+        sorted by trough width (narrowest first).
+    """
+    from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
+
+    xh = np.asarray(to_numpy(x), dtype=np.float32)
+    if xh.ndim != 2:
+        raise ValueError(f"x: expected [channels, samples], got shape {xh.shape}")
+    iso = max(1, int(round(isolation_ms * 1e-3 * fs)))
+    n = xh.shape[1]
+    # troughs: below -threshold and the channel's minimum within ±iso
+    local = minimum_filter1d(xh, size=2 * iso + 1, axis=1, mode="constant", cval=np.inf)
+    trough = (xh < -threshold) & (xh == local)
+    # isolated: no other trough on the channel within ±2·iso
+    around = uniform_filter1d(trough.astype(np.float32), size=4 * iso + 1, axis=1,
+                              mode="constant") * (4 * iso + 1)
+    taps, tr = _window(fs)
+    ch, t = np.nonzero(trough & (np.rint(around) == 1))
+    keep = (t >= tr) & (t < n - (taps - tr))
+    ch, t = ch[keep], t[keep]
+    if len(t) < n_templates:
+        raise ValueError(f"x: {len(t)} isolated crossings below -{threshold} SDs; at least "
+                         f"n_templates = {n_templates} are needed (lower threshold=?)")
+    rng = np.random.default_rng(seed)
+    if len(t) > max_spikes:
+        pick = np.sort(rng.choice(len(t), max_spikes, replace=False))
+        ch, t = ch[pick], t[pick]
+    w = _clips(xh, ch, t, fs)[:, 0]                            # [n, taps]
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    centres = w[rng.choice(len(w), n_templates, replace=False)].copy()
+    for _ in range(50):                                       # Lloyd's iterations, seeded
+        label = pairwise_sqdist(w, centres).argmin(axis=1)
+        new = np.stack([w[label == j].mean(axis=0) if np.any(label == j) else centres[j]
+                        for j in range(n_templates)])
+        if np.allclose(new, centres, atol=1e-7):
+            break
+        centres = new
+    centres = centres / np.linalg.norm(centres, axis=1, keepdims=True)
+    width = (centres < 0.5 * centres.min(axis=1, keepdims=True)).sum(axis=1)
+    return centres[np.argsort(width, kind="stable")].astype(np.float64)
+
+
+def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
+                   pca: PCA | None = None, n_components: int = 3,
+                   n_neighbors: int = 10) -> tuple:
+    """PCA features of every spike on its neighbouring channels.
+
+    The waveform of each spike (2 ms, trough at 2/3 ms) on the ``n_neighbors`` channels
+    nearest its channel is projected on temporal principal components (`dspk.PCA`, fitted on
+    these waveforms unless ``pca`` is given): [n_spikes, n_neighbors, n_components].
+
+    Returns
+    -------
+    (features, channels, pca)
+        features float32 [n_spikes, n_neighbors, n_components]; the neighbour channels of each
+        spike [n_spikes, n_neighbors]; the PCA used.
+    """
+    g = np.asarray(to_numpy(geometry), dtype=np.float64)
+    xh = np.asarray(to_numpy(x), dtype=np.float32)
+    if g.shape != (xh.shape[0], 2):
+        raise ValueError(f"geometry: expected [{xh.shape[0]}, 2] positions in µm, got shape "
+                         f"{g.shape}")
+    nn = min(int(n_neighbors), xh.shape[0])
+    d2 = ((g[:, None] - g[None]) ** 2).sum(-1)
+    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]
+    chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)]
+    clips = _clips(xh, chans, np.asarray(spikes["sample_index"], dtype=np.int64), fs)
+    if pca is None:
+        if len(spikes) * nn <= n_components:
+            raise ValueError(f"spikes: {len(spikes)} spikes are too few for {n_components} "
+                             f"components")
+        pca = PCA(n_components).fit(clips)
+    feats = pca.transform(clips)
+    return np.asarray(feats, dtype=np.float32), chans, pca

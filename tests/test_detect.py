@@ -94,3 +94,39 @@ def test_gpu_detection_equals_cpu(whitened):
     np.testing.assert_array_equal(gpu[["sample_index", "channel_index", "template_index"]],
                                   cpu[["sample_index", "channel_index", "template_index"]])
     np.testing.assert_allclose(gpu["amplitude"], cpu["amplitude"], rtol=1e-4)
+
+
+def test_learned_templates_detect_as_well(whitened):
+    from dspk.detect import learn_templates
+
+    d = whitened
+    bank = learn_templates(d["xw"], FS, seed=3)
+    assert bank.shape == (6, 61) and np.all(bank.argmin(axis=1) == 20)
+    assert np.allclose(np.linalg.norm(bank, axis=1), 1)
+    np.testing.assert_array_equal(bank, learn_templates(d["xw"], FS, seed=3))  # reproducible
+    spikes = detect_spikes(d["xw"], d["geometry"], FS, templates=bank)
+    truth_hit, found_hit = match(spikes["sample_index"], d["times"], tolerance=12)
+    strong = np.isin(d["units"], np.flatnonzero(d["snr"] >= 5))
+    assert truth_hit[strong].mean() >= 0.9 and found_hit.mean() >= 0.95
+    with pytest.raises(ValueError, match="isolated crossings"):
+        learn_templates(d["xw"][:, :3000], FS, threshold=40.0)
+
+
+def test_spike_features(whitened):
+    from dspk.detect import spike_features
+
+    d = whitened
+    spikes = detect_spikes(d["xw"], d["geometry"], FS)
+    feats, chans, pca = spike_features(d["xw"], spikes, d["geometry"], FS, n_components=3)
+    assert feats.shape == (len(spikes), 10, 3) and feats.dtype == np.float32
+    np.testing.assert_array_equal(chans[:, 0], spikes["channel_index"])   # own channel first
+    # the features of the spikes of two different units are far apart compared to their spread
+    nearest = np.abs(spikes["sample_index"][:, None] - d["times"][None]).argmin(axis=1)
+    unit = d["units"][nearest]
+    a, b = (feats[unit == u, 0] for u in np.argsort(d["snr"])[-2:])
+    gap = np.linalg.norm(a.mean(axis=0) - b.mean(axis=0))
+    assert gap > 2 * max(a.std(axis=0).mean(), b.std(axis=0).mean())
+    again, _, _ = spike_features(d["xw"], spikes, d["geometry"], FS, pca=pca)
+    np.testing.assert_array_equal(again, feats)
+    with pytest.raises(ValueError, match="geometry: expected"):
+        spike_features(d["xw"], spikes, d["geometry"][:5], FS)
