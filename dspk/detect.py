@@ -97,7 +97,8 @@ def _noise_check(x: Any) -> None:
 def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
                   threshold: float = 7.0, n_neighbors: int = 10,
                   widths_um: tuple = (10.0, 20.0, 30.0, 40.0, 50.0),
-                  dead_time_ms: float = 0.67, memory_bytes: int = 256 << 20) -> np.ndarray:
+                  dead_time_ms: float = 0.67, memory_bytes: int = 256 << 20,
+                  shank_ids: Any = None) -> np.ndarray:
     """Spikes in whitened [channels, samples] traces.
 
     Parameters
@@ -122,6 +123,9 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         positions.
     memory_bytes : int
         Bound on the intermediate products (time is processed in blocks).
+    shank_ids : array, optional
+        [channels] shank of each channel: channels of other shanks are never combined, and
+        a spike on one shank does not suppress one on another.
 
     Returns
     -------
@@ -132,15 +136,24 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         is no spike.
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
+    c, n = x.shape
+    if shank_ids is not None:
+        sh = np.asarray(to_numpy(shank_ids))
+        if sh.shape != (c,):
+            raise ValueError(f"shank_ids: expected one shank per channel ({c}), got shape "
+                             f"{sh.shape}")
     xp = array_module(x)
     _noise_check(x)
-    c, n = x.shape
     k, taps = bank.shape
     nn = min(int(n_neighbors), c)
     d2 = ((g[:, None] - g[None]) ** 2).sum(-1)                  # [positions, channels]
+    if shank_ids is not None:
+        d2 = np.where(sh[:, None] == sh[None], d2, np.inf)
+        nn = min(nn, int(np.bincount(np.unique(sh, return_inverse=True)[1]).min()))
     nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]         # positions = channel sites
     widths = np.asarray(widths_um, dtype=np.float64)
     w = np.exp(-np.take_along_axis(d2, nbr, 1)[:, None, :] / (2 * widths[None, :, None] ** 2))
+    w = np.nan_to_num(w)
     w /= np.linalg.norm(w, axis=2, keepdims=True)               # [P, S, N], unit norm
     dt = x.dtype
     b = fir_bank(x, bank.astype(dt))                            # [C, k, n] unit-noise scores

@@ -130,3 +130,26 @@ def test_spike_features(whitened):
     np.testing.assert_array_equal(again, feats)
     with pytest.raises(ValueError, match="geometry: expected"):
         spike_features(d["xw"], spikes, d["geometry"][:5], FS)
+
+
+def test_shanks_are_kept_apart():
+    """Two shanks at the same depths: a spike on one is found there only, and a simultaneous
+    spike on the other shank is not suppressed by it."""
+    rng = np.random.default_rng(5)
+    one = probe(16)
+    geom = np.concatenate([one, one + [12.0, 0.0]])   # interleaved shanks, 12 µm apart
+    shanks = np.repeat([0, 1], 16)
+    x = 0.3 * rng.standard_normal((32, 6000)).astype(np.float32)
+    wave = default_templates()[2] / np.abs(default_templates()[2]).max()
+    x[4, 3000:3061] += 15 * wave                  # shank 0, (0, 40) µm
+    x[16 + 4, 3000:3061] += 9 * wave              # shank 1, (12, 40) µm, same time, smaller
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # low noise: "not whitened" is expected
+        got = detect_spikes(x, geom, FS, shank_ids=shanks)
+        merged = detect_spikes(x, geom, FS)
+    at = got[np.abs(got["sample_index"] - 3020) <= 2]
+    assert sorted(shanks[at["channel_index"]]) == [0, 1]
+    # without shank ids the larger spike suppresses the neighbouring smaller one
+    assert len(merged[np.abs(merged["sample_index"] - 3020) <= 2]) == 1
+    with pytest.raises(ValueError, match="shank_ids: expected one shank per channel"):
+        detect_spikes(x, geom, FS, shank_ids=shanks[:5])
