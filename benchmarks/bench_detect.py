@@ -12,7 +12,6 @@ the peer when kilosort is installed (reported missing otherwise).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Clock, environment, parse_args, publish  # noqa: E402 (benchmarks/)
-from dspk.backend import resolve_backend  # noqa: E402
+from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk.detect import default_templates, detect_spikes  # noqa: E402
 
 FS = 30000.0
@@ -100,30 +98,16 @@ def run(backend: str, small: bool) -> tuple:
 
 
 def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
-    lines = [f"# bench_detect — {backend}", "",
-             "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
-             "| case | implementation | ms per batch | recall | precision | peak pool MiB | "
-             "spikes / injected | target |", "|---|---|---|---|---|---|---|---|"]
+    lines = heading("bench_detect", backend, env,
+                    ["case", "implementation", "ms per batch", "recall", "precision",
+                     "peak pool MiB", "spikes / injected", "target"])
     for r in rows:
         target = "≤ 8 ms (2-s batch, H200)" if backend == "gpu" else "-"
         lines.append(f"| {r['case']} | {r['impl']} | {r['ms']:.2f} | {r['recall']:.3f} | "
                      f"{r['precision']:.3f} | {r['peak_mib']:.0f} | {r['spikes']} / "
                      f"{r['injected']} | {target} |")
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list | None = None) -> None:
-    args = parse_args(__doc__, argv)
-    backend = resolve_backend(args.backend)
-    t0 = time.perf_counter()
-    rows, notes = run(backend, args.small)
-    notes.append(f"wall time of the benchmark {time.perf_counter() - t0:.1f} s")
-    env = environment(backend == "gpu")
-    publish("bench_detect", backend, markdown(rows, notes, backend, env),
-            {"env": env, "rows": rows, "notes": notes}, args.out)
+    return finish(lines, notes)
 
 
 if __name__ == "__main__":
-    main()
+    bench_main("bench_detect", __doc__, run, markdown)

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
-from dspk.backend import resolve_backend, to_numpy  # noqa: E402
-from common import Clock, environment, parse_args, publish  # noqa: E402 (benchmarks/)
+from dspk.backend import to_numpy  # noqa: E402
+from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
@@ -199,27 +199,15 @@ def _wall(fn):
 
 
 def markdown(rows, notes, backend, env):
-    lines = [f"# bench_match — {backend}", "", "Environment: " +
-             ", ".join(f"{k}={v}" for k, v in env.items()), "",
-             "| case | shape | implementation | median ms | numerator GOP/s | max abs err vs "
-             "direct (48x48 crop) | target ms |", "|---|---|---|---|---|---|---|"]
+    lines = heading("bench_match", backend, env,
+                    ["case", "shape", "implementation", "median ms", "numerator GOP/s",
+                     "max abs err vs direct (48x48 crop)", "target ms"])
     for r in rows:
         tgt = TARGETS_GPU.get((r["case"], r["n"], r["what"])) if backend == "gpu" else None
         lines.append(f"| {r['case']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | "
                      f"{r['gops']:.1f} | {r['err']:.1e} | {tgt if tgt else '-'} |")
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    args = parse_args(__doc__, argv)
-    backend = resolve_backend(args.backend)
-    rows, notes = run(backend, args.small)
-    env = environment(backend == "gpu")
-    md = markdown(rows, notes, backend, env)
-    publish("bench_match", backend, md, {"env": env, "rows": rows, "notes": notes}, args.out)
+    return finish(lines, notes)
 
 
 if __name__ == "__main__":
-    main()
+    bench_main("bench_match", __doc__, run, markdown)

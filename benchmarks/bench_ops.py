@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
-from dspk.backend import resolve_backend, to_numpy  # noqa: E402
-from common import Clock, environment, parse_args, publish  # noqa: E402 (benchmarks/)
+from dspk.backend import to_numpy  # noqa: E402
+from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 
 TARGETS_GPU = {"fir_bank 6x61": 0.8, "local whitening apply": 0.07,
                "median CAR + high-pass": 1.0, "local whitening build": 10.0}
@@ -145,35 +145,22 @@ def run(backend, small):
     a = xp.asarray(np.random.default_rng(2).standard_normal((npts, 16)).astype(np.float32))
     add(f"pairwise_sqdist {npts}x{npts}x16", "dspk.pairwise_sqdist",
         clock.median_ms(lambda: dspk.pairwise_sqdist(a, a), 3), npts * npts * 4)
-    return rows, notes, bw
+    return rows, notes, {"copy_Bps": bw}
 
 
-def markdown(rows, notes, backend, env, bw):
-    lines = [f"# bench_ops — {backend}", "", "Environment: " +
-             ", ".join(f"{k}={v}" for k, v in env.items()), "",
-             f"Copy ceiling measured: {bw / 1e9:.0f} GB/s (read + write).", "",
-             "| case | implementation | median ms | of copy ceiling | error | target ms | note |",
-             "|---|---|---|---|---|---|---|"]
+def markdown(rows, notes, backend, env, copy_Bps):
+    head = heading("bench_ops", backend, env, ["case", "implementation", "median ms",
+                                               "of copy ceiling", "error", "target ms", "note"])
+    lines = head[:4] + [f"Copy ceiling measured: {copy_Bps / 1e9:.0f} GB/s (read + write).",
+                        ""] + head[4:]
     for r in rows:
         tgt = TARGETS_GPU.get(r["case"]) if backend == "gpu" else None
         frac = "-" if r["frac_bw"] is None else f"{100 * r['frac_bw']:.0f}%"
         err = "-" if r["err"] is None else f"{r['err']:.1e}"
         lines.append(f"| {r['case']} | {r['impl']} | {r['ms']:.4f} | {frac} | {err} | "
                      f"{tgt if tgt else '-'} | {r['note']} |")
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    args = parse_args(__doc__, argv)
-    backend = resolve_backend(args.backend)
-    rows, notes, bw = run(backend, args.small)
-    env = environment(backend == "gpu")
-    md = markdown(rows, notes, backend, env, bw)
-    publish("bench_ops", backend, md,
-            {"env": env, "rows": rows, "notes": notes, "copy_Bps": bw}, args.out)
+    return finish(lines, notes)
 
 
 if __name__ == "__main__":
-    main()
+    bench_main("bench_ops", __doc__, run, markdown)

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
-from common import environment, parse_args, publish  # noqa: E402 (benchmarks/)
-from dspk.backend import resolve_backend  # noqa: E402
+from common import bench_main, finish, heading  # noqa: E402 (benchmarks/)
 
 FS = 30000.0
 CHANNELS = 384
@@ -147,10 +146,9 @@ def run(backend: str, small: bool) -> tuple[list, list]:
 
 
 def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
-    lines = [f"# bench_pipeline — {backend}", "",
-             "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
-             "| case | what | wall s | × real time | vs I/O floor | fit s | read s | compute s "
-             "| write s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = heading("bench_pipeline", backend, env,
+                    ["case", "what", "wall s", "× real time", "vs I/O floor", "fit s", "read s",
+                     "compute s", "write s"])
     for r in rows:
         def g(k: str, fmt: str = "{:.2f}") -> str:
             return fmt.format(r[k]) if k in r else "-"
@@ -159,19 +157,8 @@ def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
                      f"{g('write_s')} |")
     lines += ["", "read/compute/write overlap (reader and writer threads): their sum can "
               "exceed the wall time."]
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list | None = None) -> None:
-    args = parse_args(__doc__, argv)
-    backend = resolve_backend(args.backend)
-    rows, notes = run(backend, args.small)
-    env = environment(backend == "gpu")
-    publish("bench_pipeline", backend, markdown(rows, notes, backend, env),
-            {"env": env, "rows": rows, "notes": notes}, args.out)
+    return finish(lines, notes)
 
 
 if __name__ == "__main__":
-    main()
+    bench_main("bench_pipeline", __doc__, run, markdown)

@@ -73,3 +73,32 @@ def publish(name: str, backend: str, md: str, payload: dict, out: str | None) ->
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{name}-{backend}.md").write_text(md)
         (d / f"{name}-{backend}.json").write_text(json.dumps(payload, indent=1))
+
+
+def heading(name: str, backend: str, env: dict, columns: list[str]) -> list[str]:
+    """The first lines of a benchmark's Markdown table: title, environment, header."""
+    return [f"# {name} — {backend}", "",
+            "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
+            "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def finish(lines: list[str], notes: list[str]) -> str:
+    """The table's lines with its notes, as one Markdown text."""
+    if notes:
+        lines = lines + ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def bench_main(name: str, doc: str, run, markdown, argv=None) -> None:
+    """The command line of a benchmark: ``run(backend, small)`` gives (rows, notes[, extra
+    dict]); ``markdown(rows, notes, backend, env, **extra)`` renders them; both are printed
+    and, with --out, written as <name>-<backend>.{md,json}."""
+    args = parse_args(doc, argv)
+    from dspk.backend import resolve_backend
+
+    backend = resolve_backend(args.backend)
+    rows, notes, *rest = run(backend, args.small)
+    extra = rest[0] if rest else {}
+    env = environment(backend == "gpu")
+    publish(name, backend, markdown(rows, notes, backend, env, **extra),
+            {"env": env, "rows": rows, "notes": notes, **extra}, args.out)
