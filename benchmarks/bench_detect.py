@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
+from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk.detect import default_templates, detect_spikes  # noqa: E402
 
 FS = 30000.0
@@ -66,11 +66,7 @@ def score(found: np.ndarray, truth: np.ndarray, tol: int) -> tuple:
 
 
 def run(backend: str, small: bool) -> tuple:
-    gpu = backend == "gpu"
-    xp = np
-    if gpu:
-        import cupy as xp  # noqa: PLC0415
-    clock = Clock(gpu)
+    gpu, xp, clock = backend_tools(backend)
     rows, notes = [], []
     seconds = 0.5 if small else 2.0
     for label, (geom, shanks) in (("Neuropixels 1", np1()), ("4 shanks, sparse", multishank())):

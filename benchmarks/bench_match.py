@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import to_numpy  # noqa: E402
-from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
+from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
@@ -68,11 +68,7 @@ def cut_templates(image, n, th=16, tw=16, seed=7):
 
 
 def run(backend, small):
-    gpu = backend == "gpu"
-    xp = np
-    if gpu:
-        import cupy as xp
-    clock = Clock(gpu)
+    gpu, xp, clock = backend_tools(backend)
     rows, notes = [], []
     coins = coins_or_none()
     if coins is None:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
 from dspk.backend import to_numpy  # noqa: E402
-from common import Clock, bench_main, finish, heading  # noqa: E402 (benchmarks/)
+from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 
 TARGETS_GPU = {"fir_bank 6x61": 0.8, "local whitening apply": 0.07,
                "median CAR + high-pass": 1.0, "local whitening build": 10.0}
@@ -42,11 +42,7 @@ def probe(n):
 
 
 def run(backend, small):
-    gpu = backend == "gpu"
-    xp = np
-    if gpu:
-        import cupy as xp
-    clock = Clock(gpu)
+    gpu, xp, clock = backend_tools(backend)
     rows, notes = [], []
     T = 6000 if small else 60000
     src = xp.ones(1 << 26, np.float32)

@@ -75,6 +75,16 @@ def publish(name: str, backend: str, md: str, payload: dict, out: str | None) ->
         (d / f"{name}-{backend}.json").write_text(json.dumps(payload, indent=1))
 
 
+def backend_tools(backend: str) -> tuple:
+    """(gpu, array module, Clock) for a benchmark's backend."""
+    gpu = backend == "gpu"
+    if gpu:
+        import cupy as xp
+    else:
+        import numpy as xp
+    return gpu, xp, Clock(gpu)
+
+
 def heading(name: str, backend: str, env: dict, columns: list[str]) -> list[str]:
     """The first lines of a benchmark's Markdown table: title, environment, header."""
     return [f"# {name} — {backend}", "",

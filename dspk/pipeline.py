@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from .backend import array_module, resolve_backend, to_numpy
-from .io import Recording, open_recording, to_channels_first
+from .backend import array_module, blocked_transpose, resolve_backend, to_numpy
+from .io import Recording, open_recording
 from .ops import (CovarianceAccumulator, bandpass_taps, common_reference, fir_filter,
                   highpass_taps, spatial_filter, whitening_matrix)
 
@@ -442,7 +442,7 @@ class Pipeline:
             def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None) -> None:
                 t = time.perf_counter()
                 if layout == "samples_channels":
-                    dset[s0:s1] = to_channels_first(y)     # blocked transpose
+                    dset[s0:s1] = blocked_transpose(y)     # [channels, samples] -> file rows
                 else:
                     dset[:, s0:s1] = y
                 total = 0
