@@ -14,12 +14,13 @@ from .detect import detect_spikes, learn_templates, spike_features  # noqa: E402
 from .pipeline import Pipeline, preprocess  # noqa: E402
 from .ops import (PCA, CovarianceAccumulator, bandpass_taps, common_reference,  # noqa: E402
                   covariance, fir_bank, fir_filter, highpass_taps, knn, pairwise_sqdist,
-                  spatial_filter, whitening_matrix, zero_phase_taps)
+                  spatial_filter, SpatialFilter, whitening_matrix, zero_phase_taps)
 
 __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
            "explain", "MatrixView",
            "BackendError", "gpu_available", "resolve_backend", "covariance",
-           "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "common_reference",
-           "PCA", "pairwise_sqdist", "knn", "highpass_taps", "bandpass_taps", "zero_phase_taps",
+           "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "SpatialFilter",
+           "common_reference", "PCA", "pairwise_sqdist", "knn", "highpass_taps",
+           "bandpass_taps", "zero_phase_taps",
            "fir_filter", "fir_bank", "Pipeline", "preprocess", "detect_spikes",
            "learn_templates", "spike_features"]

@@ -22,7 +22,9 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +36,7 @@ from . import __version__
 from .backend import array_module, blocked_transpose, resolve_backend, to_numpy
 from .io import Recording, open_recording
 from .ops import (CovarianceAccumulator, bandpass_taps, common_reference, fir_filter,
-                  highpass_taps, spatial_filter, whitening_matrix)
+                  highpass_taps, SpatialFilter, whitening_matrix)
 
 __all__ = ["Pipeline", "HighPass", "BandPass", "Reference", "Whiten", "preprocess",
            "PipelineError"]
@@ -107,9 +109,9 @@ class Whiten:
         xp = array_module(x)
         cached = state.setdefault("_W_dev", {})
         key = (xp.__name__, x.dtype.str)
-        if key not in cached:   # W on x's device and in x's dtype, once
-            cached[key] = xp.asarray(state["W"].astype(x.dtype))
-        return spatial_filter(cached[key], x)
+        if key not in cached:   # W on x's device and in x's dtype, prepared once
+            cached[key] = SpatialFilter(xp.asarray(state["W"].astype(x.dtype)))
+        return cached[key](x)
 
 
 @dataclass
@@ -432,17 +434,27 @@ class Pipeline:
                 f["spikes"].resize((int(state_spikes),))   # drop spikes past the last flush
             starts = list(range(done, n, chunk))
             timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
+            lock = threading.Lock()
+            # the GPU moves raw integer samples as stored (half of float32's bytes for int16)
+            # through pinned buffers and transposes, scales, quantizes on the device
+            staging = _Staging(rec, chunk + 2 * m, READ_AHEAD + 2, (min(n, chunk), c),
+                               out_dtype, layout) if _native(rec, xp) else None
 
-            def read(s0: int) -> tuple:
+            def read(k: int, s0: int) -> tuple:
                 t = time.perf_counter()
-                r = self._read_block(rec, s0, min(n, s0 + chunk), m)
-                timing["read_s"] += time.perf_counter() - t
+                if staging is not None:
+                    r = staging.read(k, s0, min(n, s0 + chunk), m)
+                else:
+                    r = self._read_block(rec, s0, min(n, s0 + chunk), m)
+                with lock:
+                    timing["read_s"] += time.perf_counter() - t
                 return r
 
             def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None) -> None:
                 t = time.perf_counter()
                 if layout == "samples_channels":
-                    dset[s0:s1] = blocked_transpose(y)     # [channels, samples] -> file rows
+                    # y is [samples, channels] already when the device transposed it
+                    dset[s0:s1] = y if staging is not None else blocked_transpose(y)
                 else:
                     dset[:, s0:s1] = y
                 total = 0
@@ -458,17 +470,22 @@ class Pipeline:
                 if bar is not None:
                     bar.update(s1 - s0)
 
-            # the next chunk is read while this one is computed, the last one written while
-            # the next is computed (one reader and one writer thread: chunks stay in order)
-            with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as writer:
-                ahead = reader.submit(read, starts[0]) if starts else None
+            # the next READ_AHEAD chunks are read while this one is computed (decompression
+            # of several chunks overlaps), the last one written while the next is computed
+            # (one writer thread: chunks are written in order)
+            with ThreadPoolExecutor(READ_AHEAD) as reader, ThreadPoolExecutor(1) as writer:
+                ahead = deque(reader.submit(read, k, starts[k])
+                              for k in range(min(READ_AHEAD, len(starts))))
                 pending = None
                 for i, s0 in enumerate(starts):
                     s1 = min(n, s0 + chunk)
-                    raw = ahead.result()
-                    if i + 1 < len(starts):
-                        ahead = reader.submit(read, starts[i + 1])
+                    raw = ahead.popleft().result()
+                    if i + READ_AHEAD < len(starts):
+                        ahead.append(reader.submit(read, i + READ_AHEAD,
+                                                   starts[i + READ_AHEAD]))
                     t = time.perf_counter()
+                    if staging is not None:
+                        raw = staging.to_device(raw, xp)
                     full = self._compute(raw, rec, s0, s1, m, xp)
                     spikes = None
                     if det is not None:
@@ -479,11 +496,14 @@ class Pipeline:
                         at = spikes["sample_index"] + _detect_lag(rec.fs) - md
                         spikes = spikes[(at >= 0) & (at < s1 - s0)]
                         spikes["sample_index"] += s0 - md
-                    y = to_numpy(full[:, m:m + (s1 - s0)])
-                    if out_dtype == np.int16:
-                        y = np.clip(np.rint(y / scale), -32768, 32767).astype(np.int16)
+                    if staging is not None:
+                        y = staging.to_host(i, full[:, m:m + (s1 - s0)], scale)
                     else:
-                        y = np.ascontiguousarray(y)
+                        y = to_numpy(full[:, m:m + (s1 - s0)])
+                        if out_dtype == np.int16:
+                            y = _quantize(np, y, scale)
+                        else:
+                            y = np.ascontiguousarray(y)
                     timing["compute_s"] += time.perf_counter() - t
                     if pending is not None:
                         pending.result()        # a failed write stops the job here
@@ -546,6 +566,81 @@ class Pipeline:
                 if f"W{k}" in z:
                     p.states[k]["W"] = z[f"W{k}"]
         return p
+
+
+#: chunks read ahead of the one being computed (their decompression overlaps)
+READ_AHEAD = 2
+
+
+def _quantize(xp: Any, y: Any, scale: float) -> Any:
+    """int16 output samples: round(y / scale), clipped (the same operations on either
+    backend, so the GPU and the CPU write the same integers)."""
+    return xp.clip(xp.rint(y / scale), -32768, 32767).astype(np.int16)
+
+
+def _native(rec: Recording, xp: Any) -> bool:
+    """Whether the job moves raw samples to the device (integer sources on the GPU; float
+    sources take the checked, scaled read)."""
+    return xp is not np and rec.dtype.kind in "iu"
+
+
+class _Staging:
+    """Pinned host buffers for the GPU job: raw input blocks as stored (read into directly,
+    ``slots`` of them in rotation: the reads in flight and the one being copied) and output
+    blocks in the file's layout and dtype (three in rotation: one being filled, one being
+    written, one spare)."""
+
+    def __init__(self, rec: Recording, width: int, slots: int, out_shape: tuple,
+                 out_dtype: np.dtype, layout: str) -> None:
+        import cupyx  # noqa: PLC0415 (GPU jobs only)
+
+        self.rec, self.layout, self.out_dtype = rec, layout, out_dtype
+        c = rec.n_channels
+        self._in = [cupyx.empty_pinned(width * c, dtype=rec.dtype) for _ in range(slots)]
+        self._out = [cupyx.empty_pinned(out_shape[0] * c, dtype=out_dtype) for _ in range(3)]
+        gain, offset = rec.gain_to_uv, rec.offset_to_uv
+        self._gain = gain.astype(np.float32) if np.any(gain != 1) else None
+        self._offset = offset.astype(np.float32) if np.any(offset != 0) else None
+        self._dev: dict = {}
+
+    def read(self, k: int, s0: int, s1: int, m: int) -> tuple:
+        """(first sample, raw block) of [s0 - m, s1 + m) clipped to the recording, read into
+        slot k's buffer."""
+        rec = self.rec
+        a, b = max(0, s0 - m), min(rec.n_samples, s1 + m)
+        buf = self._in[k % len(self._in)][:(b - a) * rec.n_channels]
+        shape = (b - a, rec.n_channels) if rec.samples_first else (rec.n_channels, b - a)
+        return a, rec.read_native(a, b, out=buf.reshape(shape))
+
+    def to_device(self, raw: tuple, xp: Any) -> tuple:
+        """(first sample, µV float32 [channels, samples] on the device): the same operations
+        as `Recording.read` (cast, times the gain, plus the offset, in float32)."""
+        a, block = raw
+        d = xp.asarray(block)
+        x = xp.ascontiguousarray(d.T if self.rec.samples_first else d, dtype=np.float32)
+        if self._gain is not None:
+            x *= self._vec("gain", self._gain, xp)
+        if self._offset is not None:
+            x += self._vec("offset", self._offset, xp)
+        return a, x
+
+    def _vec(self, name: str, v: np.ndarray, xp: Any) -> Any:
+        if name not in self._dev:
+            self._dev[name] = xp.asarray(v)[:, None]
+        return self._dev[name]
+
+    def to_host(self, i: int, y: Any, scale: float) -> np.ndarray:
+        """The output block in the file's layout and dtype, in pinned buffer i."""
+        xp = array_module(y)
+        if self.layout == "samples_channels":
+            y = xp.ascontiguousarray(y.T)
+        if self.out_dtype == np.int16:
+            y = _quantize(xp, y, scale)
+        else:
+            y = xp.ascontiguousarray(y, dtype=self.out_dtype)
+        host = self._out[i % len(self._out)][:y.size].reshape(y.shape)
+        y.get(out=host)
+        return host
 
 
 def _detect_lag(fs: float) -> int:

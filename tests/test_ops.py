@@ -215,11 +215,89 @@ def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
     assert type(got) is type(xp.asarray(x)) and got.dtype == dtype
     ref = to_numpy(w).astype(np.float64) @ x.astype(np.float64)
     assert rel(got, ref) <= tol
-    # both ways the tuner chooses between, whichever it kept
-    from dspk.ops.spatial import _sparse_apply
+    # every way the tuner chooses between, whichever it kept
+    f = dspk.SpatialFilter(w.astype(dtype))
+    assert f.sparse
+    xd = xp.asarray(x)
+    assert rel(f._csr_apply(xd), ref) <= tol
+    assert rel(dspk.matmul(w.astype(dtype), xd), ref) <= tol
+    if xp is not np:
+        from dspk.ops.spatial import SPARSE_KERNEL_GROUPS
 
-    assert rel(_sparse_apply(xp, w.astype(dtype), xp.asarray(x)), ref) <= tol
-    assert rel(dspk.matmul(w.astype(dtype), xp.asarray(x)), ref) <= tol
+        for groups in SPARSE_KERNEL_GROUPS:
+            plan = f._kernel_plan(xd, groups)
+            assert plan is not None
+            assert rel(plan(xd), ref) <= tol
+
+
+def _scrambled_local_w(n: int, k: int, seed: int) -> tuple:
+    """A local-whitening-like W (k non-zeros per row) on a probe whose channels are listed in
+    a random order, and that order."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    geom = probe(n)[perm]
+    hoods = neighbors(geom, k)
+    w = np.zeros((n, n))
+    for c, h in enumerate(hoods):
+        w[c, h] = rng.standard_normal(len(h))
+    return w, perm
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("n_samples", [1, 255, 256, 1000, 4097])
+def test_sparse_kernel_matches_float64(dtype, tol, n_samples):
+    """The sparse kernel on channel orders that are not sorted along the probe, sample counts
+    around its tile, every group size, against the float64 product."""
+    import cupy as cp
+
+    from dspk.ops._spatial_gpu import SparseRowsPlan
+
+    w, _ = _scrambled_local_w(200, 24, seed=n_samples)
+    x = np.random.default_rng(1).standard_normal((200, n_samples)).astype(dtype)
+    ref = w @ x.astype(np.float64)
+    for groups in (8, 4, 2, 1):
+        plan = SparseRowsPlan(w, dtype, groups)
+        got = plan(cp.asarray(x))
+        assert got.dtype == dtype and got.shape == ref.shape
+        assert rel(got, ref) <= tol, groups
+
+
+@pytest.mark.gpu
+def test_sparse_kernel_views_and_shapes():
+    """Strided and offset views (the scalar path), more output rows than a multiple of 8, a
+    non-square W, all-zero rows."""
+    import cupy as cp
+
+    from dspk.ops._spatial_gpu import SparseRowsPlan
+
+    rng = np.random.default_rng(3)
+    w = np.zeros((77, 130))
+    for r in range(77):
+        w[r, rng.choice(130, 5, replace=False)] = rng.standard_normal(5)
+    w[10] = 0
+    big = rng.standard_normal((130, 1300)).astype(np.float32)
+    xd = cp.asarray(big)
+    for view in (xd[:, 3:1003], xd[:, ::2], xd[:, 256:]):
+        ref = w @ cp.asnumpy(view).astype(np.float64)
+        got = SparseRowsPlan(w, np.float32, 8)(view)
+        assert rel(got, ref) <= 1e-5
+        assert float(abs(got[10]).max()) == 0.0
+
+
+def test_spatial_filter_prepared_equals_one_shot(xp):
+    w, perm = _scrambled_local_w(100, 12, seed=4)
+    x = xp.asarray(np.random.default_rng(2).standard_normal((100, 3000)).astype(np.float32))
+    f = dspk.SpatialFilter(xp.asarray(w))
+    assert f.sparse and f.max_row_nnz == 12
+    got = f(x)
+    ref = w @ to_numpy(x).astype(np.float64)
+    assert rel(got, ref) <= 1e-5
+    assert rel(dspk.spatial_filter(xp.asarray(w), x), ref) <= 1e-5
+    with pytest.raises(ValueError, match="w: has 100 columns but x has 99 channels"):
+        f(x[:99])
+    with pytest.raises(ValueError, match="w: expected a non-empty matrix"):
+        dspk.SpatialFilter(np.zeros((0, 4)))
 
 
 def test_bipolar_and_laplacian(xp):

@@ -85,10 +85,11 @@ def test_int16_output_and_channels_first_layout(tmp_path):
     assert y16.dtype == np.int16 and diff.max() <= 1 and diff.mean() < 1e-3
 
 
-def run_job(tmp_path, out, kill_after=None):
+def run_job(tmp_path, out, kill_after=None, backend="cpu"):
     code = ("import sys, numpy as np, dspk\n"
             f"rec = dspk.open_recording({str(SAMPLE)!r})\n"
-            "p = dspk.Pipeline.from_options(whiten='global', detect=True)\n"
+            f"p = dspk.Pipeline.from_options(whiten='global', detect=True, "
+            f"backend={backend!r})\n"
             f"p.run(rec, {str(out)!r}, chunk_s=0.5, resume=True, progress=False)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if kill_after is not None:
@@ -97,17 +98,18 @@ def run_job(tmp_path, out, kill_after=None):
                           capture_output=True, text=True).returncode
 
 
-def test_killed_job_resumes_to_the_same_samples(tmp_path):
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_killed_job_resumes_to_the_same_samples(tmp_path, backend):
     digest = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
     whole = tmp_path / "whole.h5"
-    assert run_job(tmp_path, whole) == 0
+    assert run_job(tmp_path, whole, backend=backend) == 0
     out = tmp_path / "resumed.h5"
     for kill_after in (15000, 75000, 150000):     # killed three times, resumed each time
-        assert run_job(tmp_path, out, kill_after) == 137
+        assert run_job(tmp_path, out, kill_after, backend) == 137
         assert not out.exists() and (tmp_path / "resumed.h5.partial").exists()
         progress = json.loads((tmp_path / "resumed.h5.progress.json").read_text())
         assert progress["done"] == kill_after
-    assert run_job(tmp_path, out) == 0
+    assert run_job(tmp_path, out, backend=backend) == 0
     assert out.exists() and not (tmp_path / "resumed.h5.partial").exists()
     np.testing.assert_array_equal(traces(out), traces(whole))
     with h5py.File(out, "r") as f, h5py.File(whole, "r") as g:
@@ -223,3 +225,65 @@ def test_detection_step_does_not_depend_on_the_chunk_size(tmp_path):
         np.testing.assert_allclose(r["amplitude"], runs[0]["amplitude"], rtol=1e-4)
     whole = dspk.detect_spikes(p.transform(rec.read()), d["geometry"], FS)
     np.testing.assert_array_equal(runs[0]["sample_index"], whole["sample_index"])
+
+
+# -- the GPU job ---------------------------------------------------------------------------------
+def _sources(tmp_path, kind):
+    """The same uint16 recording (gain and offset per channel) as an HDF5 dataset stored
+    either way, gzip-compressed, a flat binary, and an array."""
+    rec = recording(n=50000, c=20, seed=5)
+    raw = (rec.read(scaled=False).T.astype(np.int32) + 32768).astype(np.uint16)
+    gain = np.linspace(0.19, 0.21, 20)
+    meta = dict(fs=FS, geometry=rec.geometry, gain_to_uv=gain)
+    if kind == "array":
+        return dspk.open_recording(raw, **meta)
+    if kind == "binary":
+        path = tmp_path / "r.bin"
+        raw.tofile(path)
+        return dspk.open_recording(path, n_channels=20, dtype=np.uint16, **meta)
+    path = tmp_path / f"r-{kind}.h5"
+    with h5py.File(path, "w") as f:
+        if kind == "channels_first":
+            f.create_dataset("x", data=raw.T.copy())
+            return dspk.open_recording(path, layout="channels_samples", **meta)
+        f.create_dataset("x", data=raw, chunks=(4096, 20) if kind == "gzip" else None,
+                         compression="gzip" if kind == "gzip" else None, shuffle=kind == "gzip")
+    return dspk.open_recording(path, **meta)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["contiguous", "gzip", "channels_first", "binary", "array"])
+def test_gpu_raw_transfer_equals_scaled_read(tmp_path, monkeypatch, kind):
+    """The GPU job moves raw samples and scales them on the device: the same bits as reading
+    scaled µV on the host, for every source, both output types and layouts."""
+    import dspk.pipeline as pl
+
+    rec = _sources(tmp_path, kind)
+    p = Pipeline.from_options(whiten="local", n_neighbors=6, backend="gpu").fit(rec)
+    for dtype, layout in ((np.float32, "samples_channels"), (np.int16, "channels_samples")):
+        opts = dict(chunk_s=0.4, output_dtype=dtype, layout=layout, progress=False,
+                    overwrite=True)
+        fast = traces(p.run(rec, tmp_path / "fast.h5", **opts))
+        monkeypatch.setattr(pl, "_native", lambda rec, xp: False)
+        slow = traces(p.run(rec, tmp_path / "slow.h5", **opts))
+        monkeypatch.undo()
+        np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.gpu
+def test_gpu_job_equals_cpu_job_and_is_chunk_invariant(tmp_path):
+    rec = _sources(tmp_path, "contiguous")
+    cpu = Pipeline.from_options(whiten="local", n_neighbors=6, backend="cpu").fit(rec)
+    gpu = Pipeline.from_options(whiten="local", n_neighbors=6, backend="gpu")
+    gpu.states = [dict(st) for st in cpu.states]          # the same fitted W
+    ref = traces(cpu.run(rec, tmp_path / "cpu.h5", progress=False))
+    scale = np.abs(ref).max()
+    for c in (0.1, 1.0, 2.0):
+        y = traces(gpu.run(rec, tmp_path / f"gpu{c}.h5", chunk_s=c, progress=False))
+        assert np.abs(y - ref).max() <= 2e-5 * scale, c
+    y16 = traces(gpu.run(rec, tmp_path / "g16.h5", output_dtype=np.int16, output_scale=0.01,
+                         progress=False))
+    c16 = traces(cpu.run(rec, tmp_path / "c16.h5", output_dtype=np.int16, output_scale=0.01,
+                         progress=False))
+    diff = np.abs(y16.astype(np.int64) - c16)
+    assert diff.max() <= 1 and diff.mean() < 1e-3

@@ -173,6 +173,7 @@ class HDF5Recording(Recording):
         self._file, self._dset = f, _with_chunk_cache(f, dset)
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
+        self.samples_first = self._samples_first
 
     def close(self) -> None:
         self._file.close()
@@ -193,6 +194,17 @@ class HDF5Recording(Recording):
         else:
             block = self._dset[sel]
         return _select(block, idx, self.n_channels, self._samples_first)
+
+    def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
+        sel = (slice(start, stop), slice(None)) if self._samples_first else \
+            (slice(None), slice(start, stop))
+        if self._gzip is not None and stop > start:
+            return _read_gzip(self._dset, sel, self._gzip, self._threads, out)
+        if out is None:
+            return self._dset[sel]
+        if stop > start:
+            self._dset.read_direct(out, source_sel=sel)
+        return out
 
 
 def _with_chunk_cache(f: Any, dset: Any) -> Any:
@@ -293,6 +305,14 @@ def _inflate(raw: bytes, shuffle: bool, dtype: np.dtype, shape: tuple) -> np.nda
     data = zlib.decompress(raw)
     if shuffle and dtype.itemsize > 1:   # undo HDF5's byte shuffle: byte planes -> elements
         planes = np.frombuffer(data, np.uint8).reshape(dtype.itemsize, -1)
+        if dtype.itemsize in (2, 4, 8):
+            # whole-plane shifts and ors (vectorized) instead of a transposing copy of 1-byte
+            # elements, which NumPy does element by element (~3x slower for int16)
+            word = np.dtype(f"<u{dtype.itemsize}")
+            acc = planes[0].astype(word)
+            for i in range(1, dtype.itemsize):
+                acc |= planes[i].astype(word) << word.type(8 * i)
+            return acc.view(dtype.newbyteorder("<")).reshape(shape)
         return np.ascontiguousarray(planes.T).view(dtype).reshape(shape)
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
@@ -303,13 +323,16 @@ def _stored(dset: Any, offset: tuple) -> bool:
     return info.byte_offset is not None and info.size > 0
 
 
-def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int) -> np.ndarray:
+def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int,
+               out: np.ndarray | None = None) -> np.ndarray:
     """dset[sel] (two slices) with the chunks inflated in a thread pool; a chunk whose filters
-    were skipped, or that is not stored (fill value), is read through h5py."""
+    were skipped, or that is not stored (fill value), is read through h5py. Into ``out``
+    when given."""
     chunks = plan["chunks"]
     bounds = [(s.start or 0, dset.shape[d] if s.stop is None else s.stop)
               for d, s in enumerate(sel)]
-    out = np.empty([b - a for a, b in bounds], dtype=dset.dtype)
+    if out is None:
+        out = np.empty([b - a for a, b in bounds], dtype=dset.dtype)
     firsts = [range(a // c * c, b, c) for (a, b), c in zip(bounds, chunks)]
     tasks = []
     with ThreadPoolExecutor(max_workers=threads) as pool:

@@ -152,6 +152,44 @@ class Recording:
             out += xp.asarray(offset.astype(np.float32))[:, None]
         return out
 
+    #: whether the source stores samples first ([samples, channels]); see `read_native`
+    samples_first: bool = True
+
+    def read_native(self, start: int, stop: int, out: np.ndarray | None = None) -> Any:
+        """Raw samples ``start:stop`` of every channel as stored, without scaling or
+        transposing: [samples, channels] when ``samples_first``, else [channels, samples], in
+        the stored dtype. For a GPU pipeline, which moves the raw bytes (half of float32's for
+        int16) and transposes and scales on the device. ``out`` (a host array of that shape
+        and dtype, a pinned buffer say) receives the samples where the source can read into
+        it; the array returned holds them either way."""
+        stop, start = int(stop), int(start)
+        if not 0 <= start <= stop <= self.n_samples:
+            raise RecordingError(f"read_native: expected 0 <= start <= stop <= "
+                                 f"{self.n_samples}, got start={start}, stop={stop}")
+        shape = (stop - start, self.n_channels) if self.samples_first else \
+            (self.n_channels, stop - start)
+        if out is not None and (out.shape != shape or out.dtype != self.dtype):
+            raise RecordingError(f"out: expected {shape} {self.dtype}, got {out.shape} "
+                                 f"{out.dtype}")
+        block = self._read_native(start, stop, out)
+        if block.dtype.kind == "f":
+            xp = array_module(block)
+            if not bool(xp.isfinite(block).all()):
+                self._check_finite(block if not self.samples_first else block.T, start,
+                                   np.arange(self.n_channels))
+        return block
+
+    def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> Any:
+        """Default: through `_read` (channels first) and back."""
+        block = self._read(start, stop, np.arange(self.n_channels))
+        if self.samples_first:
+            block = block.T
+        if out is None:
+            return block
+        out[...] = array_module(block).asnumpy(block) if array_module(block) is not np \
+            else block
+        return out
+
     def _channels(self, channels: Any) -> np.ndarray:
         if channels is None:
             return np.arange(self.n_channels)
@@ -218,11 +256,20 @@ class ArrayRecording(Recording):
         super().__init__(fs=fs, n_channels=c, n_samples=n, dtype=array.dtype,
                          source=meta.pop("source", f"array {array.shape}"), **meta)
         self._array = array
+        self.samples_first = self._samples_first
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> Any:
         a = self._array
         block = a[start:stop] if self._samples_first else a[:, start:stop]
         return _select(block, idx, self.n_channels, self._samples_first)
+
+    def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> Any:
+        a = self._array
+        block = a[start:stop] if self._samples_first else a[:, start:stop]
+        if out is None or array_module(block) is not np:
+            return block
+        np.copyto(out, block)
+        return out
 
 
 class BinaryRecording(Recording):
@@ -247,6 +294,12 @@ class BinaryRecording(Recording):
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         return _select(self._map[start:stop], idx, self.n_channels, True)
+
+    def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
+        if out is None:
+            return np.array(self._map[start:stop])
+        np.copyto(out, self._map[start:stop])
+        return out
 
 
 class SpikeInterfaceRecording(Recording):

@@ -6,9 +6,10 @@ from .distance import knn, pairwise_sqdist
 from .fir import bandpass_taps, fir_bank, fir_filter, highpass_taps, zero_phase_taps
 from .pca import PCA
 from .spatial import (bipolar_matrix, common_reference, laplacian_matrix, neighbors,
-                      spatial_filter, whitening_matrix)
+                      spatial_filter, SpatialFilter, whitening_matrix)
 
 __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_filter",
-           "common_reference", "neighbors", "PCA", "pairwise_sqdist", "knn", "highpass_taps",
+           "SpatialFilter", "common_reference", "neighbors", "PCA", "pairwise_sqdist", "knn",
+           "highpass_taps",
            "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank", "bipolar_matrix",
            "laplacian_matrix"]

@@ -7,13 +7,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..backend import array_module, blocked_transpose, is_cupy_array
+from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.matmul import tuner
 from ._checks import FLOATS, geometry, traces
 from ._parallel import blocks
 
-__all__ = ["whitening_matrix", "spatial_filter", "common_reference", "neighbors",
+__all__ = ["whitening_matrix", "spatial_filter", "SpatialFilter", "common_reference", "neighbors",
            "bipolar_matrix", "laplacian_matrix"]
 
 DEFAULT_EPS = 1e-8  # relative to the mean eigenvalue (see whitening_matrix)
@@ -141,41 +141,104 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
 
 
 #: a W with at most this many non-zeros per row, and at most SPARSE_DENSITY of them overall,
-#: is applied as a sparse matrix (local whitening: ~32 of 384 per row)
+#: may be applied as a sparse matrix (local whitening: ~32 of 384 per row)
 SPARSE_MAX_ROW = 64
 SPARSE_DENSITY = 0.25
+#: groups of 8 rows per thread block tried for the sparse kernel (the tuner keeps the fastest)
+SPARSE_KERNEL_GROUPS = (8, 4, 2)
 
 
-def spatial_filter(w: Any, x: Any) -> Any:
-    """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
+class SpatialFilter:
+    """A [out_channels, channels] matrix W prepared for applying to many blocks of traces:
+    ``SpatialFilter(W)(x)`` is ``W·x``, the same as `spatial_filter` without its per-call
+    analysis of W (the sparsity pattern, the sparse kernel's plan: built once, on first use).
 
     A dense W goes through `dspk.linalg.matmul` (exact in x's precision; W is converted to x's
     dtype). A neighbourhood-sparse W (at most `SPARSE_MAX_ROW` non-zeros per row and
-    `SPARSE_DENSITY` overall: local whitening, local references, Laplacians) may instead be
-    applied as a CSR matrix — scipy.sparse on the CPU (sample blocks in threads),
-    cupyx.scipy.sparse (cuSPARSE) on the GPU: the tuner times both on first sight of a size
-    class and keeps the faster (results checked against the dense product).
+    `SPARSE_DENSITY` overall: local whitening, local references, Laplacians) has more
+    implementations: on the GPU a kernel of its own (dspk/kernels/spatial.cu: rows with
+    overlapping neighbourhoods grouped, each group's x rows staged once in shared memory) and
+    cuSPARSE's CSR product; on the CPU scipy.sparse in sample blocks. The tuner times them
+    against the dense product on first sight of a size class, checks each result against it
+    (relative 1e-5 in float32, 1e-12 in float64) and keeps the fastest.
+
+    W must not be modified while the SpatialFilter is in use (its copies would be stale).
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> w = dspk.laplacian_matrix(np.c_[np.zeros(8), 20.0 * np.arange(8)], n_neighbors=2)
+    >>> f = dspk.SpatialFilter(w)
+    >>> x = np.ones((8, 100), dtype=np.float32)
+    >>> float(abs(f(x)).max())
+    0.0
     """
-    xp = traces(x)
-    if not (isinstance(w, np.ndarray) or is_cupy_array(w)) or w.ndim != 2:
-        raise ValueError(f"w: expected a 2-D [out_channels, channels] array, got "
-                         f"{getattr(w, 'shape', type(w).__name__)}")
-    if w.shape[1] != x.shape[0]:
-        raise ValueError(f"w: has {w.shape[1]} columns but x has {x.shape[0]} channels")
-    if array_module(w) is not xp:
-        raise TypeError("w and x mix NumPy and CuPy arrays")
-    wt = w.astype(x.dtype, copy=False)
-    nnz_rows = (wt != 0).sum(axis=1)
-    most = int(nnz_rows.max())
-    if most <= SPARSE_MAX_ROW and int(nnz_rows.sum()) <= SPARSE_DENSITY * wt.size and \
-            wt.shape[1] > SPARSE_MAX_ROW:
-        # measured, not assumed: on an H200 cuSPARSE took 3.3 ms for 32 of 384 non-zeros per
-        # row where the dense product took 0.75; on 2 CPU cores scipy.sparse 49 ms, BLAS 24
+
+    def __init__(self, w: Any) -> None:
+        if not (isinstance(w, np.ndarray) or is_cupy_array(w)) or w.ndim != 2:
+            raise ValueError(f"w: expected a 2-D [out_channels, channels] array, got "
+                             f"{getattr(w, 'shape', type(w).__name__)}")
+        if w.size == 0:
+            raise ValueError(f"w: expected a non-empty matrix, got shape {w.shape}")
+        self.w = w
+        self.xp = array_module(w)
+        nnz = to_numpy((w != 0).sum(axis=1))
+        self.max_row_nnz = int(nnz.max())
+        self.sparse = (self.max_row_nnz <= SPARSE_MAX_ROW and w.shape[1] > SPARSE_MAX_ROW and
+                       int(nnz.sum()) <= SPARSE_DENSITY * w.size)
+        self._cast: dict = {}
+        self._csr: dict = {}
+        self._plans: dict = {}
+        self._host: np.ndarray | None = None
+        self.chosen: str | None = None    # the implementation of the last call
+
+    def _w(self, dtype: Any) -> Any:
+        key = np.dtype(dtype)
+        if key not in self._cast:
+            self._cast[key] = self.w.astype(key, copy=False)
+        return self._cast[key]
+
+    def _kernel_plan(self, x: Any, groups: int) -> Any:
+        """The sparse kernel's plan for x's device and dtype (None if it cannot run)."""
+        key = (x.device.id, x.dtype, groups)
+        if key not in self._plans:
+            from ._spatial_gpu import SparseRowsPlan  # noqa: PLC0415 (GPU-only)
+
+            if self._host is None:
+                self._host = to_numpy(self.w).astype(np.float64)
+            plan = SparseRowsPlan(self._host, x.dtype, groups)
+            self._plans[key] = plan if plan.reason(x.device.id) is None else None
+        return self._plans[key]
+
+    def _csr_apply(self, x: Any) -> Any:
+        key = x.dtype
+        if key not in self._csr:
+            if self.xp is np:
+                from scipy.sparse import csr_matrix  # noqa: PLC0415
+            else:
+                from cupyx.scipy.sparse import csr_matrix  # noqa: PLC0415
+            self._csr[key] = csr_matrix(self._w(x.dtype))
+        csr = self._csr[key]
+        if self.xp is np:
+            return blocks(lambda s, e: np.asarray(csr @ x[:, s:e]), x.shape[1], x.size, axis=1)
+        return self.xp.ascontiguousarray(csr @ x)
+
+    def __call__(self, x: Any) -> Any:
+        """W·x for [channels, samples] traces x (x's array type and dtype)."""
+        xp = traces(x)
+        w = self.w
+        if w.shape[1] != x.shape[0]:
+            raise ValueError(f"w: has {w.shape[1]} columns but x has {x.shape[0]} channels")
+        if self.xp is not xp:
+            raise TypeError("w and x mix NumPy and CuPy arrays")
+        impls = self.implementations(x)
+        if len(impls) == 1:
+            self.chosen = "dense_matmul"
+            return impls["dense_matmul"]()
         gpu = xp is not np
-        impls = {"dense_matmul": lambda: matmul(wt, x),
-                 "csr": lambda: _sparse_apply(xp, wt, x)}
         key = ("spatial_filter", tuner.stamp(gpu, x.device.id if gpu else None),
-               x.dtype.name, *(int(v).bit_length() for v in (*wt.shape, x.shape[1], most)))
+               x.dtype.name, *(int(v).bit_length() for v in (*w.shape, x.shape[1],
+                                                              self.max_row_nnz)))
         tol = 1e-5 if x.dtype == np.float32 else 1e-12
 
         def agree(got: Any, ref: Any) -> str | None:
@@ -183,19 +246,35 @@ def spatial_filter(w: Any, x: Any) -> Any:
             return None if worst <= tol else f"differs from the dense product by {worst:.1e}"
 
         name, _ = tuner.choose(key, impls, gpu, agree)
+        self.chosen = name
         return impls[name]()
-    return matmul(wt, x)
+
+    def implementations(self, x: Any) -> dict:
+        """The ways W·x can be computed for these traces, by name (the dense product first:
+        the reference the tuner checks the others against)."""
+        wt = self._w(x.dtype)
+        impls = {"dense_matmul": lambda: matmul(wt, x)}
+        if not self.sparse:
+            return impls
+        # measured, not assumed (H200, 384 channels x 60 000, 32 non-zeros per row): the dense
+        # product 0.72 ms, cuSPARSE 0.81-3.3 ms; on 2 CPU cores scipy.sparse 49 ms, BLAS 24
+        impls["csr"] = lambda: self._csr_apply(x)
+        if array_module(x) is not np:
+            for groups in SPARSE_KERNEL_GROUPS:
+                plan = self._kernel_plan(x, groups)
+                if plan is not None:
+                    impls[f"sparse_kernel_g{groups}"] = (lambda p=plan: p(x))
+        return impls
 
 
-def _sparse_apply(xp: Any, w: Any, x: Any) -> Any:
-    if xp is np:
-        from scipy.sparse import csr_matrix  # noqa: PLC0415
+def spatial_filter(w: Any, x: Any) -> Any:
+    """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
 
-        csr = csr_matrix(w)
-        return blocks(lambda s, e: np.asarray(csr @ x[:, s:e]), x.shape[1], x.size, axis=1)
-    from cupyx.scipy.sparse import csr_matrix  # noqa: PLC0415
-
-    return xp.ascontiguousarray(csr_matrix(w) @ x)
+    One call of `SpatialFilter` (see there for the implementations and how one is chosen);
+    to apply the same W to many blocks, prepare it once with ``SpatialFilter(W)``.
+    """
+    traces(x)
+    return SpatialFilter(w)(x)
 
 
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,

@@ -1,0 +1,134 @@
+// Neighbourhood-sparse spatial filters: out[row, t] = sum_c W[row, c] * x[c, t] for a W with
+// a few tens of non-zeros per row (local whitening: 32 of 384; local references; Laplacians).
+//
+// sparse_rows<T>: the rows of W are grouped by the host plan (dspk/ops/_spatial_gpu.py) into
+//   groups of SR_R = 8 rows with overlapping neighbourhoods, and SR_G groups make a block. A
+//   block copies the x rows that any of its groups touches (the block's column union) for
+//   SR_TS consecutive samples into shared memory, once; then each warp takes one group and
+//   loops over that group's column union (the sorted union of its 8 rows' non-zeros), with
+//   8 weights per column (zero where a row does not use the column). Each lane keeps the 8
+//   rows x 2V samples of its slice in registers: per column it reads 2 vectors of x from
+//   shared memory (conflict-free: consecutive lanes, consecutive 16-byte words), 8 weights
+//   (the same address for the whole warp: a broadcast) and issues 16V FMAs. So a group costs
+//   |union| instead of 8 x 32 gathers, shared memory is read once per 8 rows, and x is read
+//   from global memory about once (row blocks of the same sample tile run side by side and
+//   share it through L2): the floor is reading x and writing the output, not the products.
+//   A dense product would do 384 / |union| (about 10) times the arithmetic; cuSPARSE's CSR
+//   product re-reads x per non-zero.
+//
+// Summation order: per row, the columns in ascending order (deterministic; the tuner checks
+// the result against the dense product). Samples are T; accumulation in T (as a GEMM in the
+// operands' precision would).
+
+constexpr int SR_R = 8;        // rows per group (per warp)
+
+template <typename T> struct SrVec;
+template <> struct SrVec<float> { typedef float4 type; static constexpr int n = 4; };
+template <> struct SrVec<double> { typedef double2 type; static constexpr int n = 2; };
+
+// x [C, n] (row stride ldx), out [M, n] (row stride ldo). Block (bx, by): groups
+// bx*G .. bx*G+G-1 (G = blockDim.x / 32), samples by*TS .. by*TS+TS-1 with TS = 64*V.
+//   bcols[boff[bx] .. boff[bx+1])   the block's x rows (its column union), ascending
+//   gcols[goff[g] .. goff[g+1])     group g's columns as positions in its block's union
+//   gw[e * SR_R + r]                weight of row r of group g at entry e (goff[g] <= e)
+//   grows[g * SR_R + r]             the output row of row r of group g (-1: padding)
+// vec: x, ldx, out, ldo are all 16-byte aligned (vector loads and stores; else scalar).
+template <typename T>
+__global__ void __launch_bounds__(256, 2)
+sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict__ bcols,
+            const int* __restrict__ boff, const int* __restrict__ gcols,
+            const int* __restrict__ goff, const T* __restrict__ gw,
+            const int* __restrict__ grows, int n_groups, T* __restrict__ out, long long ldo,
+            int vec)
+{
+    typedef typename SrVec<T>::type Vt;
+    constexpr int V = SrVec<T>::n;
+    constexpr int TS = 64 * V;                 // samples per block: 2 vectors per lane
+    extern __shared__ __align__(16) unsigned char sr_smem[];
+    T* xs = reinterpret_cast<T*>(sr_smem);     // [union][TS]
+    const int G = blockDim.x >> 5;
+    const int b = blockIdx.x;
+    const long long t0 = (long long)blockIdx.y * TS;
+    const int c0 = boff[b], nu = boff[b + 1] - c0;
+    const int tid = threadIdx.x;
+    const bool full = t0 + TS <= n;
+
+    // the block's x rows, TS samples each (zeros past n)
+    if (vec && full) {
+        for (int e = tid; e < nu * (TS / V); e += blockDim.x) {
+            const int u = e / (TS / V), s = (e - u * (TS / V)) * V;
+            const T* src = x + (long long)bcols[c0 + u] * ldx + t0 + s;
+            *reinterpret_cast<Vt*>(xs + u * TS + s) = __ldg(reinterpret_cast<const Vt*>(src));
+        }
+    } else {
+        for (int e = tid; e < nu * TS; e += blockDim.x) {
+            const int u = e / TS, s = e - u * TS;
+            xs[u * TS + s] = t0 + s < n ? x[(long long)bcols[c0 + u] * ldx + t0 + s] : T(0);
+        }
+    }
+    __syncthreads();
+
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = b * G + warp;
+    if (g >= n_groups) return;
+    T acc[SR_R][2 * V];
+#pragma unroll
+    for (int r = 0; r < SR_R; ++r)
+#pragma unroll
+        for (int v = 0; v < 2 * V; ++v) acc[r][v] = T(0);
+    const int e1 = goff[g + 1];
+    for (int e = goff[g]; e < e1; ++e) {
+        const int u = __ldg(gcols + e);
+        const Vt xa = *reinterpret_cast<const Vt*>(xs + u * TS + lane * V);
+        const Vt xb = *reinterpret_cast<const Vt*>(xs + u * TS + 32 * V + lane * V);
+        const T* xav = reinterpret_cast<const T*>(&xa);
+        const T* xbv = reinterpret_cast<const T*>(&xb);
+        // the 8 weights of this column: SR_R / V vector loads, one address for the warp
+        alignas(16) T wv[SR_R];
+        const Vt* wr = reinterpret_cast<const Vt*>(gw + (long long)e * SR_R);
+#pragma unroll
+        for (int q = 0; q < SR_R / V; ++q) *reinterpret_cast<Vt*>(wv + q * V) = __ldg(wr + q);
+#pragma unroll
+        for (int r = 0; r < SR_R; ++r) {
+            const T w = wv[r];
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                acc[r][v] = fma(w, xav[v], acc[r][v]);
+                acc[r][V + v] = fma(w, xbv[v], acc[r][V + v]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < SR_R; ++r) {
+        const int row = __ldg(grows + g * SR_R + r);
+        if (row < 0) continue;
+        T* o = out + (long long)row * ldo + t0;
+        if (vec && full) {
+            Vt va, vb;
+            T* pa = reinterpret_cast<T*>(&va);
+            T* pb = reinterpret_cast<T*>(&vb);
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                pa[v] = acc[r][v];
+                pb[v] = acc[r][V + v];
+            }
+            *reinterpret_cast<Vt*>(o + lane * V) = va;
+            *reinterpret_cast<Vt*>(o + 32 * V + lane * V) = vb;
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                if (t0 + lane * V + v < n) o[lane * V + v] = acc[r][v];
+                if (t0 + 32 * V + lane * V + v < n) o[32 * V + lane * V + v] = acc[r][V + v];
+            }
+        }
+    }
+}
+
+#ifdef DSPK_COMPILE_CHECK
+template __global__ void sparse_rows<float>(const float*, long long, int, const int*, const int*,
+                                            const int*, const int*, const float*, const int*,
+                                            int, float*, long long, int);
+template __global__ void sparse_rows<double>(const double*, long long, int, const int*,
+                                             const int*, const int*, const int*, const double*,
+                                             const int*, int, double*, long long, int);
+#endif
