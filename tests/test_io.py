@@ -110,6 +110,33 @@ def test_parallel_gzip_equals_h5py(tmp_path_factory, n, c, chunk, shuffle, start
         np.testing.assert_array_equal(got, d[start:stop])
 
 
+@settings(max_examples=15, deadline=None)
+@given(chunk=st.integers(7, 300), reads=st.lists(st.tuples(st.integers(0, 1999),
+                                                           st.integers(0, 900)),
+                                                 min_size=1, max_size=8),
+       keep=st.integers(1, 3))
+def test_gzip_reader_keeps_chunks_across_reads(tmp_path_factory, chunk, reads, keep):
+    """Consecutive, overlapping and repeated reads through one GzipReader (inflated chunks
+    kept between reads, evicted by age) give h5py's bytes."""
+    from dspk.io.hdf5 import GzipReader
+
+    x = (np.random.default_rng(chunk).standard_normal((2000, 5)) * 900).astype(np.int16)
+    path = tmp_path_factory.mktemp("gzr") / "x.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=x, chunks=(chunk, 3), compression="gzip", shuffle=True)
+    with h5py.File(path, "r") as f:
+        d = f["x"]
+        reader = GzipReader(d, {"shuffle": True, "chunks": d.chunks}, 3, keep_rows=keep)
+        try:
+            for start, length in reads:
+                stop = min(2000, start + length)
+                np.testing.assert_array_equal(reader.read((slice(start, stop), slice(None))),
+                                              x[start:stop])
+            assert len(reader._chunks) <= reader.capacity
+        finally:
+            reader.close()
+
+
 def test_gzip_recording_reads_like_uncompressed(tmp_path):
     x = raw(n=5000, c=12)
     with h5py.File(tmp_path / "a.h5", "w") as f:

@@ -9,7 +9,9 @@ filter pipeline is. Other filters (lzf, hdf5plugin's) go through h5py.
 from __future__ import annotations
 
 import os
+import threading
 import zlib
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -173,9 +175,18 @@ class HDF5Recording(Recording):
         self._file, self._dset = f, _with_chunk_cache(f, dset)
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
+        self._gzip_io: GzipReader | None = None
         self.samples_first = self._samples_first
 
+    def _gzip_reader(self) -> "GzipReader":
+        if self._gzip_io is None:
+            self._gzip_io = GzipReader(self._dset, self._gzip, self._threads)
+        return self._gzip_io
+
     def close(self) -> None:
+        if self._gzip_io is not None:
+            self._gzip_io.close()
+            self._gzip_io = None
         self._file.close()
 
     def __enter__(self) -> "HDF5Recording":
@@ -190,7 +201,7 @@ class HDF5Recording(Recording):
         else:
             sel = (slice(None), slice(start, stop))
         if self._gzip is not None and stop > start:
-            block = _read_gzip(self._dset, sel, self._gzip, self._threads)
+            block = self._gzip_reader().read(sel)
         else:
             block = self._dset[sel]
         return _select(block, idx, self.n_channels, self._samples_first)
@@ -199,7 +210,7 @@ class HDF5Recording(Recording):
         sel = (slice(start, stop), slice(None)) if self._samples_first else \
             (slice(None), slice(start, stop))
         if self._gzip is not None and stop > start:
-            return _read_gzip(self._dset, sel, self._gzip, self._threads, out)
+            return self._gzip_reader().read(sel, out)
         if out is None:
             return self._dset[sel]
         if stop > start:
@@ -323,28 +334,48 @@ def _stored(dset: Any, offset: tuple) -> bool:
     return info.byte_offset is not None and info.size > 0
 
 
-def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int,
-               out: np.ndarray | None = None) -> np.ndarray:
-    """dset[sel] (two slices) with the chunks inflated in a thread pool; a chunk whose filters
-    were skipped, or that is not stored (fill value), is read through h5py. Into ``out``
-    when given."""
-    chunks = plan["chunks"]
-    bounds = [(s.start or 0, dset.shape[d] if s.stop is None else s.stop)
-              for d, s in enumerate(sel)]
-    if out is None:
-        out = np.empty([b - a for a, b in bounds], dtype=dset.dtype)
-    firsts = [range(a // c * c, b, c) for (a, b), c in zip(bounds, chunks)]
-    tasks = []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for r0 in firsts[0]:
-            for c0 in firsts[1]:
-                mask, raw = None, None
-                if _stored(dset, (r0, c0)):
-                    mask, raw = dset.id.read_direct_chunk((r0, c0))
-                tasks.append(((r0, c0), mask, pool.submit(_inflate, raw, plan["shuffle"],
-                                                          dset.dtype, chunks)
-                              if mask == 0 else None))
-        for (r0, c0), _, fut in tasks:
+class GzipReader:
+    """Reads a gzip dataset's chunks for consecutive requests: raw chunks read under HDF5's
+    lock, inflated in a persistent thread pool, and the inflated chunks of the last requests
+    kept (a pipeline's reads overlap by their halos, and the chunk at a boundary would
+    otherwise be inflated by both; two reads in flight share it too)."""
+
+    def __init__(self, dset: Any, plan: dict, threads: int, keep_rows: int = 3) -> None:
+        self.dset, self.plan = dset, plan
+        self.pool = ThreadPoolExecutor(max_workers=threads)
+        across = -(-dset.shape[1] // plan["chunks"][1])
+        self.capacity = max(1, keep_rows * across)
+        self._lock = threading.Lock()
+        self._chunks: OrderedDict = OrderedDict()     # chunk offset -> Future or None
+
+    def _chunk(self, coord: tuple) -> Any:
+        """A future of the inflated chunk at ``coord``, or None when h5py must read it (not
+        stored, or its filters were skipped)."""
+        with self._lock:
+            if coord in self._chunks:
+                self._chunks.move_to_end(coord)
+                return self._chunks[coord]
+        mask, raw = None, None
+        if _stored(self.dset, coord):
+            mask, raw = self.dset.id.read_direct_chunk(coord)
+        fut = self.pool.submit(_inflate, raw, self.plan["shuffle"], self.dset.dtype,
+                               self.plan["chunks"]) if mask == 0 else None
+        with self._lock:
+            self._chunks[coord] = fut
+            while len(self._chunks) > self.capacity:
+                self._chunks.popitem(last=False)
+        return fut
+
+    def read(self, sel: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        """dset[sel] (two slices), into ``out`` when given."""
+        dset, chunks = self.dset, self.plan["chunks"]
+        bounds = [(s.start or 0, dset.shape[d] if s.stop is None else s.stop)
+                  for d, s in enumerate(sel)]
+        if out is None:
+            out = np.empty([b - a for a, b in bounds], dtype=dset.dtype)
+        firsts = [range(a // c * c, b, c) for (a, b), c in zip(bounds, chunks)]
+        tasks = [((r0, c0), self._chunk((r0, c0))) for r0 in firsts[0] for c0 in firsts[1]]
+        for (r0, c0), fut in tasks:
             # the part of chunk (r0, c0) inside the request, in chunk and in output coordinates
             lo = [max(r0, bounds[0][0]), max(c0, bounds[1][0])]
             hi = [min(r0 + chunks[0], bounds[0][1]), min(c0 + chunks[1], bounds[1][1])]
@@ -354,4 +385,20 @@ def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int,
                 out[dst] = dset[lo[0]:hi[0], lo[1]:hi[1]]
             else:
                 out[dst] = fut.result()[lo[0] - r0:hi[0] - r0, lo[1] - c0:hi[1] - c0]
-    return out
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self._chunks.clear()
+
+
+def _read_gzip(dset: Any, sel: tuple, plan: dict, threads: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """dset[sel] (two slices) with the chunks inflated in a thread pool; a chunk whose filters
+    were skipped, or that is not stored (fill value), is read through h5py. Into ``out``
+    when given."""
+    reader = GzipReader(dset, plan, threads)
+    try:
+        return reader.read(sel, out)
+    finally:
+        reader.close()
