@@ -616,7 +616,13 @@ class _Staging:
         """(first sample, µV float32 [channels, samples] on the device): the same operations
         as `Recording.read` (cast, times the gain, plus the offset, in float32)."""
         a, block = raw
-        d = xp.asarray(block)
+        if isinstance(block, np.ndarray):
+            # straight from the pinned buffer (cupy.asarray would stage it through a pinned
+            # buffer of its own: one more host copy)
+            d = xp.empty(block.shape, dtype=block.dtype)
+            d.set(block)
+        else:
+            d = xp.asarray(block)
         x = xp.ascontiguousarray(d.T if self.rec.samples_first else d, dtype=np.float32)
         if self._gain is not None:
             x *= self._vec("gain", self._gain, xp)
