@@ -12,23 +12,41 @@ neighbouring positions.
 Positions are the channel positions (one per channel), so the cost is linear in the channel
 count whatever the probe's shape (Kilosort4's regular grid grows with sparse and multi-shank
 probes). Intermediates are bounded by ``memory_bytes``: time is processed in blocks, the
-[positions, widths, templates, time] tensor never exists whole. This module is the CPU and
-GPU implementation through the engine; fused GPU kernels for the maxima are future work.
+[positions, widths, templates, time] tensor never exists whole.
+
+Two implementations give the same spikes (within float tolerance at threshold ties: a score
+equal to the threshold or to a neighbour's to the last bits may go either way):
+
+- NumPy input, and CuPy input the fused kernels cannot take: the engine path above (gathered
+  neighbours, batched `dspk.matmul`, maxima with ``maximum_filter1d``). It is the reference.
+- CuPy input: fused kernels (dspk/kernels/detect.cu, `dspk._detect_gpu`). `dspk.fir_bank` runs
+  on one time block at a time (with ``taps//2`` samples of real data on each side); one kernel
+  combines the neighbours with every width and keeps the best width and template per position
+  and sample in registers (the [positions, widths, templates, time] tensor is never written,
+  nor is the gathered [positions, neighbours, templates, time] one), and a second finds the
+  local maxima, testing the window only where the score passes the threshold. The
+  [positions, samples] score and best template are all that is kept for the whole batch.
+  `dspk._detect_gpu.fused_reason` says when the kernels cannot take the sizes (more than 8
+  widths, 64 neighbours or 127 templates, other dtypes).
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
 import numpy as np
 
+from ._detect_gpu import fused_reason
 from .backend import array_module, to_numpy
 from .linalg import matmul
 from .ops import PCA, fir_bank, pairwise_sqdist
 
 __all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
            "SPIKE_DTYPE"]
+
+log = logging.getLogger("dspk.detect")
 
 SPIKE_DTYPE = np.dtype([("sample_index", np.int64), ("channel_index", np.int64),
                         ("amplitude", np.float32), ("template_index", np.int64),
@@ -137,6 +155,7 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
     c, n = x.shape
+    sh = None
     if shank_ids is not None:
         sh = np.asarray(to_numpy(shank_ids))
         if sh.shape != (c,):
@@ -145,35 +164,23 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     xp = array_module(x)
     _noise_check(x)
     k, taps = bank.shape
-    nn = min(int(n_neighbors), c)
-    d2 = ((g[:, None] - g[None]) ** 2).sum(-1)                  # [positions, channels]
-    if shank_ids is not None:
-        d2 = np.where(sh[:, None] == sh[None], d2, np.inf)
-        nn = min(nn, int(np.bincount(np.unique(sh, return_inverse=True)[1]).min()))
-    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]         # positions = channel sites
-    widths = np.asarray(widths_um, dtype=np.float64)
-    w = np.exp(-np.take_along_axis(d2, nbr, 1)[:, None, :] / (2 * widths[None, :, None] ** 2))
-    w = np.nan_to_num(w)
-    w /= np.linalg.norm(w, axis=2, keepdims=True)               # [P, S, N], unit norm
+    nbr, w = _neighbourhoods(g, n_neighbors, widths_um, sh)
     dt = x.dtype
-    b = fir_bank(x, bank.astype(dt))                            # [C, k, n] unit-noise scores
-    wd = xp.asarray(w.astype(dt))
-    nbr_d = xp.asarray(nbr)
-    # the best width and template per position and sample, time block by time block
-    per_sample = c * nn * k * dt.itemsize * (1 + len(widths) / nn)
-    block = max(1, int(memory_bytes // max(1, per_sample)))
-    score = xp.empty((c, n), dtype=dt)
-    best_k = xp.empty((c, n), dtype=np.int8 if k < 128 else np.int32)
-    for t0 in range(0, n, block):
-        t1 = min(n, t0 + block)
-        gathered = b[nbr_d, :, t0:t1].reshape(c, nn, k * (t1 - t0))   # [P, N, k·tb]
-        s = matmul(wd, gathered).reshape(c, len(widths), k, t1 - t0)  # [P, S, k, tb]
-        s = s.max(axis=1)                                             # over widths
-        best_k[:, t0:t1] = s.argmax(axis=1)
-        score[:, t0:t1] = s.max(axis=1)
-    peaks = _local_maxima(xp, score, nbr_d, threshold,
-                          max(1, int(round(dead_time_ms * 1e-3 * fs))))
-    p, t = (to_numpy(v) for v in peaks)
+    dead = max(1, int(round(dead_time_ms * 1e-3 * fs)))
+    reason = "NumPy input" if xp is np else \
+        fused_reason(x, k, w.shape[1], nbr.shape[1], dead)
+    if reason is None:                                          # CuPy: the fused kernels
+        from . import _detect_gpu  # noqa: PLC0415 (GPU-only)
+
+        score, best_k = _detect_gpu.scores(x, bank.astype(dt), nbr, w.astype(dt),
+                                           memory_bytes)
+        p, t = _detect_gpu.peaks(score, nbr, threshold, dead)
+    else:
+        if xp is not np:
+            log.debug("detect_spikes: engine path on the GPU (%s)", reason)
+        score, best_k = _engine_scores(xp, x, bank, nbr, w, memory_bytes)
+        p, t = (to_numpy(v) for v in _local_maxima(xp, score, xp.asarray(nbr), threshold,
+                                                     dead))
     order = np.lexsort((p, t))
     p, t = p[order], t[order]
     out = np.empty(len(t), dtype=SPIKE_DTYPE)
@@ -184,6 +191,53 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     out["template_index"] = to_numpy(best_k[xp.asarray(p), xp.asarray(t)]) if len(t) else []
     out["x"], out["y"] = g[p, 0], g[p, 1]
     return out
+
+
+def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
+                    shanks: np.ndarray | None) -> tuple:
+    """(nbr [P, N] the nearest channels of each position (itself first unless another channel
+    sits at the same place), w [P, S, N] float64 Gaussian weights of unit norm per width).
+    With ``shanks``, only channels of the position's shank (N is at most the smallest shank's
+    channel count)."""
+    c = len(g)
+    nn = min(int(n_neighbors), c)
+    d2 = ((g[:, None] - g[None]) ** 2).sum(-1)                  # [positions, channels]
+    if shanks is not None:
+        d2 = np.where(shanks[:, None] == shanks[None], d2, np.inf)
+        nn = min(nn, int(np.bincount(np.unique(shanks, return_inverse=True)[1]).min()))
+    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]         # positions = channel sites
+    widths = np.asarray(widths_um, dtype=np.float64)
+    w = np.exp(-np.take_along_axis(d2, nbr, 1)[:, None, :] / (2 * widths[None, :, None] ** 2))
+    w = np.nan_to_num(w)
+    w /= np.linalg.norm(w, axis=2, keepdims=True)               # [P, S, N], unit norm
+    return nbr, w
+
+
+def _engine_scores(xp: Any, x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
+                   memory_bytes: int) -> tuple:
+    """(score [P, n], best_k [P, n]) through fir_bank on the whole batch, then per time block
+    a gather of the neighbours and a batched `dspk.matmul` with the weights: the best width,
+    then the best template (NumPy's max/argmax). The CPU path and the reference."""
+    c, n = x.shape
+    k = bank.shape[0]
+    nn, n_widths = nbr.shape[1], w.shape[1]
+    dt = x.dtype
+    b = fir_bank(x, bank.astype(dt))                            # [C, k, n] unit-noise scores
+    wd = xp.asarray(w.astype(dt))
+    nbr_d = xp.asarray(nbr)
+    # the best width and template per position and sample, time block by time block
+    per_sample = c * nn * k * dt.itemsize * (1 + n_widths / nn)
+    block = max(1, int(memory_bytes // max(1, per_sample)))
+    score = xp.empty((c, n), dtype=dt)
+    best_k = xp.empty((c, n), dtype=np.int8 if k < 128 else np.int32)
+    for t0 in range(0, n, block):
+        t1 = min(n, t0 + block)
+        gathered = b[nbr_d, :, t0:t1].reshape(c, nn, k * (t1 - t0))   # [P, N, k·tb]
+        s = matmul(wd, gathered).reshape(c, n_widths, k, t1 - t0)     # [P, S, k, tb]
+        s = s.max(axis=1)                                             # over widths
+        best_k[:, t0:t1] = s.argmax(axis=1)
+        score[:, t0:t1] = s.max(axis=1)
+    return score, best_k
 
 
 def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) -> tuple:

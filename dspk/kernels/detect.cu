@@ -1,0 +1,167 @@
+// Kernels of dspk.detect (universal-template spike detection), fused: the spatial combination
+// with its maxima, and the local maxima of the score. Arrays are row-major, time contiguous.
+//
+// detect_score<T, S>: for a block of filter-bank outputs b[c, i, t] (channels c, templates i,
+//   samples t of a time block; element (c, i, t) at b[c*ldb_c + i*ldb_k + b_off + t]) and
+//   per position p (one per channel site) its neighbours nbr[p, 0..nn) and spatial weights
+//   w[p, s, j] (S widths), computes
+//     v[p, s, i, t] = sum_{j = 0..nn-1} w[p, s, j] * b[nbr[p, j], i, t]   (in this order, FMA)
+//     m[p, i, t]    = max_s v[p, s, i, t]
+//     score[p, t]   = max_i m[p, i, t],  best_k[p, t] = the first i reaching that maximum
+//   which is NumPy's s.max(axis=widths) then max/argmax over templates (NaN propagates like
+//   NumPy's max; argmax takes the first NaN). The [P, S, k, time] tensor never exists: a
+//   thread keeps DS_R samples' S accumulators of one template in registers. A block takes one
+//   position (blockIdx.x, so the blocks running at the same time are neighbouring positions
+//   of the same time tile and share the b rows they read in L2) and DS_TILE samples per step
+//   of a loop over time tiles (blockIdx.y, then strided by gridDim.y); its weights and the
+//   row offsets of its neighbours sit in shared memory (broadcast reads). Reads of b are
+//   coalesced along t; each b value is read once per position that has it as a neighbour.
+//   Outputs go to score[p*lds + out_off + t] and best_k[p*lds + out_off + t], t in [0, nt).
+//
+// detect_peaks<T>: the (p, t) with score[p, t] >= threshold that are >= every score[q, t']
+//   for q = p and q = nbr[p, 1..nn) (nbr[p, 0] is p's own site; the host code compares with
+//   the row p itself, so does this) and |t' - t| <= dead, t' in [0, n) (outside: -inf, never
+//   larger). One thread per (p, t); the threshold test rejects almost all of them, the window
+//   check stops at the first larger value. Kept positions are appended as p*n + t to out with
+//   an atomic counter; the counter is incremented even past cap, so the host sees how many
+//   there were and runs again with enough room (nothing is dropped). The order of out is not
+//   deterministic; the host sorts.
+
+constexpr int DS_THREADS = 128;
+constexpr int DS_R = 4;                      // samples per thread, DS_THREADS apart
+constexpr int DS_TILE = DS_THREADS * DS_R;
+constexpr int DS_NN_MAX = 64;                // neighbours per position
+constexpr int DP_THREADS = 256;
+
+// NumPy's maximum: NaN wins.
+template <typename T>
+__device__ __forceinline__ T nan_max(T a, T v)
+{
+    return (v > a || v != v) ? v : a;
+}
+
+template <typename T, int S>
+__global__ void __launch_bounds__(DS_THREADS)
+detect_score(const T* __restrict__ b, long long ldb_c, long long ldb_k, long long b_off, int k,
+             int nt, const int* __restrict__ nbr, int nn, const T* __restrict__ w,
+             T* __restrict__ score, signed char* __restrict__ best_k, long long lds,
+             long long out_off)
+{
+    __shared__ T ws[DS_NN_MAX * S];               // [j][s]
+    __shared__ long long rows[DS_NN_MAX];         // offset of b[nbr[p, j], 0, 0]
+    const int p = blockIdx.x;
+    for (int e = threadIdx.x; e < nn * S; e += DS_THREADS) {
+        const int j = e / S, s = e - j * S;
+        ws[e] = w[((long long)p * S + s) * nn + j];
+    }
+    for (int j = threadIdx.x; j < nn; j += DS_THREADS)
+        rows[j] = (long long)nbr[(long long)p * nn + j] * ldb_c + b_off;
+    __syncthreads();
+    const int ntiles = (nt + DS_TILE - 1) / DS_TILE;
+    for (int tile = blockIdx.y; tile < ntiles; tile += gridDim.y) {
+        const int tb = tile * DS_TILE + threadIdx.x;   // this thread's samples: tb + r*DS_THREADS
+        bool in[DS_R];
+        T best[DS_R];
+        int bk[DS_R];
+#pragma unroll
+        for (int r = 0; r < DS_R; ++r) {
+            in[r] = tb + r * DS_THREADS < nt;
+            best[r] = T(0);
+            bk[r] = 0;
+        }
+#pragma unroll 1
+        for (int i = 0; i < k; ++i) {
+            T acc[DS_R][S];
+#pragma unroll
+            for (int r = 0; r < DS_R; ++r)
+#pragma unroll
+                for (int s = 0; s < S; ++s) acc[r][s] = T(0);
+            const T* bi = b + (long long)i * ldb_k + tb;
+#pragma unroll 2
+            for (int j = 0; j < nn; ++j) {
+                const T* row = bi + rows[j];
+                T v[DS_R];
+#pragma unroll
+                for (int r = 0; r < DS_R; ++r) v[r] = in[r] ? row[r * DS_THREADS] : T(0);
+#pragma unroll
+                for (int s = 0; s < S; ++s) {
+                    const T wv = ws[j * S + s];
+#pragma unroll
+                    for (int r = 0; r < DS_R; ++r) acc[r][s] = fma(wv, v[r], acc[r][s]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < DS_R; ++r) {
+                T m = acc[r][0];
+#pragma unroll
+                for (int s = 1; s < S; ++s) m = nan_max(m, acc[r][s]);
+                // argmax: the first maximum; the first NaN once there is one
+                if (i == 0 || m > best[r] || (m != m && best[r] == best[r])) {
+                    best[r] = m;
+                    bk[r] = i;
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < DS_R; ++r) {
+            if (in[r]) {
+                const long long o = (long long)p * lds + out_off + tb + r * DS_THREADS;
+                score[o] = best[r];
+                best_k[o] = (signed char)bk[r];
+            }
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DP_THREADS)
+detect_peaks(const T* __restrict__ score, long long lds, int C, int n,
+             const int* __restrict__ nbr, int nn, T threshold, int dead,
+             long long* __restrict__ out, unsigned long long* __restrict__ count,
+             long long cap)
+{
+    const int t = blockIdx.x * DP_THREADS + threadIdx.x;
+    if (t >= n) return;
+    const int lo = t - dead > 0 ? t - dead : 0;
+    const int hi = t + dead < n - 1 ? t + dead : n - 1;
+    for (int p = blockIdx.y; p < C; p += gridDim.y) {
+        const T v = score[(long long)p * lds + t];
+        if (!(v >= threshold)) continue;
+        bool keep = true;
+        for (int j = 0; j < nn && keep; ++j) {
+            const int q = j == 0 ? p : nbr[(long long)p * nn + j];
+            const T* rq = score + (long long)q * lds;
+            for (int u = lo; u <= hi; ++u) {
+                if (rq[u] > v) {
+                    keep = false;
+                    break;
+                }
+            }
+        }
+        if (keep) {
+            const unsigned long long e = atomicAdd(count, 1ull);
+            if ((long long)e < cap) out[e] = (long long)p * n + t;
+        }
+    }
+}
+
+#ifdef DSPK_COMPILE_CHECK
+template __global__ void detect_score<float, 5>(const float*, long long, long long, long long,
+                                                int, int, const int*, int, const float*, float*,
+                                                signed char*, long long, long long);
+template __global__ void detect_score<double, 5>(const double*, long long, long long, long long,
+                                                 int, int, const int*, int, const double*,
+                                                 double*, signed char*, long long, long long);
+template __global__ void detect_score<float, 1>(const float*, long long, long long, long long,
+                                                int, int, const int*, int, const float*, float*,
+                                                signed char*, long long, long long);
+template __global__ void detect_score<float, 8>(const float*, long long, long long, long long,
+                                                int, int, const int*, int, const float*, float*,
+                                                signed char*, long long, long long);
+template __global__ void detect_peaks<float>(const float*, long long, int, int, const int*, int,
+                                             float, int, long long*, unsigned long long*,
+                                             long long);
+template __global__ void detect_peaks<double>(const double*, long long, int, int, const int*,
+                                              int, double, int, long long*,
+                                              unsigned long long*, long long);
+#endif
