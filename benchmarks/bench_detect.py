@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk import _detect_gpu  # noqa: E402
-from dspk.detect import _neighbourhoods, default_templates, detect_spikes  # noqa: E402
+from dspk.detect import (_neighbourhoods, _noise_check, default_templates,  # noqa: E402
+                         detect_spikes)
 from dspk.ops import fir_bank  # noqa: E402
 
 FS = 30000.0
@@ -97,9 +98,15 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
         lambda: _detect_gpu.score_block(b, 0, n, nbr_d, w_d, score, best_k, 0), 10)
     b = None                                   # the bank back to the pool
     t_peaks = clock.median_ms(lambda: _detect_gpu.peaks(score, nbr, THRESHOLD, DEAD), 10)
+    bank_t = bank.astype(xd.dtype)
+    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, 256 << 20), 5)
+    t_noise = clock.median_ms(lambda: _noise_check(xd), 5)
     return rows + [dict(part, impl="  part: detect_score kernel (whole-batch bank)", ms=t_score),
                    dict(part, impl="  part: detect_peaks kernel + copy to the host",
-                        ms=t_peaks)]
+                        ms=t_peaks),
+                   dict(part, impl="  part: fir_bank + score in time blocks (256 MiB)",
+                        ms=t_blocks),
+                   dict(part, impl="  part: the whitening check (_noise_check)", ms=t_noise)]
 
 
 def run(backend: str, small: bool) -> tuple:

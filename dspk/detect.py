@@ -42,6 +42,7 @@ from ._detect_gpu import fused_reason
 from .backend import array_module, to_numpy
 from .linalg import matmul
 from .ops import PCA, fir_bank, pairwise_sqdist
+from .ops.distance import probe_sqdist
 
 __all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
            "SPIKE_DTYPE"]
@@ -100,12 +101,18 @@ def _checks(x: Any, geometry: Any, fs: float, templates: Any, threshold: float) 
     return g, bank / norms[:, None]
 
 
+#: samples per channel the whitening check looks at (a warning needs no more)
+NOISE_CHECK_SAMPLES = 2048
+
+
 def _noise_check(x: Any) -> None:
-    """Warn when x is clearly not whitened (median robust SD across channels far from 1)."""
+    """Warn when x is clearly not whitened: the median over channels of a robust noise SD
+    (median |x| / 0.6745 on an evenly spaced sample of the batch; whitened data is high-passed,
+    so its median is ~0) far from 1."""
     xp = array_module(x)
-    sub = x[:, : min(x.shape[1], 30000): 5]    # a sample of the data is enough for a warning
-    mad = xp.median(xp.abs(sub - xp.median(sub, axis=1, keepdims=True)), axis=1) / 0.6745
-    sd = float(xp.median(mad))
+    n = x.shape[1]
+    sub = x[:, ::max(1, n // NOISE_CHECK_SAMPLES)]
+    sd = float(xp.median(xp.median(xp.abs(sub), axis=1))) / 0.6745
     if not 0.5 <= sd <= 2.0:
         warnings.warn(f"x: the noise SD is {sd:.3g} (median over channels); detection expects "
                       f"whitened data (noise SD 1) and its threshold is in noise SDs",
@@ -198,10 +205,29 @@ def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
     """(nbr [P, N] the nearest channels of each position (itself first unless another channel
     sits at the same place), w [P, S, N] float64 Gaussian weights of unit norm per width).
     With ``shanks``, only channels of the position's shank (N is at most the smallest shank's
-    channel count)."""
+    channel count). Kept for the last few probes: batch after batch of one recording share
+    them (a few ms of host work for 384 channels)."""
+    key = (g.tobytes(), g.shape, int(n_neighbors), tuple(float(v) for v in widths_um),
+           None if shanks is None else (shanks.tobytes(), shanks.dtype.str))
+    hit = _NEIGHBOURHOODS.get(key)
+    if hit is None:
+        hit = _neighbourhoods_of(g, n_neighbors, widths_um, shanks)
+        for a in hit:
+            a.setflags(write=False)        # shared between calls: never modified
+        if len(_NEIGHBOURHOODS) >= 8:
+            _NEIGHBOURHOODS.pop(next(iter(_NEIGHBOURHOODS)))
+        _NEIGHBOURHOODS[key] = hit
+    return hit
+
+
+_NEIGHBOURHOODS: dict = {}
+
+
+def _neighbourhoods_of(g: np.ndarray, n_neighbors: int, widths_um: tuple,
+                       shanks: np.ndarray | None) -> tuple:
     c = len(g)
     nn = min(int(n_neighbors), c)
-    d2 = ((g[:, None] - g[None]) ** 2).sum(-1)                  # [positions, channels]
+    d2 = probe_sqdist(g)                                        # [positions, channels]
     if shanks is not None:
         d2 = np.where(shanks[:, None] == shanks[None], d2, np.inf)
         nn = min(nn, int(np.bincount(np.unique(shanks, return_inverse=True)[1]).min()))
@@ -359,7 +385,7 @@ def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
         raise ValueError(f"geometry: expected [{xh.shape[0]}, 2] positions in µm, got shape "
                          f"{g.shape}")
     nn = min(int(n_neighbors), xh.shape[0])
-    d2 = ((g[:, None] - g[None]) ** 2).sum(-1)
+    d2 = probe_sqdist(g)
     nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]
     chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)]
     clips = _clips(xh, chans, np.asarray(spikes["sample_index"], dtype=np.int64), fs)

@@ -176,6 +176,7 @@ class HDF5Recording(Recording):
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
         self._gzip_io: GzipReader | None = None
+        self.compressed = dset.compression is not None
         self.samples_first = self._samples_first
 
     def _gzip_reader(self) -> "GzipReader":

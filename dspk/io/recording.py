@@ -154,6 +154,8 @@ class Recording:
 
     #: whether the source stores samples first ([samples, channels]); see `read_native`
     samples_first: bool = True
+    #: whether reading decompresses (a pipeline then reads more chunks ahead)
+    compressed: bool = False
 
     def read_native(self, start: int, stop: int, out: np.ndarray | None = None) -> Any:
         """Raw samples ``start:stop`` of every channel as stored, without scaling or

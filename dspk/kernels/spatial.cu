@@ -53,18 +53,42 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
     const int tid = threadIdx.x;
     const bool full = t0 + TS <= n;
 
-    // the block's x rows, TS samples each (zeros past n)
+    // the block's x rows, TS samples each (zeros past n). Asynchronous copies (sm_80+): every
+    // load of the tile is in flight at once, where a load-then-store loop would wait for
+    // each one in turn (measured: the tile load, not the products, bounded the first version)
     if (vec && full) {
         for (int e = tid; e < nu * (TS / V); e += blockDim.x) {
             const int u = e / (TS / V), s = (e - u * (TS / V)) * V;
             const T* src = x + (long long)bcols[c0 + u] * ldx + t0 + s;
+#if __CUDA_ARCH__ >= 800
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
+#else
             *reinterpret_cast<Vt*>(xs + u * TS + s) = __ldg(reinterpret_cast<const Vt*>(src));
+#endif
         }
-    } else {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+    } else {   // unaligned rows or the last tile: element by element, zeros past n
         for (int e = tid; e < nu * TS; e += blockDim.x) {
             const int u = e / TS, s = e - u * TS;
-            xs[u * TS + s] = t0 + s < n ? x[(long long)bcols[c0 + u] * ldx + t0 + s] : T(0);
+            const bool in = t0 + s < n;
+            const T* src = x + (long long)bcols[c0 + u] * ldx + (in ? t0 + s : 0);
+#if __CUDA_ARCH__ >= 800
+            // src-size 0 fills the element with zeros (nothing is read)
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                         :: "r"(dst), "l"(src), "n"(sizeof(T)), "r"(in ? (int)sizeof(T) : 0));
+#else
+            xs[u * TS + s] = in ? *src : T(0);
+#endif
         }
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
     }
     __syncthreads();
 
@@ -77,6 +101,7 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
 #pragma unroll
         for (int v = 0; v < 2 * V; ++v) acc[r][v] = T(0);
     const int e1 = goff[g + 1];
+#pragma unroll 2
     for (int e = goff[g]; e < e1; ++e) {
         const int u = __ldg(gcols + e);
         const Vt xa = *reinterpret_cast<const Vt*>(xs + u * TS + lane * V);

@@ -52,3 +52,16 @@ def knn(a: Any, b: Any, k: int) -> tuple:
     order = xp.argsort(dk, axis=1, kind="stable") if xp is np else xp.argsort(dk, axis=1)
     return xp.take_along_axis(part, order, axis=1).astype(np.int64), \
         xp.take_along_axis(dk, order, axis=1)
+
+
+def probe_sqdist(g: np.ndarray) -> np.ndarray:
+    """[n, n] squared distances between the rows of a host geometry [n, D] (µm), float64: the
+    same values as ``((g[:, None] - g[None]) ** 2).sum(-1)``, a column at a time (the
+    [n, n, D] temporary and its sum over the short last axis cost 4x more for 384
+    channels)."""
+    g = np.asarray(g, dtype=np.float64)
+    out = np.zeros((len(g), len(g)))
+    for j in range(g.shape[1]):
+        dj = g[:, j, None] - g[None, :, j]
+        out += dj * dj
+    return out

@@ -11,6 +11,7 @@ from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.matmul import tuner
 from ._checks import FLOATS, geometry, traces
+from .distance import probe_sqdist
 from ._parallel import blocks
 
 __all__ = ["whitening_matrix", "spatial_filter", "SpatialFilter", "common_reference", "neighbors",
@@ -53,18 +54,14 @@ def neighbors(geom: Any, n_neighbors: int | None = None, radius_um: float | None
     """Per channel, the indices of its neighbourhood (itself first, then by distance): the
     ``n_neighbors`` nearest channels, or those within ``radius_um`` µm."""
     g = np.asarray(geom, dtype=np.float64)
-    d = np.sqrt(((g[:, None, :] - g[None, :, :]) ** 2).sum(-1))
-    order = np.argsort(d, axis=1, kind="stable")
-    out = []
-    for c in range(len(g)):
-        idx = order[c]
-        idx = np.concatenate([[c], idx[idx != c]])
-        if n_neighbors is not None:
-            idx = idx[:n_neighbors]
-        else:
-            idx = idx[d[c, idx] <= radius_um]
-        out.append(idx)
-    return out
+    d = np.sqrt(probe_sqdist(g))
+    ranked = d.copy()
+    np.fill_diagonal(ranked, -1.0)          # itself first, then by distance (ties: by index)
+    order = np.argsort(ranked, axis=1, kind="stable")
+    if n_neighbors is not None:
+        return list(order[:, :n_neighbors])
+    counts = (d <= radius_um).sum(axis=1)   # sorted by distance: the neighbourhood is a prefix
+    return [order[c, :counts[c]] for c in range(len(g))]
 
 
 def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None,
@@ -261,10 +258,16 @@ class SpatialFilter:
         impls["csr"] = lambda: self._csr_apply(x)
         if array_module(x) is not np:
             for groups in SPARSE_KERNEL_GROUPS:
-                plan = self._kernel_plan(x, groups)
-                if plan is not None:
-                    impls[f"sparse_kernel_g{groups}"] = (lambda p=plan: p(x))
+                # plans built when first run (a one-shot call runs only the tuner's choice)
+                impls[f"sparse_kernel_g{groups}"] = (lambda g=groups: self._run_kernel(x, g))
         return impls
+
+    def _run_kernel(self, x: Any, groups: int) -> Any:
+        plan = self._kernel_plan(x, groups)
+        if plan is None:
+            raise RuntimeError(f"the sparse kernel with {groups} groups per block does not fit "
+                               f"this matrix (its neighbourhoods are too wide)")
+        return plan(x)
 
 
 def spatial_filter(w: Any, x: Any) -> Any:
@@ -316,7 +319,7 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
             raise ValueError("geometry_um: a local reference needs the channel positions")
         inner, outer = local_radius
         g = geometry(geometry_um, c, xp)
-        d = np.sqrt(((g[:, None] - g[None]) ** 2).sum(-1))
+        d = np.sqrt(probe_sqdist(to_numpy(g)))
         out = xp.empty_like(x)
         for ch in range(c):
             ring = np.flatnonzero((d[ch] >= inner) & (d[ch] <= outer) & (np.arange(c) != ch))
