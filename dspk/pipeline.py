@@ -35,6 +35,7 @@ import numpy as np
 from . import __version__
 from .backend import array_module, blocked_transpose, resolve_backend, to_numpy
 from .io import Recording, open_recording
+from .io.rawio import RawDatasetWriter, create_contiguous, raw_offset
 from .ops import (CovarianceAccumulator, bandpass_taps, common_reference, fir_filter,
                   highpass_taps, SpatialFilter, whitening_matrix)
 
@@ -419,10 +420,16 @@ class Pipeline:
                 rows = min(n, chunk)
                 chunks = None if compression is None else \
                     ((rows, c) if layout == "samples_channels" else (c, rows))
-                f.create_dataset("traces", shape=shape, dtype=out_dtype, chunks=chunks,
-                                 compression=compression)
+                if compression is None:
+                    create_contiguous(f, "traces", shape, out_dtype)
+                else:
+                    f.create_dataset("traces", shape=shape, dtype=out_dtype, chunks=chunks,
+                                     compression=compression)
                 self._save_metadata(f, rec, job)
             dset = f["traces"]
+            # uncompressed output: written with os.pwrite, outside the GIL (dspk.io.rawio)
+            raw_out = RawDatasetWriter(str(partial), dset) if raw_offset(dset) is not None \
+                else None
             m = self.margin(rec.fs)
             det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
             md = det.margin(rec.fs) if det is not None else 0
@@ -458,7 +465,13 @@ class Pipeline:
                 t = time.perf_counter()
                 if layout == "samples_channels":
                     # y is [samples, channels] already when the device transposed it
-                    dset[s0:s1] = y if staging is not None else blocked_transpose(y)
+                    rows = y if staging is not None else blocked_transpose(y)
+                    if raw_out is not None:
+                        raw_out.write(s0, rows, axis=0)
+                    else:
+                        dset[s0:s1] = rows
+                elif raw_out is not None:
+                    raw_out.write(s0, y, axis=1)
                 else:
                     dset[:, s0:s1] = y
                 total = 0
@@ -513,6 +526,8 @@ class Pipeline:
                     pending = writer.submit(write, s0, s1, y, spikes)
                 if pending is not None:
                     pending.result()
+            if raw_out is not None:
+                raw_out.close()
         if bar is not None:
             bar.close()
         partial.replace(out)

@@ -137,6 +137,25 @@ def test_gzip_reader_keeps_chunks_across_reads(tmp_path_factory, chunk, reads, k
             reader.close()
 
 
+def test_gzip_reader_reads_files_with_a_userblock(tmp_path):
+    """The chunk offsets HDF5 reports are file offsets: a file with a user block (512 bytes
+    before the HDF5 data) reads the same, and the direct reads are kept."""
+    from dspk.io.hdf5 import GzipReader
+
+    x = raw(n=5000, c=12)
+    with h5py.File(tmp_path / "u.h5", "w", userblock_size=512) as f:
+        f.create_dataset("x", data=x, chunks=(700, 12), compression="gzip", shuffle=True)
+    with h5py.File(tmp_path / "u.h5", "r") as f:
+        d = f["x"]
+        reader = GzipReader(d, {"shuffle": True, "chunks": d.chunks}, 2)
+        try:
+            np.testing.assert_array_equal(reader.read((slice(100, 4900), slice(None))),
+                                          x[100:4900])
+            assert reader._fd is not None
+        finally:
+            reader.close()
+
+
 def test_gzip_recording_reads_like_uncompressed(tmp_path):
     x = raw(n=5000, c=12)
     with h5py.File(tmp_path / "a.h5", "w") as f:
@@ -341,3 +360,45 @@ def test_chunk_cache_is_sized_for_the_chunks(tmp_path):
     _, nbytes, _ = rec._dset.id.get_access_plist().get_chunk_cache()
     assert nbytes >= 2 * 6 * 30000 * 64 * 2       # two rows of 6 chunks of 3.84 MB
     np.testing.assert_array_equal(rec.read(0, 10, scaled=False), 0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.integers(1, 300), cols=st.integers(1, 40),
+       dtype=st.sampled_from([np.int16, np.float32, np.float64]), axis=st.integers(0, 1),
+       cuts=st.lists(st.integers(0, 300), max_size=5))
+def test_raw_writer_equals_h5py(tmp_path_factory, rows, cols, dtype, axis, cuts):
+    """Blocks written with os.pwrite into a contiguous dataset read back through h5py as
+    written, along either axis, in any order of blocks."""
+    from dspk.io.rawio import RawDatasetWriter, create_contiguous, raw_offset
+
+    x = (np.random.default_rng(rows * cols).standard_normal((rows, cols)) * 999).astype(dtype)
+    path = tmp_path_factory.mktemp("raw") / "o.h5"
+    length = x.shape[axis]
+    edges = sorted({0, length, *(min(c, length) for c in cuts)})
+    with h5py.File(path, "w") as f:
+        d = create_contiguous(f, "traces", x.shape, dtype)
+        assert raw_offset(d) is not None
+        w = RawDatasetWriter(str(path), d)
+        for a, b in reversed(list(zip(edges[:-1], edges[1:]))):
+            w.write(a, x[a:b] if axis == 0 else x[:, a:b], axis=axis)
+        w.close()
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["traces"][:], x)
+
+
+def test_raw_writer_refuses_what_it_cannot_write(tmp_path):
+    from dspk.io.rawio import RawDatasetWriter, create_contiguous, raw_offset
+
+    with h5py.File(tmp_path / "o.h5", "w") as f:
+        gz = f.create_dataset("gz", shape=(100, 4), dtype=np.int16, chunks=(10, 4),
+                              compression="gzip")
+        assert raw_offset(gz) is None
+        with pytest.raises(ValueError, match="not a contiguous"):
+            RawDatasetWriter(str(tmp_path / "o.h5"), gz)
+        d = create_contiguous(f, "c", (100, 4), np.int16)
+        w = RawDatasetWriter(str(tmp_path / "o.h5"), d)
+        with pytest.raises(ValueError, match="expected int16"):
+            w.write(0, np.zeros((10, 4), np.float32), axis=0)
+        with pytest.raises(ValueError, match="outside"):
+            w.write(95, np.zeros((10, 4), np.int16), axis=0)
+        w.close()

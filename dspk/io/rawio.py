@@ -1,0 +1,91 @@
+"""Writing a job's output samples straight into an HDF5 file's contiguous dataset.
+
+h5py holds Python's GIL (and HDF5's lock) for the whole of every read and write, so while the
+writer thread stores a chunk of output nothing else in the process can run Python: the
+readers cannot start the next chunk's decompression, the main thread cannot launch the next
+chunk's work (measured on the H200 host: a float32 job's writes took 1.2 s of its 3.6 s
+with a gzip input). A contiguous, unfiltered dataset's samples are one block of bytes at a
+fixed file offset, allocated when the dataset is created; ``os.pwrite`` puts a chunk there
+with the GIL released. HDF5 keeps no copy of those bytes (it never reads or writes this
+dataset's data itself), so the file stays consistent.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["create_contiguous", "raw_offset", "RawDatasetWriter"]
+
+
+def create_contiguous(group: Any, name: str, shape: tuple, dtype: Any) -> Any:
+    """A contiguous dataset whose storage is allocated now and never filled: every sample is
+    written by the job (an unfinished output is never renamed to its final name)."""
+    import h5py  # noqa: PLC0415
+
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    space = h5py.h5s.create_simple(tuple(int(v) for v in shape))
+    h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(np.dtype(dtype)), space,
+                    dcpl=dcpl)
+    return group[name]
+
+
+def raw_offset(dset: Any) -> int | None:
+    """The file offset of a dataset's samples when they are one contiguous, allocated,
+    unfiltered block in this machine's byte order (None otherwise)."""
+    if dset.chunks is not None or dset.compression is not None or not dset.dtype.isnative:
+        return None
+    try:
+        offset = dset.id.get_offset()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    if offset is None or dset.id.get_storage_size() != dset.size * dset.dtype.itemsize:
+        return None
+    return int(offset)
+
+
+class RawDatasetWriter:
+    """Writes blocks of a 2-D contiguous dataset with ``os.pwrite`` (the GIL released)."""
+
+    def __init__(self, path: str, dset: Any) -> None:
+        self._fd: int | None = None
+        offset = raw_offset(dset)
+        if offset is None:
+            raise ValueError(f"{dset.name}: not a contiguous, allocated, unfiltered dataset")
+        self.offset, self.shape, self.dtype = offset, dset.shape, dset.dtype
+        self._fd = os.open(path, os.O_WRONLY)
+
+    def _pwrite(self, data: Any, at: int) -> None:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], at + done)
+
+    def write(self, s0: int, block: np.ndarray, axis: int) -> None:
+        """``dset[s0:s0+len]`` (axis 0) or ``dset[:, s0:s0+len]`` (axis 1) = block."""
+        if block.dtype != self.dtype:
+            raise ValueError(f"block: expected {self.dtype}, got {block.dtype}")
+        rows, cols = self.shape
+        size = self.dtype.itemsize
+        block = np.ascontiguousarray(block)
+        if axis == 0:
+            if block.shape[1] != cols or not 0 <= s0 <= s0 + block.shape[0] <= rows:
+                raise ValueError(f"block: {block.shape} at row {s0} outside {self.shape}")
+            self._pwrite(block, self.offset + s0 * cols * size)
+            return
+        if block.shape[0] != rows or not 0 <= s0 <= s0 + block.shape[1] <= cols:
+            raise ValueError(f"block: {block.shape} at column {s0} outside {self.shape}")
+        for r in range(rows):
+            self._pwrite(block[r], self.offset + (r * cols + s0) * size)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:   # a job that failed mid-way: the descriptor is not leaked
+        self.close()
