@@ -122,7 +122,7 @@ def _noise_check(x: Any) -> None:
 def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
                   threshold: float = 7.0, n_neighbors: int = 10,
                   widths_um: tuple = (10.0, 20.0, 30.0, 40.0, 50.0),
-                  dead_time_ms: float = 0.67, memory_bytes: int = 256 << 20,
+                  dead_time_ms: float = 0.67, memory_bytes: int = 128 << 20,
                   shank_ids: Any = None) -> np.ndarray:
     """Spikes in whitened [channels, samples] traces.
 
