@@ -222,11 +222,11 @@ def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
     assert rel(f._csr_apply(xd), ref) <= tol
     assert rel(dspk.matmul(w.astype(dtype), xd), ref) <= tol
     if xp is not np:
-        from dspk.ops.spatial import SPARSE_KERNEL_GROUPS
+        from dspk.ops.spatial import SPARSE_KERNEL_VARIANTS
 
-        for groups in SPARSE_KERNEL_GROUPS:
-            assert f._kernel_plan(xd, groups) is not None
-            assert rel(f.implementations(xd)[f"sparse_kernel_g{groups}"](), ref) <= tol
+        for groups, vpl in SPARSE_KERNEL_VARIANTS:
+            assert f._kernel_plan(xd, groups, vpl) is not None
+            assert rel(f.implementations(xd)[f"sparse_kernel_g{groups}v{vpl}"](), ref) <= tol
 
 
 def _scrambled_local_w(n: int, k: int, seed: int) -> tuple:
@@ -255,8 +255,8 @@ def test_sparse_kernel_matches_float64(dtype, tol, n_samples):
     w, _ = _scrambled_local_w(200, 24, seed=n_samples)
     x = np.random.default_rng(1).standard_normal((200, n_samples)).astype(dtype)
     ref = w @ x.astype(np.float64)
-    for groups in (8, 4, 2, 1):
-        plan = SparseRowsPlan(w, dtype, groups)
+    for groups, vpl in ((8, 2), (4, 2), (2, 1), (1, 1), (8, 1)):
+        plan = SparseRowsPlan(w, dtype, groups, vpl)
         got = plan(cp.asarray(x))
         assert got.dtype == dtype and got.shape == ref.shape
         assert rel(got, ref) <= tol, groups
@@ -279,9 +279,10 @@ def test_sparse_kernel_views_and_shapes():
     xd = cp.asarray(big)
     for view in (xd[:, 3:1003], xd[:, ::2], xd[:, 256:]):
         ref = w @ cp.asnumpy(view).astype(np.float64)
-        got = SparseRowsPlan(w, np.float32, 8)(view)
-        assert rel(got, ref) <= 1e-5
-        assert float(abs(got[10]).max()) == 0.0
+        for vpl in (1, 2):
+            got = SparseRowsPlan(w, np.float32, 8, vpl)(view)
+            assert rel(got, ref) <= 1e-5
+            assert float(abs(got[10]).max()) == 0.0
 
 
 def test_spatial_filter_prepared_equals_one_shot(xp):

@@ -27,14 +27,16 @@ template <> struct SrVec<float> { typedef float4 type; static constexpr int n = 
 template <> struct SrVec<double> { typedef double2 type; static constexpr int n = 2; };
 
 // x [C, n] (row stride ldx), out [M, n] (row stride ldo). Block (bx, by): groups
-// bx*G .. bx*G+G-1 (G = blockDim.x / 32), samples by*TS .. by*TS+TS-1 with TS = 64*V.
+// bx*G .. bx*G+G-1 (G = blockDim.x / 32), samples by*TS .. by*TS+TS-1 with TS = 32*V*VPL
+// (VPL 16-byte vectors per lane: 2 gives each lane more work per shared-memory read, 1 half
+// the shared memory per block and so more blocks per SM; the tuner times both).
 //   bcols[boff[bx] .. boff[bx+1])   the block's x rows (its column union), ascending
 //   gcols[goff[g] .. goff[g+1])     group g's columns as positions in its block's union
 //   gw[e * SR_R + r]                weight of row r of group g at entry e (goff[g] <= e)
 //   grows[g * SR_R + r]             the output row of row r of group g (-1: padding)
 // vec: x, ldx, out, ldo are all 16-byte aligned (vector loads and stores; else scalar).
-template <typename T>
-__global__ void __launch_bounds__(256, 2)
+template <typename T, int VPL>
+__global__ void __launch_bounds__(256, 4 / VPL)
 sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict__ bcols,
             const int* __restrict__ boff, const int* __restrict__ gcols,
             const int* __restrict__ goff, const T* __restrict__ gw,
@@ -43,7 +45,7 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
 {
     typedef typename SrVec<T>::type Vt;
     constexpr int V = SrVec<T>::n;
-    constexpr int TS = 64 * V;                 // samples per block: 2 vectors per lane
+    constexpr int TS = 32 * V * VPL;           // samples per block
     extern __shared__ __align__(16) unsigned char sr_smem[];
     T* xs = reinterpret_cast<T*>(sr_smem);     // [union][TS]
     const int G = blockDim.x >> 5;
@@ -95,19 +97,19 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
     const int warp = tid >> 5, lane = tid & 31;
     const int g = b * G + warp;
     if (g >= n_groups) return;
-    T acc[SR_R][2 * V];
+    T acc[SR_R][VPL * V];
 #pragma unroll
     for (int r = 0; r < SR_R; ++r)
 #pragma unroll
-        for (int v = 0; v < 2 * V; ++v) acc[r][v] = T(0);
+        for (int v = 0; v < VPL * V; ++v) acc[r][v] = T(0);
     const int e1 = goff[g + 1];
 #pragma unroll 2
     for (int e = goff[g]; e < e1; ++e) {
         const int u = __ldg(gcols + e);
-        const Vt xa = *reinterpret_cast<const Vt*>(xs + u * TS + lane * V);
-        const Vt xb = *reinterpret_cast<const Vt*>(xs + u * TS + 32 * V + lane * V);
-        const T* xav = reinterpret_cast<const T*>(&xa);
-        const T* xbv = reinterpret_cast<const T*>(&xb);
+        Vt xv[VPL];
+#pragma unroll
+        for (int q = 0; q < VPL; ++q)
+            xv[q] = *reinterpret_cast<const Vt*>(xs + u * TS + q * 32 * V + lane * V);
         // the 8 weights of this column: SR_R / V vector loads, one address for the warp
         alignas(16) T wv[SR_R];
         const Vt* wr = reinterpret_cast<const Vt*>(gw + (long long)e * SR_R);
@@ -117,9 +119,10 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
         for (int r = 0; r < SR_R; ++r) {
             const T w = wv[r];
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-                acc[r][v] = fma(w, xav[v], acc[r][v]);
-                acc[r][V + v] = fma(w, xbv[v], acc[r][V + v]);
+            for (int q = 0; q < VPL; ++q) {
+                const T* xq = reinterpret_cast<const T*>(&xv[q]);
+#pragma unroll
+                for (int v = 0; v < V; ++v) acc[r][q * V + v] = fma(w, xq[v], acc[r][q * V + v]);
             }
         }
     }
@@ -128,32 +131,31 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
         const int row = __ldg(grows + g * SR_R + r);
         if (row < 0) continue;
         T* o = out + (long long)row * ldo + t0;
-        if (vec && full) {
-            Vt va, vb;
-            T* pa = reinterpret_cast<T*>(&va);
-            T* pb = reinterpret_cast<T*>(&vb);
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-                pa[v] = acc[r][v];
-                pb[v] = acc[r][V + v];
-            }
-            *reinterpret_cast<Vt*>(o + lane * V) = va;
-            *reinterpret_cast<Vt*>(o + 32 * V + lane * V) = vb;
-        } else {
+        for (int q = 0; q < VPL; ++q) {
+            const int s0 = q * 32 * V + lane * V;
+            if (vec && full) {
+                Vt vv;
+                T* pv = reinterpret_cast<T*>(&vv);
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-                if (t0 + lane * V + v < n) o[lane * V + v] = acc[r][v];
-                if (t0 + 32 * V + lane * V + v < n) o[32 * V + lane * V + v] = acc[r][V + v];
+                for (int v = 0; v < V; ++v) pv[v] = acc[r][q * V + v];
+                *reinterpret_cast<Vt*>(o + s0) = vv;
+            } else {
+#pragma unroll
+                for (int v = 0; v < V; ++v)
+                    if (t0 + s0 + v < n) o[s0 + v] = acc[r][q * V + v];
             }
         }
     }
 }
 
 #ifdef DSPK_COMPILE_CHECK
-template __global__ void sparse_rows<float>(const float*, long long, int, const int*, const int*,
-                                            const int*, const int*, const float*, const int*,
-                                            int, float*, long long, int);
-template __global__ void sparse_rows<double>(const double*, long long, int, const int*,
-                                             const int*, const int*, const int*, const double*,
-                                             const int*, int, double*, long long, int);
+#define SR_INST(T, VPL)                                                                      \
+    template __global__ void sparse_rows<T, VPL>(const T*, long long, int, const int*,       \
+                                                 const int*, const int*, const int*,         \
+                                                 const T*, const int*, int, T*, long long, int);
+SR_INST(float, 1)
+SR_INST(float, 2)
+SR_INST(double, 1)
+SR_INST(double, 2)
 #endif

@@ -26,9 +26,9 @@ SMEM_TARGET = 110 * 1024
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
-def tile_samples(dtype: Any) -> int:
-    """Samples per block: two 16-byte vectors per lane."""
-    return 64 * (16 // np.dtype(dtype).itemsize)
+def tile_samples(dtype: Any, vpl: int = 2) -> int:
+    """Samples per block: ``vpl`` 16-byte vectors per lane."""
+    return 32 * vpl * (16 // np.dtype(dtype).itemsize)
 
 
 def row_order(pattern: np.ndarray) -> np.ndarray:
@@ -51,13 +51,17 @@ def _cat(parts: list, dtype: Any) -> np.ndarray:
 
 class SparseRowsPlan:
     """W [M, C] (host, any float) laid out for ``sparse_rows`` with ``groups`` groups of
-    `SR_R` rows per block, in ``dtype`` on the current device."""
+    `SR_R` rows per block and ``vpl`` vectors of samples per lane, in ``dtype`` on the current
+    device."""
 
-    def __init__(self, w: np.ndarray, dtype: Any, groups: int) -> None:
+    def __init__(self, w: np.ndarray, dtype: Any, groups: int, vpl: int = 2) -> None:
         import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
+        if vpl not in (1, 2):
+            raise ValueError(f"vpl: expected 1 or 2, got {vpl}")
         self.dtype = np.dtype(dtype)
         self.groups = int(groups)
+        self.vpl = int(vpl)
         self.shape = w.shape
         m, c = w.shape
         pattern = w != 0
@@ -93,7 +97,7 @@ class SparseRowsPlan:
         self.n_groups = n_groups
         self.n_blocks = len(boff) - 1
         self.max_union = most
-        self.smem = most * tile_samples(self.dtype) * self.dtype.itemsize
+        self.smem = most * tile_samples(self.dtype, self.vpl) * self.dtype.itemsize
         self.mean_group_cols = goff[-1] / max(1, n_groups)
         self._dev = {
             "bcols": cp.asarray(_cat(bcols_all, np.int32)),
@@ -122,11 +126,12 @@ class SparseRowsPlan:
         key = (n, ldx, ldo, vec, x.device.id)
         launch = self._launches.get(key)
         if launch is None:
-            fn = kernel(str(SPATIAL_KERNELS), f"sparse_rows<{_CTYPE[self.dtype]}>")
+            fn = kernel(str(SPATIAL_KERNELS),
+                        f"sparse_rows<{_CTYPE[self.dtype]}, {self.vpl}>")
             if fn.max_dynamic_shared_size_bytes < self.smem:
                 fn.max_dynamic_shared_size_bytes = self.smem
             d = self._dev
-            ts = tile_samples(self.dtype)
+            ts = tile_samples(self.dtype, self.vpl)
             args = [("ptr", None), ("i64", ldx), ("i32", n), ("ptr", d["bcols"]),
                     ("ptr", d["boff"]), ("ptr", d["gcols"]), ("ptr", d["goff"]),
                     ("ptr", d["gw"]), ("ptr", d["grows"]), ("i32", self.n_groups),
@@ -147,7 +152,7 @@ class SparseRowsPlan:
             return out
         stream = cp.cuda.get_current_stream().ptr
         # a launch covers at most 65535 sample tiles (grid y): longer x in slices of that
-        step = 65535 * tile_samples(self.dtype)
+        step = 65535 * tile_samples(self.dtype, self.vpl)
         for s in range(0, x.shape[1], step):
             xs, os_ = x[:, s:s + step], out[:, s:s + step]
             self._bind(xs, os_)(stream, xs.data.ptr, os_.data.ptr)

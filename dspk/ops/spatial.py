@@ -141,8 +141,9 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
 #: may be applied as a sparse matrix (local whitening: ~32 of 384 per row)
 SPARSE_MAX_ROW = 64
 SPARSE_DENSITY = 0.25
-#: groups of 8 rows per thread block tried for the sparse kernel (the tuner keeps the fastest)
-SPARSE_KERNEL_GROUPS = (8, 4, 2)
+#: (groups of 8 rows per thread block, sample vectors per lane) tried for the sparse kernel
+#: (the tuner keeps the fastest)
+SPARSE_KERNEL_VARIANTS = ((8, 2), (4, 2), (8, 1), (4, 1), (2, 1))
 
 
 class SpatialFilter:
@@ -195,15 +196,15 @@ class SpatialFilter:
             self._cast[key] = self.w.astype(key, copy=False)
         return self._cast[key]
 
-    def _kernel_plan(self, x: Any, groups: int) -> Any:
+    def _kernel_plan(self, x: Any, groups: int, vpl: int = 2) -> Any:
         """The sparse kernel's plan for x's device and dtype (None if it cannot run)."""
-        key = (x.device.id, x.dtype, groups)
+        key = (x.device.id, x.dtype, groups, vpl)
         if key not in self._plans:
             from ._spatial_gpu import SparseRowsPlan  # noqa: PLC0415 (GPU-only)
 
             if self._host is None:
                 self._host = to_numpy(self.w).astype(np.float64)
-            plan = SparseRowsPlan(self._host, x.dtype, groups)
+            plan = SparseRowsPlan(self._host, x.dtype, groups, vpl)
             self._plans[key] = plan if plan.reason(x.device.id) is None else None
         return self._plans[key]
 
@@ -257,13 +258,14 @@ class SpatialFilter:
         # product 0.72 ms, cuSPARSE 0.81-3.3 ms; on 2 CPU cores scipy.sparse 49 ms, BLAS 24
         impls["csr"] = lambda: self._csr_apply(x)
         if array_module(x) is not np:
-            for groups in SPARSE_KERNEL_GROUPS:
+            for groups, vpl in SPARSE_KERNEL_VARIANTS:
                 # plans built when first run (a one-shot call runs only the tuner's choice)
-                impls[f"sparse_kernel_g{groups}"] = (lambda g=groups: self._run_kernel(x, g))
+                impls[f"sparse_kernel_g{groups}v{vpl}"] = \
+                    (lambda g=groups, v=vpl: self._run_kernel(x, g, v))
         return impls
 
-    def _run_kernel(self, x: Any, groups: int) -> Any:
-        plan = self._kernel_plan(x, groups)
+    def _run_kernel(self, x: Any, groups: int, vpl: int) -> Any:
+        plan = self._kernel_plan(x, groups, vpl)
         if plan is None:
             raise RuntimeError(f"the sparse kernel with {groups} groups per block does not fit "
                                f"this matrix (its neighbourhoods are too wide)")
