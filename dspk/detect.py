@@ -45,6 +45,7 @@ from .ops import PCA, fir_bank, pairwise_sqdist
 from .ops.distance import probe_sqdist
 
 __all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
+           "spike_clips",
            "SPIKE_DTYPE"]
 
 log = logging.getLogger("dspk.detect")
@@ -288,16 +289,18 @@ def _window(fs: float) -> tuple:
     return taps, int(round(TROUGH_TAP * fs / 30000.0))
 
 
-def _clips(x: np.ndarray, channels: np.ndarray, times: np.ndarray, fs: float) -> np.ndarray:
-    """[n, len(channels[0]) or 1, taps] waveforms around each trough (zero outside x)."""
+def _clips(x: Any, channels: np.ndarray, times: np.ndarray, fs: float) -> Any:
+    """[n, len(channels[0]) or 1, taps] float32 waveforms around each trough (zero outside x),
+    gathered where x is (NumPy or CuPy; the index arrays are host arrays)."""
+    xp = array_module(x)
     taps, trough = _window(fs)
     offsets = np.arange(taps) - trough
-    t = times[:, None] + offsets[None, :]                          # [n, taps]
+    t = np.asarray(times)[:, None] + offsets[None, :]                # [n, taps]
     inside = (t >= 0) & (t < x.shape[1])
     tc = np.clip(t, 0, x.shape[1] - 1)
     ch = channels if channels.ndim == 2 else channels[:, None]
-    out = x[ch[:, :, None], tc[:, None, :]]                        # [n, nb, taps]
-    return np.where(inside[:, None, :], out, 0).astype(np.float32)
+    out = x[xp.asarray(ch)[:, :, None], xp.asarray(tc)[:, None, :]]  # [n, nb, taps]
+    return xp.where(xp.asarray(inside)[:, None, :], out, 0).astype(np.float32)
 
 
 def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 6.0,
@@ -364,6 +367,20 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     return centres[np.argsort(width, kind="stable")].astype(np.float64)
 
 
+def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
+                n_neighbors: int = 10) -> tuple:
+    """(clips float32 [n_spikes, n_neighbors, taps] on the host, channels [n_spikes,
+    n_neighbors]): each spike's waveform (2 ms, trough at 2/3 ms, zero outside x) on the
+    channels nearest its channel, gathered where x is (only the clips are transferred)."""
+    nn = min(int(n_neighbors), x.shape[0])
+    d2 = probe_sqdist(geometry)
+    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]
+    chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)].reshape(-1, nn)
+    clips = to_numpy(_clips(x, chans, np.asarray(spikes["sample_index"], dtype=np.int64),
+                            fs))
+    return clips, chans
+
+
 def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
                    pca: PCA | None = None, n_components: int = 3,
                    n_neighbors: int = 10) -> tuple:
@@ -380,15 +397,14 @@ def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
         spike [n_spikes, n_neighbors]; the PCA used.
     """
     g = np.asarray(to_numpy(geometry), dtype=np.float64)
-    xh = np.asarray(to_numpy(x), dtype=np.float32)
-    if g.shape != (xh.shape[0], 2):
-        raise ValueError(f"geometry: expected [{xh.shape[0]}, 2] positions in µm, got shape "
+    if getattr(x, "ndim", None) != 2:
+        raise ValueError(f"x: expected [channels, samples], got shape "
+                         f"{getattr(x, 'shape', None)}")
+    if g.shape != (x.shape[0], 2):
+        raise ValueError(f"geometry: expected [{x.shape[0]}, 2] positions in µm, got shape "
                          f"{g.shape}")
-    nn = min(int(n_neighbors), xh.shape[0])
-    d2 = probe_sqdist(g)
-    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]
-    chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)]
-    clips = _clips(xh, chans, np.asarray(spikes["sample_index"], dtype=np.int64), fs)
+    clips, chans = spike_clips(x, spikes, g, fs, n_neighbors)
+    nn = chans.shape[1]
     if pca is None:
         if len(spikes) * nn <= n_components:
             raise ValueError(f"spikes: {len(spikes)} spikes are too few for {n_components} "

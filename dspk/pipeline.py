@@ -10,10 +10,13 @@ ops: after every step the samples outside [0, n) are set to zero again, so a chu
 equals the same samples of `Pipeline.transform` on the whole recording.
 
 Output: HDF5, ``/traces`` [samples, channels] (or [channels, samples]), float32 or int16 with a
-scale, written to ``OUT.partial`` and renamed when complete; ``resume=True`` continues a job
-that was killed from the last chunk it recorded as written (the progress is kept next to the
-partial file and written only after the chunk's data is flushed), giving the same samples as a
-job that never stopped. The input is opened read-only and never written.
+scale; with a `Detect` step also ``/spikes`` (`dspk.detect.SPIKE_DTYPE`, sorted by time) and,
+row for row, ``/features`` [spikes, neighbours, components] (PCA of each spike's waveform on
+its neighbour channels, the PCA fitted on the fit chunks' spikes) and ``/feature_channels``
+[spikes, neighbours]; written to ``OUT.partial`` and renamed when complete; ``resume=True``
+continues a job that was killed from the last chunk it recorded as written (the progress is
+kept next to the partial file and written only after the chunk's data is flushed), giving the
+same samples as a job that never stopped. The input is opened read-only and never written.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ log = logging.getLogger("dspk.pipeline")
 
 #: chunks drawn (seeded) over the recording to fit whitening, and their length in seconds
 FIT_CHUNKS, FIT_CHUNK_S = 16, 0.5
+#: the fitted arrays a step's state may hold (saved, written to the output, fingerprinted)
+FITTED = ("W", "pca_mean", "pca_components")
 
 
 class PipelineError(ValueError):
@@ -123,6 +128,9 @@ class Detect:
     threshold: float = 7.0
     n_neighbors: int = 10
     dead_time_ms: float = 0.67
+    #: PCA components per neighbour channel written for every spike (0: none); the PCA is
+    #: fitted on the spikes of the fit chunks (`Pipeline.fit`)
+    features: int = 3
 
     def margin(self, fs: float) -> int:
         from .detect import default_templates  # noqa: PLC0415
@@ -138,6 +146,30 @@ class Detect:
 
         return detect_spikes(x, geometry, fs, threshold=self.threshold,
                              n_neighbors=self.n_neighbors, dead_time_ms=self.dead_time_ms)
+
+    def pca(self, state: dict) -> Any:
+        """The fitted feature PCA (None when features are off or nothing was fitted)."""
+        if self.features <= 0 or "pca_components" not in state:
+            return None
+        from .ops import PCA  # noqa: PLC0415
+
+        p = PCA(self.features)
+        p.mean_ = state["pca_mean"].astype(np.float32)
+        p.components_ = state["pca_components"].astype(np.float32)
+        return p
+
+    def features_of(self, x: Any, spikes: np.ndarray, fs: float, geometry: Any,
+                    pca: Any) -> tuple:
+        """(features float32 [n, neighbours, components], channels int32 [n, neighbours]) of
+        spikes local to x (`dspk.spike_features` with the fitted PCA)."""
+        from .detect import spike_clips  # noqa: PLC0415
+
+        clips, chans = spike_clips(x, spikes, geometry, fs, self.n_neighbors)
+        if len(spikes) == 0:
+            feats = np.zeros((0, chans.shape[1], self.features), np.float32)
+        else:
+            feats = np.asarray(pca.transform(clips), dtype=np.float32)
+        return feats, chans.astype(np.int32)
 
 
 STEP_TYPES = {"HighPass": HighPass, "BandPass": BandPass, "Reference": Reference,
@@ -230,8 +262,9 @@ class Pipeline:
         h = hashlib.sha256(json.dumps(self.options(), sort_keys=True).encode())
         h.update(str(self.dtype).encode())
         for st in self.states:
-            if "W" in st:
-                h.update(np.ascontiguousarray(st["W"]).tobytes())
+            for key in FITTED:
+                if key in st:
+                    h.update(np.ascontiguousarray(st[key]).tobytes())
         return h.hexdigest()
 
     # -- computing ---------------------------------------------------------------------------------
@@ -285,7 +318,46 @@ class Pipeline:
             self.states[k]["W"] = to_numpy(w).astype(np.float64)
             self.states[k].pop("_W_dev", None)
             log.info("fitted %s whitening on %d samples", step.mode, acc.n)
+        det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+        if det is not None and det.features > 0:
+            self._fit_features(recording, det, xp, seed, n_chunks, chunk_s)
         return self
+
+    def _fit_features(self, recording: Recording, det: "Detect", xp: Any, seed: int,
+                      n_chunks: int, chunk_s: float) -> None:
+        """The feature PCA, fitted on the clips of the spikes detected in the fit chunks (the
+        same chunks as the whitening, through every step)."""
+        from .detect import spike_clips  # noqa: PLC0415
+        from .ops import PCA  # noqa: PLC0415
+
+        if recording.geometry is None:
+            raise PipelineError("Detect: needs the recording's geometry")
+        fs = recording.fs
+        m, md = self.margin(fs), det.margin(fs)
+        state = self.states[-1]
+        for key in ("pca_mean", "pca_components"):
+            state.pop(key, None)
+        state["pca_fitted"] = True
+        spans = _fit_chunks(recording.n_samples, fs, seed, n_chunks, chunk_s)
+        clips = []
+        with ThreadPoolExecutor(READ_AHEAD_COMPRESSED) as pool:
+            raws = pool.map(lambda sp: self._read_block(recording, sp[0], sp[1], m), spans)
+            for (s0, s1), raw in zip(spans, raws):
+                full = self._compute(raw, recording, s0, s1, m, xp)
+                near = full[:, m - md:m + (s1 - s0) + md]
+                spikes = det.spikes(near, fs, recording.geometry)
+                if len(spikes):
+                    clips.append(spike_clips(near, spikes, recording.geometry, fs,
+                                             det.n_neighbors)[0])
+        total = sum(len(c) for c in clips)
+        if total * min(det.n_neighbors, recording.n_channels) <= det.features:
+            log.warning("Detect: %d spikes in the fit chunks, too few for %d PCA components: "
+                        "no features will be written", total, det.features)
+            return
+        pca = PCA(det.features).fit(np.concatenate(clips))
+        state["pca_mean"] = to_numpy(pca.mean_).astype(np.float64)
+        state["pca_components"] = to_numpy(pca.components_).astype(np.float64)
+        log.info("fitted the feature PCA on %d spikes", total)
 
     def _block(self, recording: Recording, s0: int, s1: int, xp: Any, upto: int | None = None,
                margin: int | None = None) -> Any:
@@ -354,7 +426,8 @@ class Pipeline:
         """
         rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) \
             else recording
-        if any(isinstance(s, Whiten) and "W" not in st
+        if any((isinstance(s, Whiten) and "W" not in st) or
+               (isinstance(s, Detect) and s.features > 0 and "pca_fitted" not in st)
                for s, st in zip(self.steps, self.states)):
             self.fit(rec)
         self.fs = rec.fs
@@ -433,6 +506,7 @@ class Pipeline:
             m = self.margin(rec.fs)
             det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
             md = det.margin(rec.fs) if det is not None else 0
+            feat_pca = None
             if det is not None:
                 if rec.geometry is None:
                     raise PipelineError("Detect: needs the recording's geometry")
@@ -442,6 +516,19 @@ class Pipeline:
                     f.create_dataset("spikes", shape=(0,), maxshape=(None,),
                                      dtype=SPIKE_DTYPE, chunks=(65536,))
                 f["spikes"].resize((int(state_spikes),))   # drop spikes past the last flush
+                feat_pca = det.pca(self.states[-1])
+                if feat_pca is not None:
+                    nn = min(det.n_neighbors, c)
+                    if "features" not in f:
+                        # row i: spike i's PCA features on its neighbour channels
+                        f.create_dataset("features", shape=(0, nn, det.features),
+                                         maxshape=(None, nn, det.features), dtype=np.float32,
+                                         chunks=(4096, nn, det.features))
+                        f.create_dataset("feature_channels", shape=(0, nn),
+                                         maxshape=(None, nn), dtype=np.int32,
+                                         chunks=(4096, nn))
+                    f["features"].resize(int(state_spikes), axis=0)
+                    f["feature_channels"].resize(int(state_spikes), axis=0)
             starts = list(range(done, n, chunk))
             timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
             lock = threading.Lock()
@@ -461,7 +548,8 @@ class Pipeline:
                     timing["read_s"] += time.perf_counter() - t
                 return r
 
-            def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None) -> None:
+            def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None,
+                      feats: tuple | None) -> None:
                 t = time.perf_counter()
                 if layout == "samples_channels":
                     # y is [samples, channels] already when the device transposed it
@@ -480,6 +568,10 @@ class Pipeline:
                     total = sd.shape[0] + len(spikes)
                     sd.resize((total,))
                     sd[total - len(spikes):] = spikes
+                    if feats is not None:
+                        for name, values in zip(("features", "feature_channels"), feats):
+                            f[name].resize(total, axis=0)
+                            f[name][total - len(spikes):] = values
                 f.flush()
                 _write_json(progress_file, {**job, "done": s1, "spikes": total})
                 timing["write_s"] += time.perf_counter() - t
@@ -503,7 +595,7 @@ class Pipeline:
                     if staging is not None:
                         raw = staging.to_device(raw, xp)
                     full = self._compute(raw, rec, s0, s1, m, xp)
-                    spikes = None
+                    spikes = feats = None
                     if det is not None:
                         # the exact part of the traces around the chunk: [s0 - md, s1 + md);
                         # keep the spikes whose detection sample lies in [s0, s1)
@@ -511,6 +603,9 @@ class Pipeline:
                         spikes = det.spikes(near, rec.fs, rec.geometry)
                         at = spikes["sample_index"] + _detect_lag(rec.fs) - md
                         spikes = spikes[(at >= 0) & (at < s1 - s0)]
+                        if feat_pca is not None:
+                            feats = det.features_of(near, spikes, rec.fs, rec.geometry,
+                                                    feat_pca)
                         spikes["sample_index"] += s0 - md
                     if staging is not None:
                         y = staging.to_host(i, full[:, m:m + (s1 - s0)], scale)
@@ -523,7 +618,7 @@ class Pipeline:
                     timing["compute_s"] += time.perf_counter() - t
                     if pending is not None:
                         pending.result()        # a failed write stops the job here
-                    pending = writer.submit(write, s0, s1, y, spikes)
+                    pending = writer.submit(write, s0, s1, y, spikes, feats)
                 if pending is not None:
                     pending.result()
             if raw_out is not None:
@@ -554,8 +649,10 @@ class Pipeline:
             f["traces"].attrs["geometry"] = rec.geometry
             f.create_dataset("geometry", data=rec.geometry)
         for k, (step, st) in enumerate(zip(self.steps, self.states)):
-            if "W" in st:
-                f.create_dataset(f"fitted/step{k}_{type(step).__name__}/W", data=st["W"])
+            for key in FITTED:
+                if key in st:
+                    f.create_dataset(f"fitted/step{k}_{type(step).__name__}/{key}",
+                                     data=st[key])
             if isinstance(step, HighPass):
                 f.create_dataset(f"fitted/step{k}_{type(step).__name__}/taps",
                                  data=step.taps(rec.fs))
@@ -563,7 +660,8 @@ class Pipeline:
     # -- saving ------------------------------------------------------------------------------
     def save(self, path: str) -> None:
         """Steps and fitted matrices to an .npz file (`Pipeline.load` reads it back)."""
-        arrays = {f"W{k}": st["W"] for k, st in enumerate(self.states) if "W" in st}
+        arrays = {f"{key}{k}": st[key] for k, st in enumerate(self.states)
+                  for key in FITTED if key in st}
         meta = {"steps": self.options(), "backend": self.backend, "dtype": str(self.dtype),
                 "fs": self.fs, "dspk": __version__}
         np.savez(path, meta=json.dumps(meta), **arrays)
@@ -581,8 +679,11 @@ class Pipeline:
                 steps.append(STEP_TYPES[kind](**spec))
             p = cls(steps, backend=meta["backend"], dtype=meta["dtype"], fs=meta["fs"])
             for k in range(len(steps)):
-                if f"W{k}" in z:
-                    p.states[k]["W"] = z[f"W{k}"]
+                for key in FITTED:
+                    if f"{key}{k}" in z:
+                        p.states[k][key] = z[f"{key}{k}"]
+                if "pca_components" in p.states[k]:
+                    p.states[k]["pca_fitted"] = True
         return p
 
 

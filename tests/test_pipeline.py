@@ -115,6 +115,8 @@ def test_killed_job_resumes_to_the_same_samples(tmp_path, backend):
     with h5py.File(out, "r") as f, h5py.File(whole, "r") as g:
         assert len(g["spikes"]) > 100
         np.testing.assert_array_equal(f["spikes"][:], g["spikes"][:])   # none lost or doubled
+        np.testing.assert_array_equal(f["features"][:], g["features"][:])
+        assert len(f["features"]) == len(f["spikes"])
     assert hashlib.sha256(SAMPLE.read_bytes()).hexdigest() == digest   # input untouched
 
 
@@ -213,18 +215,31 @@ def test_detection_step_does_not_depend_on_the_chunk_size(tmp_path):
     rec = dspk.open_recording(d["x"], fs=FS, layout="channels_samples", geometry=d["geometry"])
     p = Pipeline.from_options(highpass=300, reference=None, whiten="global", detect=True)
     p.fit(rec)
-    runs = []
+    runs, feats = [], []
     for c in (0.1, 1.0, 2.0):
         out = p.run(rec, tmp_path / f"d{c}.h5", chunk_s=c, progress=False)
         with h5py.File(out, "r") as f:
             runs.append(f["spikes"][:])
+            feats.append((f["features"][:], f["feature_channels"][:]))
+            assert f["fitted/step2_Detect/pca_components"].shape == (3, 61)
     assert len(runs[0]) > 50
-    for r in runs[1:]:
+    for r, (fe, ch) in zip(runs[1:], feats[1:]):
         np.testing.assert_array_equal(r["sample_index"], runs[0]["sample_index"])
         np.testing.assert_array_equal(r["channel_index"], runs[0]["channel_index"])
         np.testing.assert_allclose(r["amplitude"], runs[0]["amplitude"], rtol=1e-4)
-    whole = dspk.detect_spikes(p.transform(rec.read()), d["geometry"], FS)
+        np.testing.assert_array_equal(ch, feats[0][1])
+        np.testing.assert_allclose(fe, feats[0][0], rtol=1e-4,
+                                   atol=1e-4 * np.abs(feats[0][0]).max())
+    traces_1shot = p.transform(rec.read())
+    whole = dspk.detect_spikes(traces_1shot, d["geometry"], FS)
     np.testing.assert_array_equal(runs[0]["sample_index"], whole["sample_index"])
+    # the features: the fitted PCA on each spike's neighbour channels, as spike_features
+    # computes them on the one-shot traces
+    ref, chans, _ = dspk.spike_features(traces_1shot, whole, d["geometry"], FS,
+                                        pca=p.steps[-1].pca(p.states[-1]))
+    assert feats[0][0].shape == (len(whole), 10, 3)
+    np.testing.assert_array_equal(feats[0][1], chans)
+    np.testing.assert_allclose(feats[0][0], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
 # -- the GPU job ---------------------------------------------------------------------------------
