@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm", "dspk.match",
-           "dspk.ops.covariance", "dspk.ops.pca", "dspk.io"]
+           "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial", "dspk.pipeline",
+           "dspk.io"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -165,7 +165,7 @@ class SpatialFilter:
     Examples
     --------
     >>> import numpy as np, dspk
-    >>> w = dspk.laplacian_matrix(np.c_[np.zeros(8), 20.0 * np.arange(8)], n_neighbors=2)
+    >>> w = dspk.ops.laplacian_matrix(np.c_[np.zeros(8), 20.0 * np.arange(8)], n_neighbors=2)
     >>> f = dspk.SpatialFilter(w)
     >>> x = np.ones((8, 100), dtype=np.float32)
     >>> float(abs(f(x)).max())
