@@ -119,12 +119,12 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
     b = None                                   # the bank back to the pool
     t_peaks = clock.median_ms(lambda: _detect_gpu.peaks(score, nbr, THRESHOLD, DEAD), 10)
     bank_t = bank.astype(xd.dtype)
-    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, 256 << 20), 5)
+    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, 128 << 20), 5)
     t_noise = clock.median_ms(lambda: _noise_check(xd), 5)
     return rows + [dict(part, impl="  part: detect_score kernel (whole-batch bank)", ms=t_score),
                    dict(part, impl="  part: detect_peaks kernel + copy to the host",
                         ms=t_peaks),
-                   dict(part, impl="  part: fir_bank + score in time blocks (256 MiB)",
+                   dict(part, impl="  part: fir_bank + score in time blocks (128 MiB, the default)",
                         ms=t_blocks),
                    dict(part, impl="  part: the whitening check (_noise_check)", ms=t_noise)]
 
