@@ -293,6 +293,9 @@ def test_spatial_filter_prepared_equals_one_shot(xp):
     got = f(x)
     ref = w @ to_numpy(x).astype(np.float64)
     assert rel(got, ref) <= 1e-5
+    first = f.chosen
+    again = f(x)                       # the remembered choice: the same implementation
+    assert f.chosen == first and bool((again == got).all())
     assert rel(dspk.spatial_filter(xp.asarray(w), x), ref) <= 1e-5
     with pytest.raises(ValueError, match="w: has 100 columns but x has 99 channels"):
         f(x[:99])
