@@ -36,8 +36,8 @@ def main() -> None:
     x = cp.asarray(rng.standard_normal((c, n), dtype=np.float32))
     print("| variant | blocks | max union | mean cols per group | smem KB | median ms |")
     print("|---|---|---|---|---|---|")
-    for groups, vpl in SPARSE_KERNEL_VARIANTS:
-        plan = SparseRowsPlan(w, np.float32, groups, vpl)
+    for groups, vpl, pipe in SPARSE_KERNEL_VARIANTS:
+        plan = SparseRowsPlan(w, np.float32, groups, vpl, pipe)
         if plan.reason(0) is not None:
             continue
         times = []
@@ -48,7 +48,7 @@ def main() -> None:
             b.record()
             b.synchronize()
             times.append(cp.cuda.get_elapsed_time(a, b))
-        print(f"| g{groups}v{vpl} | {plan.n_blocks} | {plan.max_union} | "
+        print(f"| g{groups}v{vpl}{'p' if pipe else ''} | {plan.n_blocks} | {plan.max_union} | "
               f"{plan.mean_group_cols:.1f} | {plan.smem / 1024:.0f} | {sorted(times)[1]:.4f} |")
     # the public, prepared call (tuner's choice remembered), back to back
     import dspk  # noqa: PLC0415

@@ -224,9 +224,10 @@ def test_sparse_spatial_filter_equals_dense(xp, dtype, tol):
     if xp is not np:
         from dspk.ops.spatial import SPARSE_KERNEL_VARIANTS
 
-        for groups, vpl in SPARSE_KERNEL_VARIANTS:
-            assert f._kernel_plan(xd, groups, vpl) is not None
-            assert rel(f.implementations(xd)[f"sparse_kernel_g{groups}v{vpl}"](), ref) <= tol
+        for groups, vpl, pipe in SPARSE_KERNEL_VARIANTS:
+            assert f._kernel_plan(xd, groups, vpl, pipe) is not None
+            name = f"sparse_kernel_g{groups}v{vpl}{'p' if pipe else ''}"
+            assert rel(f.implementations(xd)[name](), ref) <= tol
 
 
 def _scrambled_local_w(n: int, k: int, seed: int) -> tuple:
@@ -255,8 +256,9 @@ def test_sparse_kernel_matches_float64(dtype, tol, n_samples):
     w, _ = _scrambled_local_w(200, 24, seed=n_samples)
     x = np.random.default_rng(1).standard_normal((200, n_samples)).astype(dtype)
     ref = w @ x.astype(np.float64)
-    for groups, vpl in ((8, 2), (4, 2), (2, 1), (1, 1), (8, 1)):
-        plan = SparseRowsPlan(w, dtype, groups, vpl)
+    for groups, vpl, pipe in ((8, 2, False), (4, 2, False), (2, 1, False), (1, 1, False),
+                              (8, 1, False), (8, 1, True), (2, 2, True), (1, 1, True)):
+        plan = SparseRowsPlan(w, dtype, groups, vpl, pipe)
         got = plan(cp.asarray(x))
         assert got.dtype == dtype and got.shape == ref.shape
         assert rel(got, ref) <= tol, groups
@@ -279,8 +281,8 @@ def test_sparse_kernel_views_and_shapes():
     xd = cp.asarray(big)
     for view in (xd[:, 3:1003], xd[:, ::2], xd[:, 256:]):
         ref = w @ cp.asnumpy(view).astype(np.float64)
-        for vpl in (1, 2):
-            got = SparseRowsPlan(w, np.float32, 8, vpl)(view)
+        for vpl, pipe in ((1, False), (2, False), (1, True)):
+            got = SparseRowsPlan(w, np.float32, 8, vpl, pipe)(view)
             assert rel(got, ref) <= 1e-5
             assert float(abs(got[10]).max()) == 0.0
 

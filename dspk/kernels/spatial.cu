@@ -35,33 +35,22 @@ template <> struct SrVec<double> { typedef double2 type; static constexpr int n 
 //   gw[e * SR_R + r]                weight of row r of group g at entry e (goff[g] <= e)
 //   grows[g * SR_R + r]             the output row of row r of group g (-1: padding)
 // vec: x, ldx, out, ldo are all 16-byte aligned (vector loads and stores; else scalar).
-template <typename T, int VPL>
-__global__ void __launch_bounds__(256, 4 / VPL)
-sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict__ bcols,
-            const int* __restrict__ boff, const int* __restrict__ gcols,
-            const int* __restrict__ goff, const T* __restrict__ gw,
-            const int* __restrict__ grows, int n_groups, T* __restrict__ out, long long ldo,
-            int vec)
+// Issues the copies of the block's x rows for samples t0 .. t0+TS-1 into xs (zeros past n):
+// asynchronous (sm_80+), so every load of the tile is in flight at once, where a
+// load-then-store loop would wait for each in turn (measured: the tile load, not the
+// products, bounded the first version). The caller commits and waits.
+template <typename T, int TS>
+__device__ __forceinline__ void sr_issue_tile(T* xs, const T* __restrict__ x, long long ldx,
+                                              int n, const int* __restrict__ cols, int nu,
+                                              long long t0, bool vec)
 {
     typedef typename SrVec<T>::type Vt;
     constexpr int V = SrVec<T>::n;
-    constexpr int TS = 32 * V * VPL;           // samples per block
-    extern __shared__ __align__(16) unsigned char sr_smem[];
-    T* xs = reinterpret_cast<T*>(sr_smem);     // [union][TS]
-    const int G = blockDim.x >> 5;
-    const int b = blockIdx.x;
-    const long long t0 = (long long)blockIdx.y * TS;
-    const int c0 = boff[b], nu = boff[b + 1] - c0;
-    const int tid = threadIdx.x;
-    const bool full = t0 + TS <= n;
-
-    // the block's x rows, TS samples each (zeros past n). Asynchronous copies (sm_80+): every
-    // load of the tile is in flight at once, where a load-then-store loop would wait for
-    // each one in turn (measured: the tile load, not the products, bounded the first version)
-    if (vec && full) {
-        for (int e = tid; e < nu * (TS / V); e += blockDim.x) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (vec && t0 + TS <= n) {
+        for (int e = tid; e < nu * (TS / V); e += nt) {
             const int u = e / (TS / V), s = (e - u * (TS / V)) * V;
-            const T* src = x + (long long)bcols[c0 + u] * ldx + t0 + s;
+            const T* src = x + (long long)cols[u] * ldx + t0 + s;
 #if __CUDA_ARCH__ >= 800
             const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
@@ -69,15 +58,11 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
             *reinterpret_cast<Vt*>(xs + u * TS + s) = __ldg(reinterpret_cast<const Vt*>(src));
 #endif
         }
-#if __CUDA_ARCH__ >= 800
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
     } else {   // unaligned rows or the last tile: element by element, zeros past n
-        for (int e = tid; e < nu * TS; e += blockDim.x) {
+        for (int e = tid; e < nu * TS; e += nt) {
             const int u = e / TS, s = e - u * TS;
             const bool in = t0 + s < n;
-            const T* src = x + (long long)bcols[c0 + u] * ldx + (in ? t0 + s : 0);
+            const T* src = x + (long long)cols[u] * ldx + (in ? t0 + s : 0);
 #if __CUDA_ARCH__ >= 800
             // src-size 0 fills the element with zeros (nothing is read)
             const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
@@ -87,16 +72,33 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
             xs[u * TS + s] = in ? *src : T(0);
 #endif
         }
-#if __CUDA_ARCH__ >= 800
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
     }
-    __syncthreads();
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 
-    const int warp = tid >> 5, lane = tid & 31;
-    const int g = b * G + warp;
-    if (g >= n_groups) return;
+// Waits until at most `pending` committed copy groups of this thread are still in flight.
+template <int pending>
+__device__ __forceinline__ void sr_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+#endif
+}
+
+// One warp: group g's 8 output rows for the tile in xs (samples t0 ..), written to out.
+template <typename T, int VPL>
+__device__ __forceinline__ void sr_group_rows(const T* xs, int g, int lane, long long t0, int n,
+                                              const int* __restrict__ gcols,
+                                              const int* __restrict__ goff,
+                                              const T* __restrict__ gw,
+                                              const int* __restrict__ grows,
+                                              T* __restrict__ out, long long ldo, bool vec)
+{
+    typedef typename SrVec<T>::type Vt;
+    constexpr int V = SrVec<T>::n;
+    constexpr int TS = 32 * V * VPL;
     T acc[SR_R][VPL * V];
 #pragma unroll
     for (int r = 0; r < SR_R; ++r)
@@ -126,6 +128,7 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
             }
         }
     }
+    const bool full = t0 + TS <= n;
 #pragma unroll
     for (int r = 0; r < SR_R; ++r) {
         const int row = __ldg(grows + g * SR_R + r);
@@ -149,11 +152,79 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
     }
 }
 
+// One tile per block: load, wait, compute.
+template <typename T, int VPL>
+__global__ void __launch_bounds__(256, 4 / VPL)
+sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict__ bcols,
+            const int* __restrict__ boff, const int* __restrict__ gcols,
+            const int* __restrict__ goff, const T* __restrict__ gw,
+            const int* __restrict__ grows, int n_groups, T* __restrict__ out, long long ldo,
+            int vec)
+{
+    constexpr int TS = 32 * SrVec<T>::n * VPL;
+    extern __shared__ __align__(16) unsigned char sr_smem[];
+    T* xs = reinterpret_cast<T*>(sr_smem);     // [union][TS]
+    const int b = blockIdx.x;
+    const long long t0 = (long long)blockIdx.y * TS;
+    const int c0 = boff[b], nu = boff[b + 1] - c0;
+    sr_issue_tile<T, TS>(xs, x, ldx, n, bcols + c0, nu, t0, vec != 0);
+    sr_wait<0>();
+    __syncthreads();
+    const int g = b * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (g < n_groups)
+        sr_group_rows<T, VPL>(xs, g, threadIdx.x & 31, t0, n, gcols, goff, gw, grows, out, ldo,
+                              vec != 0);
+}
+
+// Persistent blocks, double-buffered: block (bx, by) takes tiles by, by + gridDim.y, ... of
+// row block bx; the copies of the next tile are in flight while the current one is computed
+// (two [union][TS] buffers), so loads and FMAs overlap within a block instead of only across
+// blocks.
+template <typename T, int VPL>
+__global__ void __launch_bounds__(256, 2)
+sparse_rows_pipe(const T* __restrict__ x, long long ldx, int n, const int* __restrict__ bcols,
+                 const int* __restrict__ boff, const int* __restrict__ gcols,
+                 const int* __restrict__ goff, const T* __restrict__ gw,
+                 const int* __restrict__ grows, int n_groups, T* __restrict__ out,
+                 long long ldo, int vec)
+{
+    constexpr int TS = 32 * SrVec<T>::n * VPL;
+    extern __shared__ __align__(16) unsigned char sr_smem[];
+    const int b = blockIdx.x;
+    const int c0 = boff[b], nu = boff[b + 1] - c0;
+    T* const buf0 = reinterpret_cast<T*>(sr_smem);        // buffers k & 1: buf0 + (k & 1) * span
+    const int span = nu * TS;
+    const long long tiles = ((long long)n + TS - 1) / TS;
+    const int g = b * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    long long tile = blockIdx.y;
+    if (tile >= tiles) return;                 // the whole block: no barrier is skipped
+    sr_issue_tile<T, TS>(buf0, x, ldx, n, bcols + c0, nu, tile * TS, vec != 0);
+    for (int k = 0; tile < tiles; ++k, tile += gridDim.y) {
+        const long long next = tile + gridDim.y;
+        if (next < tiles) {
+            sr_issue_tile<T, TS>(buf0 + ((k + 1) & 1) * span, x, ldx, n, bcols + c0, nu,
+                                 next * TS, vec != 0);
+            sr_wait<1>();                      // this tile's copies done, the next in flight
+        } else {
+            sr_wait<0>();
+        }
+        __syncthreads();
+        if (g < n_groups)
+            sr_group_rows<T, VPL>(buf0 + (k & 1) * span, g, threadIdx.x & 31, tile * TS, n,
+                                  gcols, goff, gw, grows, out, ldo, vec != 0);
+        __syncthreads();                       // this buffer is refilled two tiles on
+    }
+}
+
 #ifdef DSPK_COMPILE_CHECK
 #define SR_INST(T, VPL)                                                                      \
     template __global__ void sparse_rows<T, VPL>(const T*, long long, int, const int*,       \
                                                  const int*, const int*, const int*,         \
-                                                 const T*, const int*, int, T*, long long, int);
+                                                 const T*, const int*, int, T*, long long, int); \
+    template __global__ void sparse_rows_pipe<T, VPL>(const T*, long long, int, const int*,  \
+                                                      const int*, const int*, const int*,    \
+                                                      const T*, const int*, int, T*, long long, \
+                                                      int);
 SR_INST(float, 1)
 SR_INST(float, 2)
 SR_INST(double, 1)

@@ -54,7 +54,8 @@ class SparseRowsPlan:
     `SR_R` rows per block and ``vpl`` vectors of samples per lane, in ``dtype`` on the current
     device."""
 
-    def __init__(self, w: np.ndarray, dtype: Any, groups: int, vpl: int = 2) -> None:
+    def __init__(self, w: np.ndarray, dtype: Any, groups: int, vpl: int = 2,
+                 pipe: bool = False) -> None:
         import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
         if vpl not in (1, 2):
@@ -62,6 +63,8 @@ class SparseRowsPlan:
         self.dtype = np.dtype(dtype)
         self.groups = int(groups)
         self.vpl = int(vpl)
+        #: persistent, double-buffered blocks (sparse_rows_pipe): twice the shared memory
+        self.pipe = bool(pipe)
         self.shape = w.shape
         m, c = w.shape
         pattern = w != 0
@@ -97,7 +100,8 @@ class SparseRowsPlan:
         self.n_groups = n_groups
         self.n_blocks = len(boff) - 1
         self.max_union = most
-        self.smem = most * tile_samples(self.dtype, self.vpl) * self.dtype.itemsize
+        self.smem = (2 if self.pipe else 1) * most * tile_samples(self.dtype, self.vpl) * \
+            self.dtype.itemsize
         self.mean_group_cols = goff[-1] / max(1, n_groups)
         self._dev = {
             "bcols": cp.asarray(_cat(bcols_all, np.int32)),
@@ -126,8 +130,8 @@ class SparseRowsPlan:
         key = (n, ldx, ldo, vec, x.device.id)
         launch = self._launches.get(key)
         if launch is None:
-            fn = kernel(str(SPATIAL_KERNELS),
-                        f"sparse_rows<{_CTYPE[self.dtype]}, {self.vpl}>")
+            name = "sparse_rows_pipe" if self.pipe else "sparse_rows"
+            fn = kernel(str(SPATIAL_KERNELS), f"{name}<{_CTYPE[self.dtype]}, {self.vpl}>")
             if fn.max_dynamic_shared_size_bytes < self.smem:
                 fn.max_dynamic_shared_size_bytes = self.smem
             d = self._dev
@@ -136,7 +140,14 @@ class SparseRowsPlan:
                     ("ptr", d["boff"]), ("ptr", d["gcols"]), ("ptr", d["goff"]),
                     ("ptr", d["gw"]), ("ptr", d["grows"]), ("i32", self.n_groups),
                     ("ptr", None), ("i64", ldo), ("i32", vec)]
-            launch = FastLaunch(fn, (self.n_blocks, -(-n // ts)), (32 * self.groups,), args,
+            tiles = -(-n // ts)
+            if self.pipe:   # enough persistent blocks to fill every SM, each looping on tiles
+                props = device_properties(x.device.id)
+                per_sm = max(1, int(props.get("sharedMemPerMultiprocessor", 228 * 1024)) //
+                             (self.smem + 1024))
+                sms = int(props.get("multiProcessorCount", 1))
+                tiles = min(tiles, max(1, -(-per_sm * sms // self.n_blocks)))
+            launch = FastLaunch(fn, (self.n_blocks, tiles), (32 * self.groups,), args,
                                 shared_mem=self.smem)
             self._launches[key] = launch
         return launch
@@ -152,7 +163,8 @@ class SparseRowsPlan:
             return out
         stream = cp.cuda.get_current_stream().ptr
         # a launch covers at most 65535 sample tiles (grid y): longer x in slices of that
-        step = 65535 * tile_samples(self.dtype, self.vpl)
+        # (persistent blocks loop over any number of tiles)
+        step = x.shape[1] if self.pipe else 65535 * tile_samples(self.dtype, self.vpl)
         for s in range(0, x.shape[1], step):
             xs, os_ = x[:, s:s + step], out[:, s:s + step]
             self._bind(xs, os_)(stream, xs.data.ptr, os_.data.ptr)

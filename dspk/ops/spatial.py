@@ -141,9 +141,10 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
 #: may be applied as a sparse matrix (local whitening: ~32 of 384 per row)
 SPARSE_MAX_ROW = 64
 SPARSE_DENSITY = 0.25
-#: (groups of 8 rows per thread block, sample vectors per lane) tried for the sparse kernel
-#: (the tuner keeps the fastest)
-SPARSE_KERNEL_VARIANTS = ((8, 2), (4, 2), (8, 1), (4, 1), (2, 1))
+#: (groups of 8 rows per thread block, sample vectors per lane, persistent double-buffered
+#: blocks) tried for the sparse kernel (the tuner keeps the fastest)
+SPARSE_KERNEL_VARIANTS = ((8, 2, False), (4, 2, False), (8, 1, False), (4, 1, False),
+                          (2, 1, False), (8, 1, True), (4, 1, True), (2, 1, True))
 
 
 class SpatialFilter:
@@ -197,15 +198,15 @@ class SpatialFilter:
             self._cast[key] = self.w.astype(key, copy=False)
         return self._cast[key]
 
-    def _kernel_plan(self, x: Any, groups: int, vpl: int = 2) -> Any:
+    def _kernel_plan(self, x: Any, groups: int, vpl: int = 2, pipe: bool = False) -> Any:
         """The sparse kernel's plan for x's device and dtype (None if it cannot run)."""
-        key = (x.device.id, x.dtype, groups, vpl)
+        key = (x.device.id, x.dtype, groups, vpl, pipe)
         if key not in self._plans:
             from ._spatial_gpu import SparseRowsPlan  # noqa: PLC0415 (GPU-only)
 
             if self._host is None:
                 self._host = to_numpy(self.w).astype(np.float64)
-            plan = SparseRowsPlan(self._host, x.dtype, groups, vpl)
+            plan = SparseRowsPlan(self._host, x.dtype, groups, vpl, pipe)
             self._plans[key] = plan if plan.reason(x.device.id) is None else None
         return self._plans[key]
 
@@ -269,15 +270,15 @@ class SpatialFilter:
         # scipy.sparse 49 ms, BLAS 24
         impls["csr"] = lambda: self._csr_apply(x)
         if array_module(x) is not np:
-            for groups, vpl in SPARSE_KERNEL_VARIANTS:
-                name = f"sparse_kernel_g{groups}v{vpl}"
+            for groups, vpl, pipe in SPARSE_KERNEL_VARIANTS:
+                name = f"sparse_kernel_g{groups}v{vpl}{'p' if pipe else ''}"
                 if only is None or only == name:
                     # plans built when first run (a one-shot call runs only the tuner's choice)
-                    impls[name] = (lambda g=groups, v=vpl: self._run_kernel(x, g, v))
+                    impls[name] = (lambda g=groups, v=vpl, p=pipe: self._run_kernel(x, g, v, p))
         return impls if only is None else {only: impls[only]}
 
-    def _run_kernel(self, x: Any, groups: int, vpl: int) -> Any:
-        plan = self._kernel_plan(x, groups, vpl)
+    def _run_kernel(self, x: Any, groups: int, vpl: int, pipe: bool = False) -> Any:
+        plan = self._kernel_plan(x, groups, vpl, pipe)
         if plan is None:
             raise RuntimeError(f"the sparse kernel with {groups} groups per block does not fit "
                                f"this matrix (its neighbourhoods are too wide)")
