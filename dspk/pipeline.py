@@ -482,6 +482,7 @@ class Pipeline:
             done = state_spikes = 0
             f = h5py.File(partial, "w")
         xp = self._xp()
+        decompress0 = getattr(rec, "decompress_s", 0.0)
         bar = _progress(progress, n, done, rec.fs)
         t0 = time.perf_counter()
         with f:
@@ -628,7 +629,11 @@ class Pipeline:
         partial.replace(out)
         progress_file.unlink(missing_ok=True)
         dt = time.perf_counter() - t0
-        self.last_run = {**timing, "wall_s": dt, "samples": n - done,
+        transfer = staging.transfer_s if staging is not None else 0.0
+        timing["compute_s"] -= transfer
+        self.last_run = {**timing, "transfer_s": transfer,
+                         "decompress_s": getattr(rec, "decompress_s", 0.0) - decompress0,
+                         "wall_s": dt, "samples": n - done,
                          "x_real_time": (n - done) / rec.fs / max(dt, 1e-9)}
         log.info("%s: %d samples in %.2f s (%.1f x real time; read %.2f s, compute %.2f s, "
                  "write %.2f s, overlapped)", out, n - done, dt, self.last_run["x_real_time"],
@@ -723,6 +728,7 @@ class _Staging:
         self._gain = gain.astype(np.float32) if np.any(gain != 1) else None
         self._offset = offset.astype(np.float32) if np.any(offset != 0) else None
         self._dev: dict = {}
+        self.transfer_s = 0.0        # host <-> device copies (main thread)
 
     def read(self, k: int, s0: int, s1: int, m: int) -> tuple:
         """(first sample, raw block) of [s0 - m, s1 + m) clipped to the recording, read into
@@ -741,7 +747,9 @@ class _Staging:
             # straight from the pinned buffer (cupy.asarray would stage it through a pinned
             # buffer of its own: one more host copy)
             d = xp.empty(block.shape, dtype=block.dtype)
+            t = time.perf_counter()
             d.set(block)
+            self.transfer_s += time.perf_counter() - t
         else:
             d = xp.asarray(block)
         x = xp.ascontiguousarray(d.T if self.rec.samples_first else d, dtype=np.float32)
@@ -766,7 +774,10 @@ class _Staging:
         else:
             y = xp.ascontiguousarray(y, dtype=self.out_dtype)
         host = self._out[i % len(self._out)][:y.size].reshape(y.shape)
+        xp.cuda.get_current_stream().synchronize()    # the chunk's work done: time the copy
+        t = time.perf_counter()
         y.get(out=host)
+        self.transfer_s += time.perf_counter() - t
         return host
 
 

@@ -302,3 +302,17 @@ def test_gpu_job_equals_cpu_job_and_is_chunk_invariant(tmp_path):
                          progress=False))
     diff = np.abs(y16.astype(np.int64) - c16)
     assert diff.max() <= 1 and diff.mean() < 1e-3
+
+
+def test_last_run_splits_the_time(tmp_path):
+    """The job reports its time split: decompression (gzip, summed over threads) inside the
+    read; no transfers on the CPU."""
+    x = recording(n=20000, c=8).read(scaled=False).T.copy()
+    with h5py.File(tmp_path / "g.h5", "w") as f:
+        d = f.create_dataset("x", data=x, chunks=(2048, 8), compression="gzip", shuffle=True)
+        d.attrs["fs"] = FS
+    p = Pipeline.from_options(whiten="global", backend="cpu")
+    p.run(dspk.open_recording(tmp_path / "g.h5"), tmp_path / "o.h5", progress=False)
+    t = p.last_run
+    assert t["decompress_s"] > 0 and t["transfer_s"] == 0
+    assert {"read_s", "compute_s", "write_s", "wall_s", "x_real_time"} <= set(t)

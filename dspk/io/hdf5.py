@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -178,6 +179,11 @@ class HDF5Recording(Recording):
         self._gzip_io: GzipReader | None = None
         self.compressed = dset.compression is not None
         self.samples_first = self._samples_first
+
+    @property
+    def decompress_s(self) -> float:
+        """Seconds spent reading and inflating gzip chunks so far, summed over threads."""
+        return self._gzip_io.seconds if self._gzip_io is not None else 0.0
 
     def _gzip_reader(self) -> "GzipReader":
         if self._gzip_io is None:
@@ -350,6 +356,8 @@ class GzipReader:
         except (OSError, TypeError, ValueError):
             self._fd = None
         self._checked = False
+        #: time spent reading and inflating chunks, summed over the pool's threads
+        self.seconds = 0.0
 
     def _pread(self, offset: int, size: int) -> bytes:
         parts, done = [], 0
@@ -363,9 +371,13 @@ class GzipReader:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _fetch(self, coord: tuple, offset: int, size: int) -> np.ndarray:
+        t = time.perf_counter()
         raw = self._pread(offset, size) if self._fd is not None else \
             self.dset.id.read_direct_chunk(coord)[1]
-        return _inflate(raw, self.plan["shuffle"], self.dset.dtype, self.plan["chunks"])
+        chunk = _inflate(raw, self.plan["shuffle"], self.dset.dtype, self.plan["chunks"])
+        with self._lock:
+            self.seconds += time.perf_counter() - t
+        return chunk
 
     def _chunk(self, coord: tuple) -> Any:
         """A future of the inflated chunk at ``coord``, or None when h5py must read it (not

@@ -156,6 +156,8 @@ class Recording:
     samples_first: bool = True
     #: whether reading decompresses (a pipeline then reads more chunks ahead)
     compressed: bool = False
+    #: seconds spent decompressing so far, summed over threads (sources that decompress)
+    decompress_s: float = 0.0
 
     def read_native(self, start: int, stop: int, out: np.ndarray | None = None) -> Any:
         """Raw samples ``start:stop`` of every channel as stored, without scaling or
