@@ -372,9 +372,8 @@ def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
     """(clips float32 [n_spikes, n_neighbors, taps] on the host, channels [n_spikes,
     n_neighbors]): each spike's waveform (2 ms, trough at 2/3 ms, zero outside x) on the
     channels nearest its channel, gathered where x is (only the clips are transferred)."""
-    nn = min(int(n_neighbors), x.shape[0])
-    d2 = probe_sqdist(geometry)
-    nbr = np.argsort(d2, axis=1, kind="stable")[:, :nn]
+    nbr = _neighbourhoods(geometry, n_neighbors, (), None)[0]   # no weights; cached per probe
+    nn = nbr.shape[1]
     chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)].reshape(-1, nn)
     clips = to_numpy(_clips(x, chans, np.asarray(spikes["sample_index"], dtype=np.int64),
                             fs))
