@@ -183,7 +183,7 @@ class Pipeline:
 
     Parameters
     ----------
-    steps : sequence of HighPass, BandPass, Reference, Whiten
+    steps : sequence of HighPass, BandPass, Reference, Whiten, Detect (last)
     backend : {"auto", "cpu", "gpu"}
         Where the steps run ("gpu" without a GPU is an error; "auto" falls back to the CPU).
     dtype : numpy dtype
