@@ -117,6 +117,40 @@ def _preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preprocess_many(args: argparse.Namespace) -> int:
+    import numpy as np  # noqa: PLC0415
+
+    from .dask import cluster_client, preprocess_many  # noqa: PLC0415
+
+    backend = args.backend or "auto"
+    client = cluster_client(args.scheduler, args.workers, gpu=backend == "gpu")
+    options = dict(highpass=None if not args.highpass else args.highpass,
+                   bandpass=tuple(args.bandpass) if args.bandpass else None,
+                   reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
+                   backend=backend, chunk_s=args.chunk,
+                   output_dtype=np.int16 if args.int16 else np.float32,
+                   overwrite=args.overwrite)
+    for key in ("dataset", "fs", "n_channels"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    try:
+        results = preprocess_many(args.pattern, args.outdir, client=client, **options)
+    finally:
+        cluster = getattr(client, "cluster", None)
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    failed = 0
+    for path, res in results.items():
+        if isinstance(res, Exception):
+            failed += 1
+            print(f"{path}: FAILED: {type(res).__name__}: {res}")
+        else:
+            print(f"{path} -> {res}")
+    print(f"{len(results) - failed} of {len(results)} recordings preprocessed")
+    return 1 if failed else 0
+
+
 def _tune(args: argparse.Namespace) -> int:
     """Fit the pipeline and push one chunk through it: every tuner decision the job will need
     (products, FIR and reference implementations) is taken now and stored in the cache."""
@@ -133,9 +167,8 @@ def _tune(args: argparse.Namespace) -> int:
                                  reference=args.reference, whiten=args.whiten,
                                  n_neighbors=args.neighbors, backend=args.backend or "auto")
     t0 = time.perf_counter()
-    pipe.fit(rec)
+    pipe.tune(rec, args.chunk)
     chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
-    pipe._block(rec, 0, chunk, pipe._xp(), margin=pipe.margin(rec.fs))
     print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
           f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
     return 0
@@ -210,6 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     p_pre.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
+    p_many = sub.add_parser("preprocess-many", help="preprocess many recordings on a Dask "
+                                                    "cluster (needs dspk[dask])")
+    p_many.add_argument("pattern", help="a glob of recording files (quote it)")
+    p_many.add_argument("outdir", help="outputs OUTDIR/<recording name>.h5")
+    where = p_many.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="a running dask.distributed scheduler")
+    where.add_argument("--workers", type=int, default=None,
+                       help="local worker processes (default: one per core; with "
+                            "--backend gpu and dask-cuda, one per GPU)")
+    _pipeline_options(p_many)
+    p_many.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p_many.set_defaults(func=_preprocess_many)
     p_tune = sub.add_parser("tune", help="pre-tune what preprocessing a recording needs")
     p_tune.add_argument("input", help="HDF5/NWB file or flat binary")
     _pipeline_options(p_tune)

@@ -323,6 +323,30 @@ class Pipeline:
             self._fit_features(recording, det, xp, seed, n_chunks, chunk_s)
         return self
 
+    def tune(self, recording: Recording, chunk_s: float = 1.0) -> "Pipeline":
+        """Take now every tuner decision a job on ``recording`` will need — fit (its chunks),
+        a full chunk and the last, shorter one through every step, detection included — so
+        that they are in the tuner's cache file before any job starts: processes that share
+        the cache then make the same choices (the same bits; a resumed job's fitted matrices
+        match the killed one's)."""
+        self.fit(recording)
+        xp = self._xp()
+        fs, n = recording.fs, recording.n_samples
+        chunk = min(n, max(1, int(round(chunk_s * fs))))
+        m = self.margin(fs)
+        det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+        md = det.margin(fs) if det is not None else 0
+        last = n - (n - 1) // chunk * chunk
+        for s0, s1 in {(0, chunk), (n - last, n)}:
+            full = self._block(recording, s0, s1, xp, margin=m)
+            if det is not None:
+                near = full[:, m - md:m + (s1 - s0) + md]
+                spikes = det.spikes(near, fs, recording.geometry)
+                pca = det.pca(self.states[-1])
+                if pca is not None:
+                    det.features_of(near, spikes, fs, recording.geometry, pca)
+        return self
+
     def _fit_features(self, recording: Recording, det: "Detect", xp: Any, seed: int,
                       n_chunks: int, chunk_s: float) -> None:
         """The feature PCA, fitted on the clips of the spikes detected in the fit chunks (the
@@ -809,10 +833,18 @@ def _write_json(path: Path, obj: dict) -> None:
 
 def _hook_after_chunk(done: int) -> None:
     """Test hook: DSPK_KILL_AFTER_SAMPLES=N ends the process abruptly (os._exit, no cleanup)
-    once N samples are written, as a kill would."""
+    once N samples are written, as a kill would; with DSPK_KILL_ONCE_FILE=PATH only the first
+    process to get there dies (it creates PATH; a killed worker's retried job then runs)."""
     limit = os.environ.get("DSPK_KILL_AFTER_SAMPLES")
-    if limit is not None and done >= int(limit):
-        os._exit(137)
+    if limit is None or done < int(limit):
+        return
+    once = os.environ.get("DSPK_KILL_ONCE_FILE")
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    os._exit(137)
 
 
 class _Progress:

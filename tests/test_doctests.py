@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm", "dspk.match",
            "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial", "dspk.pipeline",
-           "dspk.io"]
+           "dspk.io", "dspk.dask"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -295,6 +295,7 @@ class BinaryRecording(Recording):
                          dtype=dtype, source=str(path), **meta)
         self._map = np.memmap(path, dtype=dtype, mode="r", offset=int(header_bytes),
                               shape=(self.n_samples, self.n_channels))
+        self.path, self.header_bytes = str(path), int(header_bytes)
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         return _select(self._map[start:stop], idx, self.n_channels, True)

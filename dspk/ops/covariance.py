@@ -114,6 +114,33 @@ class CovarianceAccumulator:
         self.n += n
         return self
 
+    def merge(self, other: "CovarianceAccumulator") -> "CovarianceAccumulator":
+        """Add everything ``other`` accumulated, as if its chunks had been added here: the
+        same arithmetic as `add` (so partial accumulators computed elsewhere — dask tasks —
+        merged in the chunks' order give the sequential result, bit for bit)."""
+        if (other.center, other.ddof) != (self.center, self.ddof):
+            raise ValueError("other: accumulates with different center/ddof")
+        if other.n == 0:
+            return self
+        if self.n == 0:
+            for key in ("_xp", "_dtype", "_c", "_int", "_s", "_mean", "_m2", "n"):
+                if hasattr(other, key):
+                    setattr(self, key, getattr(other, key))
+            return self
+        if other._xp is not self._xp or other._dtype != self._dtype or other._c != self._c:
+            raise ValueError(f"other: {other._c} channels of {other._dtype} does not match "
+                             f"{self._c} of {self._dtype} (same array type)")
+        if self._int is not None:
+            self._int = self._int + other._int
+            self._s = self._s + other._s
+        else:
+            na, nb = self.n, other.n
+            delta = other._mean - self._mean
+            self._m2 = self._m2 + other._m2 + self._xp.outer(delta, delta) * (na * nb / (na + nb))
+            self._mean = self._mean + delta * (nb / (na + nb))
+        self.n += other.n
+        return self
+
     def result(self) -> Any:
         """The covariance of everything added so far."""
         if self.n == 0:

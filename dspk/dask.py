@@ -1,0 +1,400 @@
+"""The pipeline on Dask: recordings as lazy ``dask.array``s, a fitted `Pipeline` as a graph of
+blocks with halos, and many recordings fanned out over a ``dask.distributed`` cluster.
+
+Nothing here computes on its own: every block runs the single-process code path
+(`Pipeline._run_steps` on a NumPy or CuPy block, `dspk.io` for reading, `Pipeline.run` for
+writing), so a result is the single-process result. Needs the optional extra ``dask``
+(``pip install dspk[dask]``); dask-cuda's ``LocalCUDACluster`` is used for GPU workers when
+installed (one worker per visible GPU).
+
+Examples
+--------
+>>> import numpy as np, dspk
+>>> from dspk.dask import to_dask, apply
+>>> x = np.random.default_rng(0).standard_normal((4, 9000)).astype(np.float32)
+>>> rec = dspk.open_recording(x, fs=30000.0, layout="channels_samples")
+>>> p = dspk.Pipeline.from_options(highpass=300, reference="mean", whiten=None, backend="cpu")
+>>> y = apply(p, to_dask(rec, chunk=2000)).compute(scheduler="sync")
+>>> bool(np.allclose(y, p.transform(x, fs=30000.0), atol=1e-4))
+True
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .io import Recording, open_recording
+from .ops import CovarianceAccumulator, whitening_matrix
+from .pipeline import Pipeline, PipelineError, Whiten, _fit_chunks
+
+__all__ = ["to_dask", "apply", "fit", "preprocess_many", "cluster_client"]
+
+log = logging.getLogger("dspk.dask")
+
+#: default block length of `to_dask`, in seconds of recording
+CHUNK_S = 1.0
+#: seconds to wait for a scheduler given by address before giving up
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _dask_array() -> Any:
+    try:
+        import dask.array as da  # noqa: PLC0415
+    except ImportError as exc:   # pragma: no cover - the extra is installed in the tests
+        raise ImportError("dspk.dask needs dask: pip install 'dspk[dask]'") from exc
+    return da
+
+
+class _Source:
+    """A recording that a worker process can reopen: the arguments of `open_recording` (a
+    path and its options) or an in-memory recording (pickled whole; it holds no file)."""
+
+    def __init__(self, recording: Any, options: dict) -> None:
+        if isinstance(recording, (str, os.PathLike)):
+            self.path, self.options, self.rec = os.fspath(recording), dict(options), None
+        else:
+            if getattr(recording, "path", None) is not None:     # a file: reopen it there
+                self.path = recording.path
+                self.options = {"fs": recording.fs, "gain_to_uv": recording.gain_to_uv,
+                                "offset_to_uv": recording.offset_to_uv,
+                                "geometry": recording.geometry, **options}
+                if hasattr(recording, "header_bytes"):           # a flat binary
+                    self.options.update(n_channels=recording.n_channels,
+                                        dtype=recording.dtype,
+                                        header_bytes=recording.header_bytes)
+                else:                                            # HDF5 / NWB
+                    self.options.update(dataset=recording.dataset, layout=recording.layout)
+                self.rec = None
+            else:
+                self.path, self.options, self.rec = None, {}, recording
+        self._open: Recording | None = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "options": self.options, "rec": self.rec}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open = None
+
+    def get(self) -> Recording:
+        if self.rec is not None:
+            return self.rec
+        if self._open is None:
+            self._open = open_recording(self.path, **self.options)
+        return self._open
+
+
+def _read(source: _Source, start: int, stop: int) -> np.ndarray:
+    return np.asarray(source.get().read(start, stop))
+
+
+def to_dask(recording: Any, chunk: int | None = None, **open_options: Any) -> Any:
+    """A recording as a lazy ``dask.array`` [channels, samples] of float32 µV.
+
+    Parameters
+    ----------
+    recording : path or Recording
+        Opened with `dspk.open_recording` (``open_options`` passed on); a recording read
+        from a file is reopened by each worker from its path.
+    chunk : int, optional
+        Samples per block along time (default one second).
+
+    Returns
+    -------
+    dask.array.Array
+        Blocks [channels, chunk] read through `Recording.read` when computed (gzip chunks
+        inflated in parallel as usual).
+    """
+    import dask  # noqa: PLC0415
+
+    da = _dask_array()
+    rec = open_recording(recording, **open_options) if isinstance(
+        recording, (str, os.PathLike)) else recording
+    if not isinstance(rec, Recording):
+        raise TypeError(f"recording: expected a path or a dspk Recording, got "
+                        f"{type(recording).__name__}")
+    chunk = int(round(CHUNK_S * rec.fs)) if chunk is None else int(chunk)
+    if chunk < 1:
+        raise ValueError(f"chunk: expected a positive number of samples, got {chunk}")
+    source = _Source(rec, open_options)
+    blocks = []
+    for s0 in range(0, rec.n_samples, chunk):
+        s1 = min(rec.n_samples, s0 + chunk)
+        blocks.append(da.from_delayed(dask.delayed(_read)(source, s0, s1),
+                                      shape=(rec.n_channels, s1 - s0), dtype=np.float32))
+    arr = da.concatenate(blocks, axis=1)
+    arr.fs = rec.fs            # for apply(): the sampling rate travels with the array
+    return arr
+
+
+def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
+    """The fitted ``pipeline`` on a [channels, samples] ``dask.array``: each block with a halo
+    of ``pipeline.margin(fs)`` samples on each side (``map_overlap``, zeros outside the
+    array), through the single-process steps, trimmed back — the same samples as
+    `Pipeline.transform` on the whole array. NumPy blocks run on the CPU, CuPy blocks on
+    their GPU. Whitening must be fitted first (`Pipeline.fit`, or `fit` here)."""
+    fs = fs or getattr(darray, "fs", None) or pipeline.fs
+    if fs is None:
+        raise PipelineError("fs: unknown (pass fs= or use an array from to_dask)")
+    if getattr(darray, "ndim", None) != 2:
+        raise ValueError(f"darray: expected a 2-D [channels, samples] dask array, got "
+                         f"{getattr(darray, 'shape', None)}")
+    if any(isinstance(s, Whiten) and "W" not in st
+           for s, st in zip(pipeline.steps, pipeline.states)):
+        raise PipelineError("the pipeline's whitening is not fitted (Pipeline.fit or "
+                            "dspk.dask.fit first)")
+    if any(type(s).__name__ == "Detect" for s in pipeline.steps):
+        raise PipelineError("apply: the Detect step writes spikes, not traces; run "
+                            "preprocess_many (Pipeline.run) for detection")
+    darray = darray.rechunk({0: -1})         # all channels in each block (spatial steps)
+    m = pipeline.margin(fs)
+    n = darray.shape[1]
+    starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
+    if m > min(darray.chunks[1]) and len(darray.chunks[1]) > 1:
+        # map_overlap takes its halo from the neighbouring block only
+        darray = darray.rechunk({1: max(m, max(darray.chunks[1]))})
+        starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
+
+    def block(x: Any, block_info: Any = None) -> Any:
+        i = block_info[None]["chunk-location"][1]
+        y = x.astype(pipeline.dtype, copy=True)
+        return pipeline._run_steps(y, fs, int(starts[i]) - m, n)
+
+    return darray.map_overlap(block, depth={0: 0, 1: m}, boundary=0, dtype=pipeline.dtype,
+                              meta=darray._meta.astype(pipeline.dtype))
+
+
+def _partial_covariance(pipeline: Pipeline, source: _Source, s0: int, s1: int, k: int,
+                        xp_name: str) -> CovarianceAccumulator:
+    """One fit chunk through the steps before step k, as a CovarianceAccumulator."""
+    rec = source.get()
+    xp = np
+    if xp_name == "cupy":
+        import cupy as xp  # noqa: PLC0415
+    m = sum(s.margin(rec.fs) for s in pipeline.steps[:k])
+    x = pipeline._block(rec, s0, s1, xp, upto=k, margin=m)
+    acc = CovarianceAccumulator()
+    acc.add(x[:, m:m + (s1 - s0)])
+    return acc
+
+
+def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
+        **open_options: Any) -> Pipeline:
+    """`Pipeline.fit` with the fit chunks computed as tasks (on ``client``'s cluster, or
+    dask's default scheduler): each chunk's steps and covariance in parallel, the partial
+    covariances then combined on the caller in the chunks' order, as `Pipeline.fit` adds
+    them — the same whitening matrix, bit for bit. (The feature PCA of a Detect step is
+    fitted by `Pipeline.run`.)"""
+    import dask  # noqa: PLC0415
+
+    rec = open_recording(recording, **open_options) if isinstance(
+        recording, (str, os.PathLike)) else recording
+    source = _Source(rec, open_options)
+    pipeline.fs = rec.fs
+    xp_name = pipeline._xp().__name__
+    for k, step in enumerate(pipeline.steps):
+        if not isinstance(step, Whiten):
+            continue
+        if step.mode == "local" and rec.geometry is None:
+            raise PipelineError("whiten='local' needs the recording's geometry")
+        spans = _fit_chunks(rec.n_samples, rec.fs, seed, 16, 0.5)
+        tasks = [dask.delayed(_partial_covariance)(pipeline, source, s0, s1, k, xp_name)
+                 for s0, s1 in spans]
+        parts = client.gather(client.compute(tasks)) if client is not None else \
+            list(dask.compute(*tasks))
+        acc = parts[0]
+        for part in parts[1:]:
+            acc.merge(part)
+        cov = acc.result().astype(np.float64)
+        if step.mode == "global":
+            w = whitening_matrix(cov, eps=step.eps)
+        else:
+            w = whitening_matrix(cov, eps=step.eps, geometry_um=rec.geometry,
+                                 n_neighbors=min(step.n_neighbors, rec.n_channels))
+        pipeline.states[k]["W"] = np.asarray(getattr(w, "get", lambda: w)(), np.float64)
+        pipeline.states[k].pop("_W_dev", None)
+    return pipeline
+
+
+# -- many recordings ----------------------------------------------------------------------------
+def cluster_client(scheduler: str | None = None, workers: int | None = None,
+                   gpu: bool = False, timeout: float = CONNECT_TIMEOUT_S) -> Any:
+    """A ``dask.distributed.Client``: connected to ``scheduler`` (an address; a clear error
+    within ``timeout`` seconds if it cannot be reached), else a local cluster — with dask-cuda
+    and ``gpu``, one worker per visible GPU (each bound to its device), otherwise ``workers``
+    CPU worker processes (default: one per core)."""
+    try:
+        from distributed import Client, LocalCluster  # noqa: PLC0415
+    except ImportError as exc:   # pragma: no cover
+        raise ImportError("dspk.dask needs distributed: pip install 'dspk[dask]'") from exc
+    if scheduler is not None:
+        try:
+            return Client(scheduler, timeout=f"{timeout}s")
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(f"scheduler: cannot reach {scheduler} within {timeout:g} s "
+                                  f"({exc})") from exc
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+        except ImportError:
+            log.warning("dask-cuda is not installed: CPU worker processes instead")
+        else:
+            return Client(LocalCUDACluster())
+    return Client(LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+                               processes=True, dashboard_address=":0"))
+
+
+#: preprocess_many's keywords, by where they go
+OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry", "n_channels",
+             "dtype", "header_bytes", "allow_external_links"}
+PIPELINE_KEYS = {"highpass", "bandpass", "reference", "whiten", "n_neighbors", "backend",
+                 "dtype_processing", "detect", "detect_threshold"}
+RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
+            "overwrite"}
+
+
+def _job(path: str, out: str, open_options: dict, pipe_options: dict,
+         run_options: dict) -> str:
+    """One recording, in a worker: open, fit, run — resuming the partial output that a
+    killed worker left (`Pipeline.run`'s resume), so a retried job ends with the same file."""
+    rec = open_recording(path, **open_options)
+    try:
+        opts = dict(pipe_options)
+        if "dtype_processing" in opts:
+            opts["dtype"] = opts.pop("dtype_processing")
+        pipe = Pipeline.from_options(**opts)
+        run = dict(run_options)
+        if "layout_out" in run:
+            run["layout"] = run.pop("layout_out")
+        return str(pipe.run(rec, out, resume=True, progress=False, **run))
+    finally:
+        close = getattr(rec, "close", None)
+        if close is not None:
+            close()
+
+
+def _tune_job(path: str, open_options: dict, pipe_options: dict, chunk_s: float) -> tuple:
+    """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
+    cache before the jobs start."""
+    rec = open_recording(path, **open_options)
+    try:
+        opts = dict(pipe_options)
+        if "dtype_processing" in opts:
+            opts["dtype"] = opts.pop("dtype_processing")
+        Pipeline.from_options(**opts).tune(rec, chunk_s)
+        return rec.n_channels, rec.n_samples
+    finally:
+        close = getattr(rec, "close", None)
+        if close is not None:
+            close()
+
+
+def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
+    """(channels, sampling rate, size class of the last chunk) of a recording: recordings of
+    one class need the same tuner decisions (None if it cannot be opened: its job reports
+    why)."""
+    try:
+        rec = open_recording(path, **open_options)
+    except Exception:   # reported by its own job
+        return None
+    try:
+        chunk = max(1, int(round(chunk_s * rec.fs)))
+        last = rec.n_samples - (rec.n_samples - 1) // chunk * chunk
+        return rec.n_channels, rec.fs, min(rec.n_samples, chunk), int(last).bit_length()
+    finally:
+        close = getattr(rec, "close", None)
+        if close is not None:
+            close()
+
+
+def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None,
+                    retries: int = 0, **options: Any) -> dict:
+    """Preprocess many recordings in parallel, one output per recording.
+
+    Parameters
+    ----------
+    paths : glob pattern or sequence of paths
+    out_dir : str
+        Outputs ``<out_dir>/<recording stem>.h5``, each written atomically by
+        `Pipeline.run` (a job killed with its worker is retried and resumes its partial file).
+    client : dask.distributed.Client, optional
+        Default: `cluster_client()` (local CPU worker processes), closed at the end.
+    retries : int
+        Attempts beyond the first for a job that raised (a job whose worker died is
+        rescheduled by the scheduler anyway, and resumes its partial file).
+    **options
+        `open_recording` keywords (dataset, fs, n_channels, ...), `Pipeline.from_options`
+        keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
+        ``dtype_processing`` for its dtype) and `Pipeline.run` keywords (chunk_s,
+        output_dtype, output_scale, compression, overwrite; ``layout_out`` for its layout).
+
+    Returns
+    -------
+    dict
+        path -> output path, or the exception that stopped that recording (the others are
+        not stopped by it).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        pattern = os.fspath(paths)
+        paths = sorted(glob.glob(pattern))
+        if not paths:
+            raise FileNotFoundError(f"paths: the pattern {pattern!r} matches no file")
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise ValueError("paths: no recordings given")
+    stems = [Path(p).stem for p in paths]
+    if len(set(stems)) != len(stems):
+        raise ValueError(f"paths: two recordings would write the same output name: "
+                         f"{sorted(s for s in set(stems) if stems.count(s) > 1)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise PermissionError(f"out_dir: {out} is not writable")
+    unknown = set(options) - OPEN_KEYS - PIPELINE_KEYS - RUN_KEYS
+    if unknown:
+        raise TypeError(f"preprocess_many: unknown keyword(s) {sorted(unknown)}")
+    open_options = {k: v for k, v in options.items() if k in OPEN_KEYS}
+    pipe_options = {k: v for k, v in options.items() if k in PIPELINE_KEYS}
+    run_options = {k: v for k, v in options.items() if k in RUN_KEYS}
+    own = client is None
+    if own:
+        client = cluster_client(gpu=pipe_options.get("backend") == "gpu")
+    try:
+        # the tuner's decisions first, once per kind of recording, so that every worker (on a
+        # machine sharing the tuner's cache) makes the same choices: outputs identical to a
+        # single process's, and a retried job resumes rather than refits differently
+        chunk_s = float(run_options.get("chunk_s", 1.0))
+        first: dict = {}
+        for p in paths:
+            key = _shape_class(p, open_options, chunk_s)
+            if key is not None:
+                first.setdefault(key, p)
+        for p in first.values():
+            try:
+                client.submit(_tune_job, p, open_options, pipe_options, chunk_s,
+                              pure=False).result()
+            except Exception as exc:   # its own job will report it
+                log.warning("%s: tuning failed: %s", p, exc)
+        futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}.h5"), open_options,
+                                    pipe_options, run_options, retries=retries, pure=False)
+                   for p in paths}
+        results: dict = {}
+        for p, fut in futures.items():
+            try:
+                results[p] = fut.result()
+            except Exception as exc:   # one recording's failure is reported, not raised
+                log.error("%s: %s: %s", p, type(exc).__name__, exc)
+                results[p] = exc
+        return results
+    finally:
+        if own:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()

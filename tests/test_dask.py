@@ -1,0 +1,171 @@
+"""dspk.dask on the CPU: a recording as a dask array, the pipeline as a graph (the same samples
+as the single-process job), the fit as tasks (the same W, bit for bit), many recordings on a
+LocalCluster of worker processes (outputs identical to the single-process ones, a failing
+recording reported without stopping the others, a worker killed mid-job retried and resumed
+to the same file), and the bad inputs of the issue."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import dspk
+from dspk.pipeline import Pipeline
+
+pytest.importorskip("distributed")
+dd = pytest.importorskip("dspk.dask")
+
+FS = 30000.0
+
+
+def write_recording(path, n=36000, c=12, seed=0):
+    rng = np.random.default_rng(seed)
+    geom = np.stack([np.tile([0.0, 32.0], c // 2), np.repeat(np.arange(c // 2) * 20.0, 2)], 1)
+    d = np.sqrt(((geom[:, None] - geom[None]) ** 2).sum(-1))
+    x = rng.standard_normal((n, c)) @ np.linalg.cholesky(np.exp(-d / 40.0)).T * 50
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("traces", data=np.rint(x).astype(np.int16))
+        ds.attrs["fs"] = FS
+        ds.attrs["geometry"] = geom
+    return path
+
+
+def single_process(path, out, **options):
+    """dspk.preprocess in a fresh process that shares the tuner's cache file (as a user's
+    later run on the same machine would): the reference the cluster's outputs must equal."""
+    code = ("import sys, dspk\n"
+            f"dspk.preprocess({str(path)!r}, {str(out)!r}, progress=False, **{options!r})\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env.pop("DSPK_KILL_AFTER_SAMPLES", None)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def traces(path):
+    with h5py.File(path, "r") as f:
+        return f["traces"][:]
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=":0")
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+@pytest.mark.parametrize("chunk", [7000, 12345, 100])
+def test_apply_equals_the_single_process_job(tmp_path, chunk):
+    rec = dspk.open_recording(write_recording(tmp_path / "r.h5"))
+    p = Pipeline.from_options(whiten="local", n_neighbors=4, backend="cpu").fit(rec)
+    arr = dd.to_dask(rec, chunk=chunk)
+    assert arr.shape == (rec.n_channels, rec.n_samples) and arr.dtype == np.float32
+    np.testing.assert_array_equal(arr.compute(scheduler="sync"), rec.read())
+    y = dd.apply(p, arr).compute(scheduler="threads")
+    ref = p.transform(rec.read())
+    np.testing.assert_allclose(y, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+    if chunk > p.margin(FS):     # same blocks as the job's chunks: the same bits
+        job = traces(p.run(rec, tmp_path / "o.h5", chunk_s=chunk / FS, progress=False))
+        np.testing.assert_array_equal(y, job.T)
+
+
+def test_fit_as_tasks_gives_the_same_whitening(tmp_path, client):
+    path = write_recording(tmp_path / "r.h5", n=90000)
+    rec = dspk.open_recording(path)
+    one = Pipeline.from_options(whiten="local", n_neighbors=6, backend="cpu").fit(rec)
+    many = dd.fit(Pipeline.from_options(whiten="local", n_neighbors=6, backend="cpu"), rec,
+                  client=client)
+    np.testing.assert_array_equal(many.states[2]["W"], one.states[2]["W"])
+    local = dd.fit(Pipeline.from_options(whiten="global", backend="cpu"), path)
+    np.testing.assert_array_equal(
+        local.states[2]["W"],
+        Pipeline.from_options(whiten="global", backend="cpu").fit(rec).states[2]["W"])
+
+
+def test_preprocess_many_equals_single_process_and_reports_failures(tmp_path, client):
+    paths = [write_recording(tmp_path / f"r{i}.h5", c=8 + 4 * i, seed=i) for i in range(3)]
+    bad = tmp_path / "broken.h5"
+    bad.write_bytes(b"not an HDF5 file")
+    res = dd.preprocess_many([*map(str, paths), str(bad)], tmp_path / "out", client=client,
+                             whiten="global", backend="cpu", chunk_s=0.5)
+    assert isinstance(res[str(bad)], Exception) and "not an HDF5 file" in str(res[str(bad)])
+    for p in paths:             # different channel counts, each processed on its own
+        single = single_process(p, tmp_path / f"{p.stem}-single.h5", whiten="global",
+                                backend="cpu", chunk_s=0.5)
+        assert res[str(p)] == str(tmp_path / "out" / f"{p.stem}.h5")
+        np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_a_killed_worker_is_retried_and_its_output_is_complete(tmp_path, monkeypatch):
+    """The first worker to write 9000 samples dies (os._exit, as a kill); its job is retried
+    on a fresh worker, resumes the partial file, and ends with the single-process bytes."""
+    from distributed import Client, LocalCluster
+
+    paths = [write_recording(tmp_path / f"k{i}.h5", n=36000, seed=10 + i) for i in range(2)]
+    monkeypatch.setenv("DSPK_KILL_AFTER_SAMPLES", "9000")
+    monkeypatch.setenv("DSPK_KILL_ONCE_FILE", str(tmp_path / "killed-once"))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=c,
+                                 whiten="global", backend="cpu", chunk_s=0.1)
+    monkeypatch.delenv("DSPK_KILL_AFTER_SAMPLES")
+    assert (tmp_path / "killed-once").exists()          # a worker did die mid-job
+    for p in paths:
+        assert res[str(p)] == str(tmp_path / "out" / f"{p.stem}.h5")
+        single = single_process(p, tmp_path / f"{p.stem}-single.h5", whiten="global",
+                                backend="cpu", chunk_s=0.1)
+        np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        dd.preprocess_many(str(tmp_path / "*.nwb"), tmp_path / "out")
+    with pytest.raises(TypeError, match="unknown keyword"):
+        dd.preprocess_many([str(tmp_path / "a.h5")], tmp_path / "out", hipass=300)
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match="cannot reach tcp://127.0.0.1:9"):
+        dd.cluster_client("tcp://127.0.0.1:9", timeout=2)
+    assert time.perf_counter() - t0 < 30
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises((FileExistsError, NotADirectoryError, PermissionError)):
+        dd.preprocess_many([str(tmp_path / "a.h5")], blocker / "out")
+    if os.geteuid() != 0:       # root may write anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        with pytest.raises(PermissionError, match="not writable"):
+            dd.preprocess_many([str(tmp_path / "a.h5")], ro)
+    rec = dspk.open_recording(write_recording(tmp_path / "r.h5"))
+    with pytest.raises(dspk.pipeline.PipelineError, match="not fitted"):
+        dd.apply(Pipeline.from_options(whiten="global"), dd.to_dask(rec))
+    with pytest.raises(ValueError, match="chunk: expected a positive"):
+        dd.to_dask(rec, chunk=0)
+    assert Path(tmp_path / "out").exists() is False or not any((tmp_path / "out").iterdir())
+
+
+def test_command_line(tmp_path):
+    for i in range(2):
+        write_recording(tmp_path / f"c{i}.h5", c=8, seed=20 + i)
+    (tmp_path / "c9.h5").write_bytes(b"broken")
+    from dspk.cli import main
+
+    rc = main(["preprocess-many", str(tmp_path / "c*.h5"), str(tmp_path / "out"),
+               "--workers", "2", "--whiten", "global", "--backend", "cpu", "--int16"])
+    assert rc == 1                                  # one recording failed, the others done
+    for i in range(2):
+        assert traces(tmp_path / "out" / f"c{i}.h5").dtype == np.int16
+    assert main(["preprocess-many", str(tmp_path / "none*.h5"), str(tmp_path / "o2"),
+                 "--workers", "1"]) == 2
