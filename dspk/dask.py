@@ -314,7 +314,7 @@ def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
 
 
 def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None,
-                    retries: int = 0, **options: Any) -> dict:
+                    retries: int = 0, tune: bool = True, **options: Any) -> dict:
     """Preprocess many recordings in parallel, one output per recording.
 
     Parameters
@@ -328,6 +328,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     retries : int
         Attempts beyond the first for a job that raised (a job whose worker died is
         rescheduled by the scheduler anyway, and resumes its partial file).
+    tune : bool
+        Take the tuner's decisions first, once per kind of recording (`Pipeline.tune` in a
+        worker), so that every worker sharing the tuner's cache makes the same choices. False
+        when the cache already holds them (after ``dspk tune`` on one of the recordings).
     **options
         `open_recording` keywords (dataset, fs, n_channels, ...), `Pipeline.from_options`
         keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
@@ -371,11 +375,11 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         # single process's, and a retried job resumes rather than refits differently
         chunk_s = float(run_options.get("chunk_s", 1.0))
         first: dict = {}
-        for p in paths:
+        for p in paths if tune else ():
             key = _shape_class(p, open_options, chunk_s)
             if key is not None:
                 first.setdefault(key, p)
-        for p in first.values():
+        for p in first.values() if tune else ():
             try:
                 client.submit(_tune_job, p, open_options, pipe_options, chunk_s,
                               pure=False).result()

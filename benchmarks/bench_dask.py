@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""dspk.dask against the single-process pipeline (issue 7): many small recordings through
+`preprocess_many` and one long recording through `to_dask` + `apply`, with 1 and 2 worker
+processes of a LocalCluster (CPU backend) or one GPU worker (GPU backend: dask-cuda's
+LocalCUDACluster when installed, else one worker process), reported as × real time of all the
+recordings and as the overhead against one process doing the same work.
+
+Synthetic int16 recordings (correlated noise), high-pass 300 Hz + median reference + global
+whitening; float32 output.
+
+    python benchmarks/bench_dask.py [--backend cpu|gpu|auto] [--small] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dspk  # noqa: E402
+from common import bench_main, finish, heading  # noqa: E402 (benchmarks/)
+
+FS = 30000.0
+OPTIONS = dict(highpass=300.0, reference="median", whiten="global")
+
+
+def make(path: Path, channels: int, seconds: float, seed: int) -> Path:
+    import h5py  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    n = int(seconds * FS)
+    mix = rng.standard_normal((channels, channels // 4 + 1)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("traces", shape=(n, channels), dtype=np.int16)
+        d.attrs["fs"] = FS
+        for s0 in range(0, n, int(FS)):
+            s1 = min(n, s0 + int(FS))
+            x = rng.standard_normal((s1 - s0, mix.shape[1]), dtype=np.float32) @ mix.T * 20
+            x += 5 * rng.standard_normal((s1 - s0, channels), dtype=np.float32)
+            d[s0:s1] = np.rint(x).astype(np.int16)
+    return path
+
+
+def _warm() -> None:
+    import h5py  # noqa: F401,PLC0415
+    import scipy.signal  # noqa: F401,PLC0415
+
+    import dspk.pipeline  # noqa: F401,PLC0415
+
+
+def client_for(backend: str, workers: int):
+    from distributed import Client, LocalCluster  # noqa: PLC0415
+
+    if backend == "gpu":
+        try:
+            from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+
+            return Client(LocalCUDACluster(n_workers=workers))
+        except ImportError:
+            pass
+    return Client(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0"))
+
+
+def run(backend: str, small: bool) -> tuple[list, list]:
+    from dspk.dask import apply, fit, preprocess_many, to_dask  # noqa: PLC0415
+
+    gpu = dspk.resolve_backend(backend or "auto") == "gpu"
+    be = "gpu" if gpu else "cpu"
+    rows, notes = [], []
+    n_small, small_ch, small_s = (4, 64, 5.0) if small else (8, 64, 10.0)
+    big_ch, big_s = (384, 10.0) if small else (384, 30.0)
+    worker_counts = (1,) if gpu else (1, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        paths = [make(work / f"s{i}.h5", small_ch, small_s, i) for i in range(n_small)]
+        big = make(work / "big.h5", big_ch, big_s, 99)
+        total_small = n_small * small_s
+        # the tuner's decisions once, outside every timing (they land in the shared cache)
+        for p in (paths[0], big):
+            dspk.Pipeline.from_options(**OPTIONS, backend=be).tune(dspk.open_recording(p))
+        t0 = time.perf_counter()
+        for i, p in enumerate(paths):
+            dspk.preprocess(str(p), work / f"single-{i}.h5", **OPTIONS, backend=be,
+                            progress=False)
+        single_many = time.perf_counter() - t0
+        rows.append(dict(case=f"{n_small} recordings, {small_ch} ch x {small_s:g} s",
+                         what="single process, one after another", workers="-",
+                         wall_s=single_many, xrt=total_small / single_many))
+        rec = dspk.open_recording(big)
+        pipe = dspk.Pipeline.from_options(**OPTIONS, backend=be).fit(rec)
+        t0 = time.perf_counter()
+        pipe.run(rec, work / "single-big.h5", progress=False)
+        single_big = time.perf_counter() - t0
+        rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s", what="single process "
+                         "(Pipeline.run to HDF5)", workers="-", wall_s=single_big,
+                         xrt=big_s / single_big))
+        for workers in worker_counts:
+            with client_for(be, workers) as client:
+                # workers up, dspk and its imports loaded, before the clock (once per worker
+                # process in real use); the choices are already in the tuner's cache
+                client.run(_warm)
+                t0 = time.perf_counter()
+                res = preprocess_many([str(p) for p in paths], work / f"many-{workers}",
+                                      client=client, tune=False, **OPTIONS, backend=be)
+                dt = time.perf_counter() - t0
+                bad = [p for p, r in res.items() if isinstance(r, Exception)]
+                rows.append(dict(case=f"{n_small} recordings, {small_ch} ch x {small_s:g} s",
+                                 what="dspk.dask.preprocess_many", workers=workers, wall_s=dt,
+                                 xrt=total_small / dt, vs_single=dt / single_many,
+                                 failed=len(bad)))
+                t0 = time.perf_counter()
+                p2 = fit(dspk.Pipeline.from_options(**OPTIONS, backend=be), rec,
+                         client=client)
+                arr = apply(p2, to_dask(rec))
+                y = client.compute(arr).result()
+                dt = time.perf_counter() - t0
+                rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s",
+                                 what="dspk.dask fit + apply (to memory)", workers=workers,
+                                 wall_s=dt, xrt=big_s / dt, vs_single=dt / single_big))
+                del y
+        notes.append(f"backend {be}; {'LocalCUDACluster' if gpu else 'LocalCluster'} worker "
+                     f"processes, 1 thread each; the single-process rows ran first in this "
+                     f"process; every run after one tuning pass per kind of recording")
+    return rows, notes
+
+
+def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
+    lines = heading("bench_dask", backend, env,
+                    ["case", "what", "workers", "wall s", "× real time",
+                     "vs single process (time)"])
+    for r in rows:
+        vs = f"{r['vs_single']:.2f}" if "vs_single" in r else "-"
+        lines.append(f"| {r['case']} | {r['what']} | {r['workers']} | {r['wall_s']:.2f} | "
+                     f"{r['xrt']:.1f} | {vs} |")
+    return finish(lines, notes)
+
+
+if __name__ == "__main__":
+    bench_main("bench_dask", __doc__, run, markdown)
