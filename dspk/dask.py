@@ -155,11 +155,17 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     darray = darray.rechunk({0: -1})         # all channels in each block (spatial steps)
     m = pipeline.margin(fs)
     n = darray.shape[1]
+    chunks = list(darray.chunks[1])
+    if len(chunks) > 1 and m > min(chunks):
+        # map_overlap takes a halo from the neighbouring blocks only: every block at least m
+        # long (the last, shorter one merged into the one before), so that dask does not
+        # rechunk on its own and the blocks' starts below stay right
+        size = max(m, max(chunks))
+        chunks = [size] * (n // size) + ([n % size] if n % size else [])
+        if len(chunks) > 1 and chunks[-1] < m:
+            chunks[-2:] = [chunks[-2] + chunks[-1]]
+        darray = darray.rechunk({1: tuple(chunks)})
     starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
-    if m > min(darray.chunks[1]) and len(darray.chunks[1]) > 1:
-        # map_overlap takes its halo from the neighbouring block only
-        darray = darray.rechunk({1: max(m, max(darray.chunks[1]))})
-        starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
 
     def block(x: Any, block_info: Any = None) -> Any:
         i = block_info[None]["chunk-location"][1]
