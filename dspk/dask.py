@@ -33,7 +33,7 @@ from .io import Recording, open_recording
 from .ops import CovarianceAccumulator, whitening_matrix
 from .pipeline import Pipeline, PipelineError, Whiten, _fit_chunks
 
-__all__ = ["to_dask", "apply", "fit", "preprocess_many", "cluster_client"]
+__all__ = ["to_dask", "apply", "fit", "to_hdf5", "preprocess_many", "cluster_client"]
 
 log = logging.getLogger("dspk.dask")
 
@@ -172,8 +172,80 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
         y = x.astype(pipeline.dtype, copy=True)
         return pipeline._run_steps(y, fs, int(starts[i]) - m, n)
 
-    return darray.map_overlap(block, depth={0: 0, 1: m}, boundary=0, dtype=pipeline.dtype,
-                              meta=darray._meta.astype(pipeline.dtype))
+    out = darray.map_overlap(block, depth={0: 0, 1: m}, boundary=0, dtype=pipeline.dtype,
+                             meta=darray._meta.astype(pipeline.dtype))
+    out.fs = fs
+    return out
+
+
+def _write_block(block: np.ndarray, path: str, offset: int, shape: tuple, dtype: str,
+                 starts: np.ndarray, samples_first: bool, block_info: Any = None) -> np.ndarray:
+    """One block of traces into the output's samples (os.pwrite; no HDF5 in the worker)."""
+    from .io.rawio import RawDatasetWriter  # noqa: PLC0415
+
+    s0 = int(starts[block_info[None]["chunk-location"][1]])
+    host = np.asarray(getattr(block, "get", lambda: block)(), dtype=dtype)
+    writer = RawDatasetWriter(path, offset=offset, shape=shape, dtype=dtype)
+    try:
+        if samples_first:
+            writer.write(s0, np.ascontiguousarray(host.T), axis=0)
+        else:
+            writer.write(s0, host, axis=1)
+    finally:
+        writer.close()
+    return np.zeros((1, 1), dtype=np.int8)
+
+
+def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
+            layout: str = "samples_channels", dtype: Any = np.float32,
+            overwrite: bool = False, client: Any = None) -> Path:
+    """Write a [channels, samples] dask array (`apply`'s result, say) as the ``/traces`` of a
+    new HDF5 file, every block by its own task: the file is created (contiguous, allocated)
+    first, then each task writes its block's bytes at their place with ``os.pwrite`` — blocks
+    are disjoint, so workers write at once with no lock and no HDF5 in the workers — and the
+    file, written to ``OUT.partial``, gets its name when every block is in.
+
+    Returns
+    -------
+    pathlib.Path
+        The completed output.
+    """
+    import dask  # noqa: PLC0415
+    import h5py  # noqa: PLC0415
+
+    from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
+
+    out = Path(out_path)
+    if out.exists() and not overwrite:
+        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
+    if layout not in ("samples_channels", "channels_samples"):
+        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
+                         f"{layout!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
+    c, n = darray.shape
+    shape = (n, c) if layout == "samples_channels" else (c, n)
+    partial = out.with_name(out.name + ".partial")
+    partial.unlink(missing_ok=True)
+    with h5py.File(partial, "w") as f:
+        dset = create_contiguous(f, "traces", shape, dtype)
+        dset.attrs["layout"] = layout
+        fs = fs or getattr(darray, "fs", None)
+        if fs is not None:
+            dset.attrs["fs"] = fs
+            f.attrs["fs"] = fs
+        offset = raw_offset(dset)
+    darray = darray.rechunk({0: -1})
+    starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
+    done = darray.map_blocks(_write_block, str(partial), offset, shape, dtype.str, starts,
+                             layout == "samples_channels", dtype=np.int8, chunks=(1, 1))
+    if client is not None:
+        client.compute(done).result()
+    else:
+        dask.compute(done)
+    partial.replace(out)
+    return out
 
 
 def _partial_covariance(pipeline: Pipeline, source: _Source, s0: int, s1: int, k: int,

@@ -170,3 +170,22 @@ def test_command_line(tmp_path):
         assert traces(tmp_path / "out" / f"c{i}.h5").dtype == np.int16
     assert main(["preprocess-many", str(tmp_path / "none*.h5"), str(tmp_path / "o2"),
                  "--workers", "1"]) == 2
+
+
+@pytest.mark.parametrize("layout", ["samples_channels", "channels_samples"])
+def test_one_recording_split_across_workers_to_hdf5(tmp_path, client, layout):
+    """apply's blocks written by the workers themselves (os.pwrite at each block's place):
+    the single-process job's file, sample for sample, readable as a recording."""
+    rec = dspk.open_recording(write_recording(tmp_path / "r.h5", n=60000))
+    p = Pipeline.from_options(whiten="global", backend="cpu").fit(rec)
+    out = dd.to_hdf5(dd.apply(p, dd.to_dask(rec, chunk=6000)), tmp_path / "o.h5",
+                     layout=layout, client=client)
+    job = traces(p.run(rec, tmp_path / "job.h5", chunk_s=0.2, layout=layout,
+                       progress=False))
+    got = traces(out)
+    assert got.shape == job.shape and not (tmp_path / "o.h5.partial").exists()
+    np.testing.assert_allclose(got, job, rtol=0, atol=2e-5 * np.abs(job).max())
+    back = dspk.open_recording(out)
+    assert (back.n_channels, back.n_samples, back.fs) == (rec.n_channels, rec.n_samples, FS)
+    with pytest.raises(dspk.pipeline.PipelineError, match="exists"):
+        dd.to_hdf5(dd.to_dask(rec), out)

@@ -51,12 +51,21 @@ def raw_offset(dset: Any) -> int | None:
 class RawDatasetWriter:
     """Writes blocks of a 2-D contiguous dataset with ``os.pwrite`` (the GIL released)."""
 
-    def __init__(self, path: str, dset: Any) -> None:
+    def __init__(self, path: str, dset: Any = None, *, offset: int | None = None,
+                 shape: tuple | None = None, dtype: Any = None) -> None:
+        """From an open dataset, or from its ``offset``, ``shape`` and ``dtype`` (a process
+        that writes its blocks without opening the file through HDF5: disjoint blocks may be
+        written by several processes at once)."""
         self._fd: int | None = None
-        offset = raw_offset(dset)
-        if offset is None:
-            raise ValueError(f"{dset.name}: not a contiguous, allocated, unfiltered dataset")
-        self.offset, self.shape, self.dtype = offset, dset.shape, dset.dtype
+        if dset is not None:
+            offset = raw_offset(dset)
+            if offset is None:
+                raise ValueError(f"{dset.name}: not a contiguous, allocated, unfiltered "
+                                 f"dataset")
+            shape, dtype = dset.shape, dset.dtype
+        if offset is None or shape is None or dtype is None:
+            raise ValueError("RawDatasetWriter: give a dataset, or offset, shape and dtype")
+        self.offset, self.shape, self.dtype = int(offset), tuple(shape), np.dtype(dtype)
         self._fd = os.open(path, os.O_WRONLY)
 
     def _pwrite(self, data: Any, at: int) -> None:
