@@ -30,8 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .io import Recording, open_recording
-from .ops import CovarianceAccumulator, whitening_matrix
-from .pipeline import Pipeline, PipelineError, Whiten, _fit_chunks
+from .ops import CovarianceAccumulator
+from .pipeline import FIT_CHUNKS, FIT_CHUNK_S, Pipeline, PipelineError, Whiten, _fit_chunks
 
 __all__ = ["to_dask", "apply", "fit", "to_hdf5", "preprocess_many", "cluster_client"]
 
@@ -281,7 +281,7 @@ def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
             continue
         if step.mode == "local" and rec.geometry is None:
             raise PipelineError("whiten='local' needs the recording's geometry")
-        spans = _fit_chunks(rec.n_samples, rec.fs, seed, 16, 0.5)
+        spans = _fit_chunks(rec.n_samples, rec.fs, seed, FIT_CHUNKS, FIT_CHUNK_S)
         tasks = [dask.delayed(_partial_covariance)(pipeline, source, s0, s1, k, xp_name)
                  for s0, s1 in spans]
         parts = client.gather(client.compute(tasks)) if client is not None else \
@@ -289,14 +289,7 @@ def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
         acc = parts[0]
         for part in parts[1:]:
             acc.merge(part)
-        cov = acc.result().astype(np.float64)
-        if step.mode == "global":
-            w = whitening_matrix(cov, eps=step.eps)
-        else:
-            w = whitening_matrix(cov, eps=step.eps, geometry_um=rec.geometry,
-                                 n_neighbors=min(step.n_neighbors, rec.n_channels))
-        pipeline.states[k]["W"] = np.asarray(getattr(w, "get", lambda: w)(), np.float64)
-        pipeline.states[k].pop("_W_dev", None)
+        pipeline._set_whitening(k, acc, rec)
     return pipeline
 
 

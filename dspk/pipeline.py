@@ -309,19 +309,24 @@ class Pipeline:
                 for (s0, s1), raw in zip(spans, raws):
                     x = self._compute(raw, recording, s0, s1, m, xp, k)  # the steps before
                     acc.add(x[:, m:m + (s1 - s0)])
-            cov = acc.result().astype(np.float64)
-            if step.mode == "global":
-                w = whitening_matrix(cov, eps=step.eps)
-            else:
-                w = whitening_matrix(cov, eps=step.eps, geometry_um=recording.geometry,
-                                     n_neighbors=min(step.n_neighbors, recording.n_channels))
-            self.states[k]["W"] = to_numpy(w).astype(np.float64)
-            self.states[k].pop("_W_dev", None)
-            log.info("fitted %s whitening on %d samples", step.mode, acc.n)
+            self._set_whitening(k, acc, recording)
         det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
         if det is not None and det.features > 0:
             self._fit_features(recording, det, xp, seed, n_chunks, chunk_s)
         return self
+
+    def _set_whitening(self, k: int, acc: CovarianceAccumulator, recording: Recording) -> None:
+        """Step k's W from the covariance accumulated over the fit chunks."""
+        step = self.steps[k]
+        cov = acc.result().astype(np.float64)
+        if step.mode == "global":
+            w = whitening_matrix(cov, eps=step.eps)
+        else:
+            w = whitening_matrix(cov, eps=step.eps, geometry_um=recording.geometry,
+                                 n_neighbors=min(step.n_neighbors, recording.n_channels))
+        self.states[k]["W"] = to_numpy(w).astype(np.float64)
+        self.states[k].pop("_W_dev", None)
+        log.info("fitted %s whitening on %d samples", step.mode, acc.n)
 
     def tune(self, recording: Recording, chunk_s: float = 1.0) -> "Pipeline":
         """Take now every tuner decision a job on ``recording`` will need — fit (its chunks),
