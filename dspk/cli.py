@@ -120,7 +120,7 @@ def _preprocess(args: argparse.Namespace) -> int:
 def _preprocess_many(args: argparse.Namespace) -> int:
     import numpy as np  # noqa: PLC0415
 
-    from .dask import cluster_client, preprocess_many  # noqa: PLC0415
+    from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
 
     backend = args.backend or "auto"
     client = cluster_client(args.scheduler, args.workers, gpu=backend == "gpu")
@@ -136,10 +136,7 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     try:
         results = preprocess_many(args.pattern, args.outdir, client=client, **options)
     finally:
-        cluster = getattr(client, "cluster", None)
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        close_client(client)
     failed = 0
     for path, res in results.items():
         if isinstance(res, Exception):

@@ -24,8 +24,9 @@ from __future__ import annotations
 import glob
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -33,7 +34,8 @@ from .io import Recording, open_recording
 from .ops import CovarianceAccumulator
 from .pipeline import FIT_CHUNKS, FIT_CHUNK_S, Pipeline, PipelineError, Whiten, _fit_chunks
 
-__all__ = ["to_dask", "apply", "fit", "to_hdf5", "preprocess_many", "cluster_client"]
+__all__ = ["to_dask", "apply", "fit", "to_hdf5", "preprocess_many", "cluster_client",
+           "close_client"]
 
 log = logging.getLogger("dspk.dask")
 
@@ -330,40 +332,41 @@ RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compressio
             "overwrite"}
 
 
+@contextmanager
+def _opened(path: str, open_options: dict) -> Iterator[Recording]:
+    """A recording opened for one task and closed after it (files hold a handle)."""
+    rec = open_recording(path, **open_options)
+    try:
+        yield rec
+    finally:
+        close = getattr(rec, "close", None)
+        if close is not None:
+            close()
+
+
+def _pipeline(pipe_options: dict) -> Pipeline:
+    opts = dict(pipe_options)
+    if "dtype_processing" in opts:
+        opts["dtype"] = opts.pop("dtype_processing")
+    return Pipeline.from_options(**opts)
+
+
 def _job(path: str, out: str, open_options: dict, pipe_options: dict,
          run_options: dict) -> str:
     """One recording, in a worker: open, fit, run — resuming the partial output that a
     killed worker left (`Pipeline.run`'s resume), so a retried job ends with the same file."""
-    rec = open_recording(path, **open_options)
-    try:
-        opts = dict(pipe_options)
-        if "dtype_processing" in opts:
-            opts["dtype"] = opts.pop("dtype_processing")
-        pipe = Pipeline.from_options(**opts)
-        run = dict(run_options)
-        if "layout_out" in run:
-            run["layout"] = run.pop("layout_out")
-        return str(pipe.run(rec, out, resume=True, progress=False, **run))
-    finally:
-        close = getattr(rec, "close", None)
-        if close is not None:
-            close()
+    run = dict(run_options)
+    if "layout_out" in run:
+        run["layout"] = run.pop("layout_out")
+    with _opened(path, open_options) as rec:
+        return str(_pipeline(pipe_options).run(rec, out, resume=True, progress=False, **run))
 
 
-def _tune_job(path: str, open_options: dict, pipe_options: dict, chunk_s: float) -> tuple:
+def _tune_job(path: str, open_options: dict, pipe_options: dict, chunk_s: float) -> None:
     """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
     cache before the jobs start."""
-    rec = open_recording(path, **open_options)
-    try:
-        opts = dict(pipe_options)
-        if "dtype_processing" in opts:
-            opts["dtype"] = opts.pop("dtype_processing")
-        Pipeline.from_options(**opts).tune(rec, chunk_s)
-        return rec.n_channels, rec.n_samples
-    finally:
-        close = getattr(rec, "close", None)
-        if close is not None:
-            close()
+    with _opened(path, open_options) as rec:
+        _pipeline(pipe_options).tune(rec, chunk_s)
 
 
 def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
@@ -371,17 +374,20 @@ def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
     one class need the same tuner decisions (None if it cannot be opened: its job reports
     why)."""
     try:
-        rec = open_recording(path, **open_options)
+        with _opened(path, open_options) as rec:
+            chunk = max(1, int(round(chunk_s * rec.fs)))
+            last = rec.n_samples - (rec.n_samples - 1) // chunk * chunk
+            return rec.n_channels, rec.fs, min(rec.n_samples, chunk), int(last).bit_length()
     except Exception:   # reported by its own job
         return None
-    try:
-        chunk = max(1, int(round(chunk_s * rec.fs)))
-        last = rec.n_samples - (rec.n_samples - 1) // chunk * chunk
-        return rec.n_channels, rec.fs, min(rec.n_samples, chunk), int(last).bit_length()
-    finally:
-        close = getattr(rec, "close", None)
-        if close is not None:
-            close()
+
+
+def close_client(client: Any) -> None:
+    """Close a client and the local cluster it started, if any."""
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None,
@@ -469,7 +475,4 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         return results
     finally:
         if own:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            close_client(client)

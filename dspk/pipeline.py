@@ -310,10 +310,14 @@ class Pipeline:
                     x = self._compute(raw, recording, s0, s1, m, xp, k)  # the steps before
                     acc.add(x[:, m:m + (s1 - s0)])
             self._set_whitening(k, acc, recording)
-        det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+        det = self._detector()
         if det is not None and det.features > 0:
             self._fit_features(recording, det, xp, seed, n_chunks, chunk_s)
         return self
+
+    def _detector(self) -> "Detect | None":
+        """The Detect step (always the last), or None."""
+        return self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
 
     def _set_whitening(self, k: int, acc: CovarianceAccumulator, recording: Recording) -> None:
         """Step k's W from the covariance accumulated over the fit chunks."""
@@ -339,7 +343,7 @@ class Pipeline:
         fs, n = recording.fs, recording.n_samples
         chunk = min(n, max(1, int(round(chunk_s * fs))))
         m = self.margin(fs)
-        det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+        det = self._detector()
         md = det.margin(fs) if det is not None else 0
         last = n - (n - 1) // chunk * chunk
         for s0, s1 in {(0, chunk), (n - last, n)}:
@@ -534,7 +538,7 @@ class Pipeline:
             raw_out = RawDatasetWriter(str(partial), dset) if raw_offset(dset) is not None \
                 else None
             m = self.margin(rec.fs)
-            det = self.steps[-1] if self.steps and isinstance(self.steps[-1], Detect) else None
+            det = self._detector()
             md = det.margin(rec.fs) if det is not None else 0
             feat_pca = None
             if det is not None:

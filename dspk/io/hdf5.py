@@ -203,15 +203,8 @@ class HDF5Recording(Recording):
         self.close()
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
-        if self._samples_first:
-            sel = (slice(start, stop), slice(None))
-        else:
-            sel = (slice(None), slice(start, stop))
-        if self._gzip is not None and stop > start:
-            block = self._gzip_reader().read(sel)
-        else:
-            block = self._dset[sel]
-        return _select(block, idx, self.n_channels, self._samples_first)
+        return _select(self._read_native(start, stop, None), idx, self.n_channels,
+                       self._samples_first)
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
         sel = (slice(start, stop), slice(None)) if self._samples_first else \

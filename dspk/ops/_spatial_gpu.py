@@ -21,8 +21,6 @@ from ..linalg.kernels import FastLaunch, kernel
 
 SPATIAL_KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "spatial.cu"
 SR_R = 8                       # rows per group, as in spatial.cu
-#: shared memory per block we aim for: two blocks per SM on an H100/H200 (228 KB per SM)
-SMEM_TARGET = 110 * 1024
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
