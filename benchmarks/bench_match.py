@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dspk  # noqa: E402
 from dspk.backend import to_numpy  # noqa: E402
 from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
-from dspk.match import TemplateBank, _bank_reason, _mma_reason, ncc, ncc_direct, ncc_peaks  # noqa: E402,E501
+from dspk.match import (MMA_VARIANTS, TemplateBank, _bank_reason, _mma_reason, ncc,  # noqa: E402
+                        ncc_direct, ncc_peaks)
 
 TARGETS_GPU = {("coins", 32, "ncc"): 0.05, ("large", 32, "ncc"): 1.0,
                ("int16 cov", 0, "int_matmul"): 0.08}
@@ -107,10 +108,12 @@ def run(backend, small):
                 impls["bank_dp4a"] = tb._ncc_bank_dp4a
             else:
                 notes.append(f"{label} N={n}: bank_dp4a unavailable: {_bank_reason(xi, tb)}")
-            if _mma_reason(xi, tb) is None:
-                impls["bank_mma"] = tb._ncc_bank_mma
-            else:
-                notes.append(f"{label} N={n}: bank_mma unavailable: {_mma_reason(xi, tb)}")
+            for variant in MMA_VARIANTS:
+                why = _mma_reason(xi, tb, variant)
+                if why is None:
+                    impls[variant] = lambda img, v=variant: tb._ncc_bank_mma(img, v)
+                else:
+                    notes.append(f"{label} N={n}: {variant} unavailable: {why}")
         for name, fn in impls.items():
             try:
                 res = fn(xi)

@@ -318,7 +318,9 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
         except ImportError:
             log.warning("dask-cuda is not installed: CPU worker processes instead")
         else:
-            return Client(LocalCUDACluster())
+            # one worker per visible GPU, CUDA_VISIBLE_DEVICES rotated so each worker's
+            # device 0 is its own GPU; the parent's environment (NCCL settings) is inherited
+            return Client(LocalCUDACluster(threads_per_worker=1, dashboard_address=":0"))
     return Client(LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
                                processes=True, dashboard_address=":0"))
 

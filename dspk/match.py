@@ -42,6 +42,10 @@ PEAK_CANDIDATES_BYTES = 1 << 30
 #: blocks per SM on the H100/H200's 228 KiB)
 MMA_BX, MMA_BY = 64, 32
 MMA_SMEM_BUDGET = 110 * 1024
+#: tensor-core kernel variants for the tuner: name -> (n-tiles per pass NT or None for the
+#: default, blocks per SM). NT = 2 at 3 blocks per SM: half the accumulators, 80 registers,
+#: 24 warps per SM instead of 16 (but each A fragment serves 2 n-tiles instead of 4).
+MMA_VARIANTS = {"bank_mma": (None, 2), "bank_mma_nt2": (2, 3)}
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
 
@@ -247,8 +251,10 @@ class TemplateBank:
         impls = {"im2col_int_matmul": self._ncc_engine}
         if xp is not np and _bank_reason(image, self) is None:
             impls["bank_dp4a"] = self._ncc_bank_dp4a
-        if xp is not np and _mma_reason(image, self) is None:
-            impls["bank_mma"] = self._ncc_bank_mma
+        if xp is not np:
+            for variant in MMA_VARIANTS:
+                if _mma_reason(image, self, variant) is None:
+                    impls[variant] = lambda img, v=variant: self._ncc_bank_mma(img, v)
         name = "im2col_int_matmul"
         if len(impls) > 1:
             gpu = xp is not np
@@ -257,17 +263,17 @@ class TemplateBank:
             name, _ = tuner.choose(key, {k: (lambda f=f: f(image)) for k, f in impls.items()},
                                    gpu, _agree)
         bound = impls[name]
-        if name == "bank_mma" and image.strides[1] == 1:
-            bound = self._bind_mma(image)
+        if name in MMA_VARIANTS and image.strides[1] == 1:
+            bound = self._bind_mma(image, name)
         if len(self._bound) < 64:
             self._bound[_signature(image)] = bound
         return bound(image)
 
-    def _bind_mma(self, image: Any) -> Any:
+    def _bind_mma(self, image: Any, variant: str = "bank_mma") -> Any:
         """The tensor-core kernel for images of this geometry with its launch packed once:
         a call allocates the maps and launches, nothing else."""
         xp = self.xp
-        launch = self._mma_launch(image, None)
+        launch = self._mma_launch(image, None, variant)
         shape = (self.n, image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1)
 
         def run(img: Any) -> Any:
@@ -308,11 +314,11 @@ class TemplateBank:
         t_rs = xp.where(var_t > 0, 1 / xp.sqrt(vt), 0).astype(np.float32)
         return packed.view(np.int32), t_sum, t_rs
 
-    def _mma_bank(self) -> tuple:
+    def _mma_bank(self, variant: str = "bank_mma") -> tuple:
         """(plan, bank in fragment order, centred S_T, float32 1/sqrt(var_T) or 0), packed on
         the device by one launch of ``ncc_mma_pack``."""
         xp = self.xp
-        plan = _mma_plan(self.n, self.th, self.tw, xp.cuda.runtime.getDevice())
+        plan = _mma_plan(self.n, self.th, self.tw, xp.cuda.runtime.getDevice(), variant)
         tmpl = xp.ascontiguousarray(self.templates).view(np.uint8)
         tiles = plan["grid_z"] * plan["tiles_z"]
         packed = xp.empty(tiles * (plan["KC"] // 4) * 32 * 2, dtype=np.int32)
@@ -325,7 +331,8 @@ class TemplateBank:
                                   t_rs))
         return plan, packed, t_sum, t_rs
 
-    def _mma_launch(self, image: Any, peaks: tuple | None) -> FastLaunch:
+    def _mma_launch(self, image: Any, peaks: tuple | None,
+                    variant: str = "bank_mma") -> FastLaunch:
         """The tensor-core kernel's launch for images of ``image``'s geometry (rows
         contiguous), its parameters packed (`FastLaunch`). Call-time addresses: the image and
         the maps; with ``peaks`` = (threshold, capacity), the image, the candidate count, keys
@@ -333,11 +340,12 @@ class TemplateBank:
         th, tw = self.th, self.tw
         H, W = image.shape
         ho, wo = H - th + 1, W - tw + 1
-        plan, bank, t_sum, t_rs = self._get("mma", self._mma_bank)
+        plan, bank, t_sum, t_rs = self._get(f"mma-{variant}", lambda: self._mma_bank(variant))
         center = "true" if self.dtype == np.uint8 else "false"
         wide = "true" if plan["wide"] else "false"
         mode = "true" if peaks is not None else "false"
-        fn = kernel(str(NCC_KERNELS), f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}>")
+        fn = kernel(str(NCC_KERNELS),
+                    f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}, {plan['minb']}>")
         if fn.max_dynamic_shared_size_bytes < plan["smem"]:
             fn.max_dynamic_shared_size_bytes = plan["smem"]
         dyn, nil = ("ptr", None), ("u64", 0)
@@ -354,46 +362,55 @@ class TemplateBank:
     def _rows_contiguous(self, image: Any) -> Any:
         return image if image.strides[1] == 1 else self.xp.ascontiguousarray(image)
 
-    def _ncc_bank_mma(self, image: Any) -> Any:
+    def _ncc_bank_mma(self, image: Any, variant: str = "bank_mma") -> Any:
         """The fused tensor-core kernel of dspk/kernels/ncc.cu (implicit im2col, mma.sync)."""
         image = self._rows_contiguous(image)
-        return self._bind_mma(image)(image)
+        return self._bind_mma(image, variant)(image)
 
     def _peaks_mma(self, image: Any, threshold: float, d: int) -> np.ndarray | None:
         """Peaks without maps: the tensor-core kernel lists every score >= threshold, the
-        candidates are sorted by (template, y, x) and ``ncc_peak_check`` keeps the local maxima.
-        None when the candidates would exceed PEAK_CANDIDATES_BYTES (a threshold so low that
-        most positions pass: the caller falls back to maps)."""
+        candidates are sorted by (template, y, x) and ``ncc_peak_check`` appends the local
+        maxima to a short list. None when the candidates would exceed PEAK_CANDIDATES_BYTES
+        (a threshold so low that most positions pass: the caller falls back to maps).
+        Launches are packed once per image geometry, threshold and list capacity."""
         xp = self.xp
         image = self._rows_contiguous(image)
         ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
-        count = xp.zeros(1, dtype=np.uint32)
-        capacity = self._cache.get("peak_capacity", 1 << 20)
+        count = xp.zeros(2, dtype=np.uint32)          # candidates, peaks
         stream = xp.cuda.get_current_stream().ptr
         while True:
+            capacity = self._cache.get("peak_capacity", 1 << 20)
             keys = xp.empty(capacity, dtype=np.int64)
             scores = xp.empty(capacity, dtype=np.float32)
-            self._mma_launch(image, (threshold, capacity))(
-                stream, image.data.ptr, count.data.ptr, keys.data.ptr, scores.data.ptr)
-            found = int(count.get()[0])
+            lkey = (_signature(image), threshold, capacity)
+            launch = self._bound.get(lkey)
+            if launch is None:
+                launch = self._mma_launch(image, (threshold, capacity))
+                if len(self._bound) < 64:
+                    self._bound[lkey] = launch
+            launch(stream, image.data.ptr, count.data.ptr, keys.data.ptr, scores.data.ptr)
+            found = int(count[:1].get()[0])
             if found <= capacity:
                 break
             if found * 12 > PEAK_CANDIDATES_BYTES or found >= 2**31:
                 return None
-            capacity = found                      # once more, with room for all of them
-            self._cache["peak_capacity"] = capacity
+            self._cache["peak_capacity"] = found     # once more, with room for all of them
             count.fill(0)
-        keys, scores = keys[:found], scores[:found]
-        order = xp.argsort(keys)
-        keys, scores = keys[order], scores[order]
-        is_peak = xp.empty(found, dtype=np.uint8)
+        peaks_key = xp.empty(max(found, 1), dtype=np.int64)
+        peaks_score = xp.empty(max(found, 1), dtype=np.float32)
         if found:
+            keys, scores = keys[:found], scores[:found]
+            order = xp.argsort(keys)
+            keys, scores = keys[order], scores[order]
             fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
             fn((-(-found // 256),), (256,), (keys, scores, np.int32(found), np.int32(ho),
-                                             np.int32(wo), np.int32(d), is_peak))
-        keep = is_peak.view(bool)
-        k, sc = keys[keep].get(), scores[keep].get()
-        peaks = np.empty(len(k), dtype=PEAK_DTYPE)
+                                             np.int32(wo), np.int32(d), count[1:],
+                                             peaks_key, peaks_score))
+        m = int(count[1:].get()[0])
+        k, sc = peaks_key[:m].get(), peaks_score[:m].get()
+        order = np.argsort(k, kind="stable")          # appended in any order
+        k, sc = k[order], sc[order]
+        peaks = np.empty(m, dtype=PEAK_DTYPE)
         plane = ho * wo
         peaks["template_index"], rem = np.divmod(k, plane)
         peaks["y"], peaks["x"] = np.divmod(rem, wo)
@@ -464,11 +481,12 @@ def _bank_smem(n: int, th: int, tw: int) -> int:
     return n * th * -(-tw // 4) * 4 + _patch_bytes(th, tw)
 
 
-def _mma_plan(n: int, th: int, tw: int, device_id: int) -> dict:
+def _mma_plan(n: int, th: int, tw: int, device_id: int, variant: str = "bank_mma") -> dict:
     """Geometry of the tensor-core kernel (see dspk/kernels/ncc.cu): chunks of 8 template bytes
     per row (cpr) and per template (KC, a multiple of 4 = one mma K step each), the shifted
     copies' strides (Cs, R), n-tiles of 8 templates per group (NT) and per grid-z slice
-    (tiles_z: as many as fit the shared-memory budget), and the dynamic shared memory."""
+    (tiles_z: as many as fit the shared-memory budget of ``variant``'s blocks per SM), and
+    the dynamic shared memory."""
     cpr = -(-tw // 8)
     twp = 8 * cpr
     kc = -(-(th * cpr) // 4) * 4
@@ -482,17 +500,25 @@ def _mma_plan(n: int, th: int, tw: int, device_id: int) -> dict:
     nt = 4 if ntiles >= 4 else (2 if ntiles >= 2 else 1)
     if wide:
         nt = min(nt, 2)                                 # int64 sums: registers for 2 n-tiles
-    optin = int(device_properties(device_id).get("sharedMemPerBlockOptin", _SMEM))
+    want_nt, minb = MMA_VARIANTS[variant]
+    if want_nt is not None:
+        nt = min(nt, want_nt)
+    props = device_properties(device_id)
+    optin = int(props.get("sharedMemPerBlockOptin", _SMEM))
     budget = min(optin, MMA_SMEM_BUDGET)
+    if minb > 2:   # 1 KiB per block is the driver's
+        budget = min(budget, int(props.get("sharedMemPerMultiprocessor", 0)) // minb - 1024)
     fit = (budget - fixed) // per_tile // nt * nt if budget > fixed else 0
     need = -(-ntiles // nt) * nt
     tiles_z = min(fit, need)
     grid_z = -(-need // tiles_z) if tiles_z > 0 else 0
-    return dict(cpr=cpr, KC=kc, Cs=cs, R=r, NT=nt, wide=wide, tiles_z=tiles_z, grid_z=grid_z,
+    return dict(cpr=cpr, KC=kc, Cs=cs, R=r, NT=nt, minb=minb, wide=wide, tiles_z=tiles_z,
+                grid_z=grid_z,
                 smem=fixed + tiles_z * per_tile, fixed=fixed, per_tile=per_tile, budget=budget)
 
 
-def _fused_reason(image: Any, bank: TemplateBank, mma: bool) -> str | None:
+def _fused_reason(image: Any, bank: TemplateBank, mma: bool,
+                  variant: str = "bank_mma") -> str | None:
     """Why a fused bank kernel (dp4a, or tensor-core ``mma``) cannot run these inputs."""
     which = "tensor-core" if mma else "dp4a"
     if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
@@ -504,7 +530,7 @@ def _fused_reason(image: Any, bank: TemplateBank, mma: bool) -> str | None:
     if bank.th * bank.tw > 131071:
         return "template of more than 131071 pixels (int32 sums)"
     if mma:
-        plan = _mma_plan(bank.n, bank.th, bank.tw, image.device.id)
+        plan = _mma_plan(bank.n, bank.th, bank.tw, image.device.id, variant)
         if plan["tiles_z"] == 0:
             return (f"image patch copies and one group of templates need "
                     f"{plan['fixed'] + plan['NT'] * plan['per_tile']} bytes of shared memory "
@@ -518,8 +544,8 @@ def _bank_reason(image: Any, bank: TemplateBank) -> str | None:
     return _fused_reason(image, bank, mma=False)
 
 
-def _mma_reason(image: Any, bank: TemplateBank) -> str | None:
-    return _fused_reason(image, bank, mma=True)
+def _mma_reason(image: Any, bank: TemplateBank, variant: str = "bank_mma") -> str | None:
+    return _fused_reason(image, bank, mma=True, variant=variant)
 
 
 def ncc_direct(image: Any, templates: Any) -> Any:

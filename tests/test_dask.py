@@ -189,3 +189,40 @@ def test_one_recording_split_across_workers_to_hdf5(tmp_path, client, layout):
     assert (back.n_channels, back.n_samples, back.fs) == (rec.n_channels, rec.n_samples, FS)
     with pytest.raises(dspk.pipeline.PipelineError, match="exists"):
         dd.to_hdf5(dd.to_dask(rec), out)
+
+
+def _worker_device():
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    return os.environ.get("CUDA_VISIBLE_DEVICES", ""), props["pciBusID"]
+
+
+@pytest.mark.gpu
+def test_gpu_workers_of_a_local_cuda_cluster(tmp_path):
+    """dask-cuda's LocalCUDACluster: one worker per visible GPU, each bound to its own device
+    (its first visible device differs from every other worker's), and outputs identical to
+    the single-process GPU job's."""
+    pytest.importorskip("dask_cuda")
+    import cupy
+
+    paths = [write_recording(tmp_path / f"g{i}.h5", n=60000, c=16, seed=20 + i)
+             for i in range(3)]
+    client = dd.cluster_client(gpu=True)
+    try:
+        devices = client.run(_worker_device)
+        assert len(devices) == cupy.cuda.runtime.getDeviceCount()
+        firsts = [v[0].split(",")[0] for v in devices.values()]
+        assert len(set(firsts)) == len(firsts) and all(firsts)
+        assert len({v[1] for v in devices.values()}) == len(devices)   # distinct PCI buses
+        res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=client,
+                                 whiten="global", highpass=300.0, reference="median",
+                                 backend="gpu", chunk_s=0.5)
+    finally:
+        dd.close_client(client)
+    for p in paths:
+        assert res[str(p)] == str(tmp_path / "out" / f"{p.stem}.h5"), res[str(p)]
+        single = single_process(p, tmp_path / f"{p.stem}-single.h5", whiten="global",
+                                highpass=300.0, reference="median", backend="gpu",
+                                chunk_s=0.5)
+        np.testing.assert_array_equal(traces(res[str(p)]), traces(single))

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dspk.backend import to_numpy
-from dspk.match import PEAK_DTYPE, TemplateBank, _numerator_sums, ncc, ncc_direct, ncc_peaks
+from dspk.match import (MMA_VARIANTS, PEAK_DTYPE, TemplateBank, _numerator_sums, ncc, ncc_direct,
+                        ncc_peaks)
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -193,10 +194,11 @@ def test_template_bank_reuse_and_snapshot(xp):
 
 @pytest.mark.gpu
 @SETTINGS
-@given(case=cases(), n_extra=st.sampled_from([0, 16, 39]))
-def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra):
-    """The fused mma kernel: K steps padded past the window, template groups of 32, ragged
-    widths, blocks overhanging the maps."""
+@given(case=cases(), n_extra=st.sampled_from([0, 16, 39]),
+       variant=st.sampled_from(sorted(MMA_VARIANTS)))
+def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra, variant):
+    """The fused mma kernel (each variant): K steps padded past the window, template groups
+    of 32, ragged widths, blocks overhanging the maps."""
     import cupy as cp
 
     from dspk.match import _mma_reason
@@ -209,8 +211,8 @@ def test_gpu_tensor_core_bank_kernel_matches_the_definition(case, n_extra):
         bank = np.concatenate([bank, rand((n_extra,) + bank.shape[1:], bank.dtype, 12)])
     xi = cp.asarray(image)
     tb = TemplateBank(cp.asarray(bank))
-    assert _mma_reason(xi, tb) is None
-    got = tb._ncc_bank_mma(xi).get()
+    assert _mma_reason(xi, tb, variant) is None
+    got = tb._ncc_bank_mma(xi, variant).get()
     assert np.max(np.abs(got - ncc_float64(image, bank))) <= 1e-6
     np.testing.assert_array_equal(got, ncc_direct(xi, cp.asarray(bank)).get())
 
@@ -275,3 +277,24 @@ def test_gpu_fused_peaks_with_a_growing_candidate_list(threshold):
         assert tb._cache["peak_capacity"] == 11 * 44 * 82
     np.testing.assert_array_equal(got, brute_peaks(ncc(xi, xb).get(), threshold, 2))
     np.testing.assert_array_equal(ncc_peaks(xi, xb, threshold, 2), got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", sorted(MMA_VARIANTS))
+def test_gpu_tensor_core_interior_blocks_maps_and_peaks(variant):
+    """Blocks whose positions and templates are all inside (the kernel's test-free epilogue)
+    next to ragged ones: maps bit-identical to the direct ones, peaks (several thresholds,
+    repeated calls on the packed launches) equal to those of the maps."""
+    import cupy as cp
+
+    image = rand((150, 333), np.uint8, 21)
+    bank = np.stack([image[4 * i:4 * i + 16, 9 * i:9 * i + 16] for i in range(32)])
+    xi, xb = cp.asarray(image), cp.asarray(bank)
+    ref = ncc_direct(xi, xb).get()
+    tb = TemplateBank(xb)
+    np.testing.assert_array_equal(tb._ncc_bank_mma(xi, variant).get(), ref)
+    for threshold in (0.3, 0.99, 1.0, -1.0, 0.3):
+        # reference: the CPU peaks of the direct maps (scipy's maximum filter; checked against
+        # brute force on small maps above)
+        want = ncc_peaks(image, bank, threshold, 3, maps=ref)
+        np.testing.assert_array_equal(tb._peaks_mma(xi, threshold, 3), want)

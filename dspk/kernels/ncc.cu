@@ -133,8 +133,11 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // past tw), then running vertical sums per column, in place.
 // Epilogue: num = K*S_IT - S_I*S_T and var_I = K*S_II - S_I^2 are exact in 32-bit arithmetic
 // when K <= 362 (|num| <= sqrt(var_I*var_T) <= K^2*128^2 < 2^31); WIDE uses int64 otherwise.
+// The per-position 1/sqrt(var_I) is formed once in the prologue (hss is overwritten with it).
 // PEAKS: instead of maps, append (key = (n*ho + y)*wo + x, score) of every score >= threshold
-// to a candidate list (warp-aggregated atomics); ncc_peak_check keeps the local maxima.
+// to a candidate list: a cheap superset test per output first, the ballots and atomics only for
+// rows with a candidate (MmaRow::append); ncc_peak_check keeps the local maxima.
+// MINB: blocks per SM for __launch_bounds__ (2 leaves 128 registers for NT = 4; 3 caps at 80).
 // ------------------------------------------------------------------------------------------
 constexpr int MMA_BX = 64;
 constexpr int MMA_BY = 32;
@@ -207,8 +210,127 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
     }
 }
 
-template <bool CENTER, int NT, bool WIDE, bool PEAKS>
-__global__ void __launch_bounds__(256, 2)
+// One warp's row of results after the mma loop: C fragment reg r of m-tile mt and n-tile nt is
+// position 16*mt + g + 8*(r >> 1), template 8*(nt0 + nt) + 2t + (r & 1) of the slice. The
+// window terms (S_I, 1/sqrt(var_I)) come per position from shared memory; the template
+// constants and the output row address are formed once per template, not per output (the
+// epilogue is most of the kernel's instructions). FULL: every position and template of the
+// row is inside (no per-output tests).
+template <int NT, bool WIDE> struct MmaRow {
+    int (&acc)[4][NT][4];
+    int si[4][2];
+    float ri[4][2];
+    const long long* s_tsum;
+    const float* s_trs;
+    int nt0, tile0, N, K, y, ho, wo, x0, g, t, lane;
+
+    // num * (1/sqrt(var_I)) * (1/sqrt(var_T)), unclamped
+    __device__ __forceinline__ float score(int mt, int h, int nt, int c,
+                                           typename SumType<WIDE>::type ts, float tr) const
+    {
+        const int sit = acc[mt][nt][2 * h + c];
+        float num;
+        if (WIDE) {
+            num = (float)((long long)K * sit - (long long)si[mt][h] * ts);
+        } else {   // exact in 32 bits (see above); unsigned: defined wrap
+            num = (float)(int)((unsigned)K * (unsigned)sit - (unsigned)si[mt][h] * (unsigned)ts);
+        }
+        return num * ri[mt][h] * tr;
+    }
+
+    template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
+    {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
+                const int n = 8 * tile0 + nl;
+                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
+                const float tr = s_trs[nl];
+                const bool nin = FULL || n < N;
+                float* orow = out + ((long long)n * ho + y) * wo + x0 + g;
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int off = 16 * mt + 8 * h;
+                        const float r = fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, ts, tr)));
+                        if (FULL || (nin && x0 + g + off < wo)) orow[off] = r;
+                    }
+            }
+    }
+
+    // Whether any output of this lane may reach the threshold: a superset test (unclamped
+    // score; every output when threshold <= -1), so the exact pass runs only for rows with a
+    // candidate -- most rows at a useful threshold have none.
+    template <bool FULL> __device__ __forceinline__ bool any_above(float threshold) const
+    {
+        const float lo = threshold > -1.0f ? threshold : -__int_as_float(0x7f800000);
+        bool any = false;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int nl = 8 * (nt0 + nt) + 2 * t + c;
+                const bool nin = FULL || 8 * tile0 + nl < N;
+                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
+                const float tr = s_trs[nl];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const bool in = FULL || (nin && x0 + g + 16 * mt + 8 * h < wo);
+                        any |= in && score(mt, h, nt, c, ts, tr) >= lo;
+                    }
+            }
+        return any;
+    }
+
+    // Append (key = (n*ho + y)*wo + x, score) of every output >= threshold (warp-aggregated
+    // atomics; the whole warp calls it).
+    __device__ __forceinline__ void append(float threshold, unsigned* __restrict__ count,
+                                           int capacity, long long* __restrict__ cand_key,
+                                           float* __restrict__ cand_score) const
+    {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int nl = 8 * (nt0 + nt) + 2 * t + c;
+                const int n = 8 * tile0 + nl;
+                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
+                const float tr = s_trs[nl];
+                const long long orow = ((long long)n * ho + y) * wo + x0 + g;
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int off = 16 * mt + 8 * h;
+                        const float r = fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, ts, tr)));
+                        const bool hit = n < N && x0 + g + off < wo && r >= threshold;
+                        const unsigned m = __ballot_sync(0xffffffffu, hit);
+                        if (m) {
+                            const int leader = __ffs(m) - 1;
+                            unsigned base = 0;
+                            if (lane == leader) base = atomicAdd(count, __popc(m));
+                            base = __shfl_sync(0xffffffffu, base, leader);
+                            if (hit) {
+                                const unsigned i = base + __popc(m & ((1u << lane) - 1u));
+                                if (i < (unsigned)capacity) {
+                                    cand_key[i] = orow + off;
+                                    cand_score[i] = r;
+                                }
+                            }
+                        }
+                    }
+            }
+    }
+};
+
+
+template <bool CENTER, int NT, bool WIDE, bool PEAKS, int MINB>
+__global__ void __launch_bounds__(256, MINB)
 ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int W,
              const int2* __restrict__ bank, int th, int tw, int cpr, int KC, int N, int tiles_z,
              const long long* __restrict__ t_sum, const float* __restrict__ t_rs, int Cs, int R,
@@ -322,10 +444,31 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     }
     __syncthreads();
 
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int K = th * tw;
+    {   // per position of the block's rows: S_I stays in hs, 1/sqrt(var_I) (0 for a flat
+        // window) replaces S_II in hss -- once per position, not once per lane and n-tile pass
+        float* rs = reinterpret_cast<float*>(hss);
+        for (int e = tid; e < MMA_BY * MMA_BX; e += nthreads) {
+            const int s1 = hs[e], s2 = hss[e];
+            float ri;
+            if (WIDE) {
+                const long long var_i = (long long)K * s2 - (long long)s1 * s1;
+                ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+            } else {
+                const int var_i = K * s2 - s1 * s1;
+                ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+            }
+            rs[e] = ri;
+        }
+    }
+    __syncthreads();
+
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const float* s_ri = reinterpret_cast<const float*>(hss);
     for (int nt0 = 0; nt0 < tiles_z; nt0 += NT) {
         if (8 * (tile0 + nt0) >= N) break;
+        // every position and template of this pass inside: no per-output bounds tests
+        const bool full = x0 + MMA_BX <= wo && 8 * (tile0 + nt0 + NT) <= N;
         for (int yl = warp; yl < MMA_BY; yl += 8) {
             const int y = y0 + yl;
             if (y >= ho) break;
@@ -354,84 +497,36 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     for (int mt = 0; mt < 4; ++mt) mma_s8_16832(acc[mt][nt], a[mt], b.x, b.y);
                 }
             }
-            // epilogue: C fragment reg r = position 16*mt + g + 8*(r >> 1), template 2t + (r & 1).
-            // Window terms first (one per position), then template by template: the template
-            // constants and the output row address are computed once per template, not per
-            // output (the epilogue is most of the kernel's instructions).
-            int si[4][2];
-            float ri[4][2];
+            MmaRow<NT, WIDE> row{acc, {}, {}, s_tsum, s_trs, nt0, tile0, N, K, y, ho, wo, x0,
+                                 g, t, lane};
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int p = 16 * mt + 8 * h + g;
-                    const int s1 = hs[yl * MMA_BX + p], s2 = hss[yl * MMA_BX + p];
-                    si[mt][h] = s1;
-                    if (WIDE) {
-                        const long long var_i = (long long)K * s2 - (long long)s1 * s1;
-                        ri[mt][h] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-                    } else {
-                        const int var_i = K * s2 - s1 * s1;
-                        ri[mt][h] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-                    }
+                    const int p = yl * MMA_BX + 16 * mt + 8 * h + g;
+                    row.si[mt][h] = hs[p];
+                    row.ri[mt][h] = s_ri[p];
                 }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
-                    const int n = 8 * tile0 + nl;
-                    const typename SumType<WIDE>::type ts =
-                        (typename SumType<WIDE>::type)s_tsum[nl];
-                    const float tr = s_trs[nl];
-                    const bool nin = n < N;
-                    const long long orow = ((long long)n * ho + y) * wo + x0 + g;
-#pragma unroll
-                    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int off = 16 * mt + 8 * h;
-                            const int sit = acc[mt][nt][2 * h + c];
-                            float num;
-                            if (WIDE) {
-                                num = (float)((long long)K * sit - (long long)si[mt][h] * ts);
-                            } else {   // exact in 32 bits (see above); unsigned: defined wrap
-                                num = (float)(int)((unsigned)K * (unsigned)sit -
-                                                   (unsigned)si[mt][h] * (unsigned)ts);
-                            }
-                            float r = num * ri[mt][h] * tr;
-                            r = fminf(1.0f, fmaxf(-1.0f, r));
-                            const bool valid = nin && x0 + g + off < wo;
-                            if (!PEAKS) {
-                                if (valid) out[orow + off] = r;
-                            } else {
-                                const bool hit = valid && r >= threshold;
-                                const unsigned m = __ballot_sync(0xffffffffu, hit);
-                                if (m) {
-                                    const int leader = __ffs(m) - 1;
-                                    unsigned base = 0;
-                                    if (lane == leader) base = atomicAdd(count, __popc(m));
-                                    base = __shfl_sync(0xffffffffu, base, leader);
-                                    if (hit) {
-                                        const unsigned i = base + __popc(m & ((1u << lane) - 1u));
-                                        if (i < (unsigned)capacity) {
-                                            cand_key[i] = orow + off;
-                                            cand_score[i] = r;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                }
+            if (!PEAKS) {
+                if (full) row.template store<true>(out);
+                else row.template store<false>(out);
+            } else {
+                const bool any = full ? row.template any_above<true>(threshold)
+                                      : row.template any_above<false>(threshold);
+                if (__any_sync(0xffffffffu, any))
+                    row.append(threshold, count, capacity, cand_key, cand_score);
+            }
         }
     }
 }
 
 // Keep the candidates that are local maxima: candidate i (keys sorted ascending) is a peak when
 // no candidate of the same template within the (2d+1)^2 square scores higher (any position
-// not in the list scores below the threshold, so below every candidate). One thread each.
+// not in the list scores below the threshold, so below every candidate). One thread each;
+// peaks are appended (key, score) at *count (any order: the host sorts the short list).
 __global__ void ncc_peak_check(const long long* __restrict__ keys, const float* __restrict__ score,
-                               int C, int ho, int wo, int d, unsigned char* __restrict__ is_peak)
+                               int C, int ho, int wo, int d, unsigned* __restrict__ count,
+                               long long* __restrict__ peak_key, float* __restrict__ peak_score)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= C) return;
@@ -454,7 +549,11 @@ __global__ void ncc_peak_check(const long long* __restrict__ keys, const float* 
         for (int j = lo; j < C && keys[j] <= hi_key; ++j)
             if (score[j] > s) { peak = false; break; }
     }
-    is_peak[i] = peak ? 1 : 0;
+    if (peak) {
+        const unsigned j = atomicAdd(count, 1u);   // at most C peaks: the list has room
+        peak_key[j] = key;
+        peak_score[j] = s;
+    }
 }
 
 #ifdef DSPK_COMPILE_CHECK
@@ -466,15 +565,18 @@ template __global__ void ncc_bank_dp4a<false, 32>(const unsigned char*, long lon
                                                   const int*, int, int, int, int,
                                                   const long long*, const float*, float*, int,
                                                   int);
-#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS)                                                  \
-    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS>(                                 \
+#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS, MINB)                                            \
+    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS, MINB>(                           \
         const unsigned char*, long long, int, int, const int2*, int, int, int, int, int, int,  \
         const long long*, const float*, int, int, float*, int, int, float, unsigned*, int,     \
         long long*, float*);
-NCC_MMA_INSTANCE(true, 4, false, false)
-NCC_MMA_INSTANCE(false, 2, true, false)
-NCC_MMA_INSTANCE(true, 1, false, true)
-NCC_MMA_INSTANCE(false, 4, true, true)
+NCC_MMA_INSTANCE(true, 4, false, false, 2)
+NCC_MMA_INSTANCE(true, 4, false, true, 2)
+NCC_MMA_INSTANCE(true, 2, false, false, 3)
+NCC_MMA_INSTANCE(true, 2, false, true, 3)
+NCC_MMA_INSTANCE(false, 2, true, false, 2)
+NCC_MMA_INSTANCE(true, 1, false, true, 2)
+NCC_MMA_INSTANCE(false, 4, true, true, 2)
 template __global__ void ncc_mma_pack<true>(const unsigned char*, int, int, int, int, int, int2*,
                                             long long*, float*);
 template __global__ void ncc_mma_pack<false>(const unsigned char*, int, int, int, int, int,
