@@ -102,6 +102,28 @@ def test_gpu_int16_covariance_384_bit_identical():
     assert np.array_equal(got, xh @ xh.T)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", INTS)
+def test_gpu_bound_plans_on_new_data_and_out(dtype):
+    """Repeated calls of one geometry go through the bound plan: new data, a given ``out``
+    (a strided view), X·Xᵀ and A·Bᵀ — each bit-identical to int64; a float call of the same
+    geometry never finds the integer plan."""
+    import cupy as cp
+
+    for seed in range(3):
+        x = full_range(cp, (40, 5003), dtype, 10 + seed)
+        y = full_range(cp, (24, 5003), dtype, 20 + seed)
+        xh, yh = x.get().astype(np.int64), y.get().astype(np.int64)
+        assert np.array_equal(dspk.int_matmul(x, x.T).get(), xh @ xh.T)
+        assert np.array_equal(dspk.int_matmul(x, y.T).get(), xh @ yh.T)
+        big = cp.full((40, 60), -7, dtype=np.int64)
+        dspk.int_matmul(x, y.T, out=big[:, 10:34])
+        assert np.array_equal(big[:, 10:34].get(), xh @ yh.T)
+        assert (big[:, :10] == -7).all() and (big[:, 34:] == -7).all()
+    with pytest.raises(TypeError):
+        dspk.linalg.matmul(x, x.T)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def test_float_operands_are_refused(xp):
     with pytest.raises(TypeError, match="a: unsupported dtype float32; int_matmul takes"):

@@ -7,9 +7,14 @@ from typing import Any
 import numpy as np
 
 from .candidates_int import INT_DTYPES
-from .matmul import _problem, tuner
+from .matmul import _MAX_PLANS, _Plan, _plan_tables, _problem, _signature, tuner
 
 __all__ = ["int_matmul", "INT_DTYPES"]
+
+#: bound plans of int_matmul, by geometry (apart from matmul's: a float call must never find
+#: an integer plan)
+_int_plans: dict = {}
+_plan_tables.append(_int_plans)
 
 
 def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
@@ -34,7 +39,8 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
     is centred to int8 and corrected with row and column sums, int16 is split into two int8
     planes and recombined in int64, and K is chunked so that no int32 sum can overflow. On the
     CPU, float64 BLAS is exact while every partial sum stays below 2^53 (K is chunked beyond).
-    The tuner chooses among the candidates like `matmul`'s; `explain` covers both.
+    The tuner chooses among the candidates like `matmul`'s; `explain` covers both. As with
+    `matmul`, a repeated call with arrays of the same geometry reuses a bound plan.
 
     Examples
     --------
@@ -43,6 +49,11 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
     >>> int(dspk.int_matmul(x, x.T)[0, 0]) == 30000**2 + 32768**2 + 49
     True
     """
+    sig = _signature(a, b, out)
+    if sig is not None:
+        plan = _int_plans.get(sig)
+        if plan is not None:
+            return plan(a, b, out)
     p, result = _problem(a, b, out, allowed=INT_DTYPES, what="int_matmul",
                          result_dtype=np.int64)
     if p.m == 0 or p.n == 0 or p.batches == 0:
@@ -50,5 +61,13 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
     if p.k == 0:
         p.out.to_array()[...] = 0
         return result
-    tuner.select(p, run=True)
+    choice = tuner.select(p, run=True)
+    if sig is not None:
+        runner = choice.candidate.bind(p)
+        if runner is not None:
+            if len(_int_plans) >= _MAX_PLANS:
+                _int_plans.pop(next(iter(_int_plans)))
+            plan = _Plan(runner, p, result.shape, a, b, out)
+            plan.dtype = np.dtype(np.int64)
+            _int_plans[sig] = plan
     return result

@@ -175,6 +175,8 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
 # -- bound plans: repeated calls with the same geometry ------------------------------------------
 _MAX_PLANS = 256
 _plans: dict[tuple, "_Plan"] = {}
+#: every table of bound plans (int_matmul keeps its own), for `forget`
+_plan_tables: list[dict] = [_plans]
 
 
 _cupy_ndarray: Any = None  # cupy.ndarray, once CuPy has been imported by a call
@@ -269,7 +271,8 @@ class _Plan:
 def forget() -> None:
     """Drop every in-memory tuning decision and bound plan (the cache file is read again).
     Call it after changing ``DSPK_TUNE`` in a running process."""
-    _plans.clear()
+    for table in _plan_tables:
+        table.clear()
     tuner.forget()
 
 

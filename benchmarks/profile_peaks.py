@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Where `TemplateBank.peaks` spends its time on the GPU (bench_match's 4096² image, threshold
+0.9, min_distance 4): the candidate-list kernel alone, the sort of the candidates, the peak
+check, and the whole call; with the number of candidates. Median of CUDA-event timings.
+
+    python benchmarks/profile_peaks.py [N ...]     (default: 32 128)
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cupy as cp  # noqa: E402
+
+from bench_match import coins_or_none, cut_templates, large_image  # noqa: E402
+from dspk.match import NCC_KERNELS, TemplateBank, _signature  # noqa: E402
+from dspk.linalg.kernels import kernel  # noqa: E402
+
+
+def timed(fn, reps=15):
+    fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(ts))
+
+
+def main() -> None:
+    img = cp.asarray(large_image(4096, coins_or_none()))
+    thr, d = 0.9, 4
+    print("| N | part | median ms |\n|---|---|---|")
+    for n in [int(v) for v in sys.argv[1:]] or [32, 128]:
+        tb = TemplateBank(cp.asarray(cut_templates(img.get(), n, seed=n)))
+        peaks = tb.peaks(img, thr, d)
+        cap = tb._cache.get("peak_capacity", 1 << 20)
+        launch = tb._bound[(_signature(img), thr, cap)]
+        count = cp.zeros(2, dtype=np.uint32)
+        keys = cp.empty(cap, dtype=np.int64)
+        scores = cp.empty(cap, dtype=np.float32)
+
+        def kernel_only():
+            count.fill(0)
+            launch(cp.cuda.get_current_stream().ptr, img.data.ptr, count.data.ptr,
+                   keys.data.ptr, scores.data.ptr)
+
+        t_kernel = timed(kernel_only)
+        found = int(count[0].get())
+        k, s = keys[:found], scores[:found]
+        def sort():
+            o = cp.argsort(k)
+            return k[o], s[o]
+
+        t_sort = timed(sort)
+        order = cp.argsort(k)
+        ks, ss = k[order], s[order]
+        pk = cp.empty(found, dtype=np.int64)
+        ps = cp.empty(found, dtype=np.float32)
+        fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
+        ho, wo = img.shape[0] - 15, img.shape[1] - 15
+        t_check = timed(lambda: fn((-(-found // 256),), (256,),
+                                   (ks, ss, np.int32(found), np.int32(ho), np.int32(wo),
+                                    np.int32(d), count[1:], pk, ps)))
+        t_maps = timed(lambda: tb._ncc_bank_mma(img))
+        t_all = timed(lambda: tb.peaks(img, thr, d))
+        for part, t in (("candidate kernel (no maps)", t_kernel),
+                        (f"argsort + 2 gathers of {found} candidates",
+                         t_sort), ("peak check", t_check), ("maps kernel, for scale", t_maps),
+                        (f"TemplateBank.peaks ({len(peaks)} peaks)", t_all)):
+            print(f"| {n} | {part} | {t:.4f} |")
+
+
+if __name__ == "__main__":
+    main()
