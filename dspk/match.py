@@ -38,14 +38,23 @@ IM2COL_BLOCK_BYTES = 64 << 20
 PEAK_MAPS_BYTES = 256 << 20
 #: the fused peak search lists scores above the threshold in at most this many bytes
 PEAK_CANDIDATES_BYTES = 1 << 30
-#: tensor-core kernel: positions per block (x, y) and dynamic shared memory per block (two
-#: blocks per SM on the H100/H200's 228 KiB)
-MMA_BX, MMA_BY = 64, 32
-MMA_SMEM_BUDGET = 110 * 1024
+#: ncc_peaks checks neighbourhoods up to this half-width through a hash table of the
+#: candidates ((2d+1)^2 - 1 lookups each), wider ones by sorting the candidates
+PEAK_HASH_MAX_D = 8
+#: ... while the candidate list holds at most this many (the table is 2-4x the list)
+PEAK_HASH_MAX_CANDIDATES = 1 << 24
+#: tensor-core kernel: positions per block along x (rows per block: the variant's BY)
+MMA_BX = 64
+#: a cap on the tensor-core kernel's dynamic shared memory per block (below it, the variant's
+#: blocks per SM decide: an SM's shared memory / blocks - the 1 KiB the driver keeps per block)
+MMA_SMEM_BUDGET = 227 * 1024
 #: tensor-core kernel variants for the tuner: name -> (n-tiles per pass NT or None for the
-#: default, blocks per SM). NT = 2 at 3 blocks per SM: half the accumulators, 80 registers,
-#: 24 warps per SM instead of 16 (but each A fragment serves 2 n-tiles instead of 4).
-MMA_VARIANTS = {"bank_mma": (None, 2), "bank_mma_nt2": (2, 3)}
+#: default, blocks per SM, rows per block BY). NT = 2 at 3 blocks per SM: half the
+#: accumulators, 80 registers, 24 warps per SM instead of 16 (each A fragment serves 2 n-tiles
+#: instead of 4). BY = 64: the th - 1 halo rows of the prologue spread over twice the rows, for
+#: ~40 KB more shared memory per block (banks of more than ~40 templates take grid-z slices).
+MMA_VARIANTS = {"bank_mma": (None, 2, 32), "bank_mma_nt2": (2, 3, 32),
+                "bank_mma_by64": (None, 2, 64)}
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
 
@@ -345,7 +354,8 @@ class TemplateBank:
         wide = "true" if plan["wide"] else "false"
         mode = "true" if peaks is not None else "false"
         fn = kernel(str(NCC_KERNELS),
-                    f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}, {plan['minb']}>")
+                    f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}, {plan['minb']}, "
+                    f"{plan['BY']}>")
         if fn.max_dynamic_shared_size_bytes < plan["smem"]:
             fn.max_dynamic_shared_size_bytes = plan["smem"]
         dyn, nil = ("ptr", None), ("u64", 0)
@@ -356,7 +366,7 @@ class TemplateBank:
                 ("i32", self.n), ("i32", plan["tiles_z"]), ("u64", t_sum), ("u64", t_rs),
                 ("i32", plan["Cs"]), ("i32", plan["R"]), maps_args[0], ("i32", ho), ("i32", wo),
                 ("f32", threshold), maps_args[1], ("i32", capacity), maps_args[2], maps_args[3]]
-        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // MMA_BY), plan["grid_z"]), (256,),
+        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // plan["BY"]), plan["grid_z"]), (256,),
                           args, shared_mem=plan["smem"])
 
     def _rows_contiguous(self, image: Any) -> Any:
@@ -368,46 +378,55 @@ class TemplateBank:
         return self._bind_mma(image, variant)(image)
 
     def _peaks_mma(self, image: Any, threshold: float, d: int) -> np.ndarray | None:
-        """Peaks without maps: the tensor-core kernel lists every score >= threshold, the
-        candidates are sorted by (template, y, x) and ``ncc_peak_check`` appends the local
-        maxima to a short list. None when the candidates would exceed PEAK_CANDIDATES_BYTES
-        (a threshold so low that most positions pass: the caller falls back to maps).
-        Launches are packed once per image geometry, threshold and list capacity."""
+        """Peaks without maps: the tensor-core kernel lists every score >= threshold, and the
+        candidates that no listed neighbour exceeds are appended to a short list — through a
+        hash table of the candidates for neighbourhoods up to PEAK_HASH_MAX_D (no sort, no
+        host wait before the end), by sorting them and binary searches beyond. None when the
+        candidates would exceed PEAK_CANDIDATES_BYTES (a threshold so low that most positions
+        pass: the caller falls back to maps). Launches are packed once per image geometry,
+        threshold and list capacity."""
         xp = self.xp
         image = self._rows_contiguous(image)
         ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
-        count = xp.zeros(2, dtype=np.uint32)          # candidates, peaks
         stream = xp.cuda.get_current_stream().ptr
+        memset = xp.cuda.runtime.memsetAsync
         while True:
             capacity = self._cache.get("peak_capacity", 1 << 20)
+            hashed = d <= PEAK_HASH_MAX_D and capacity <= PEAK_HASH_MAX_CANDIDATES
+            count = xp.empty(2, dtype=np.uint32)          # candidates, peaks
+            memset(count.data.ptr, 0, 8, stream)
             keys = xp.empty(capacity, dtype=np.int64)
             scores = xp.empty(capacity, dtype=np.float32)
-            lkey = (_signature(image), threshold, capacity)
-            launch = self._bound.get(lkey)
-            if launch is None:
-                launch = self._mma_launch(image, (threshold, capacity))
-                if len(self._bound) < 64:
-                    self._bound[lkey] = launch
-            launch(stream, image.data.ptr, count.data.ptr, keys.data.ptr, scores.data.ptr)
-            found = int(count[:1].get()[0])
+            peak_key = xp.empty(capacity, dtype=np.int64)
+            peak_score = xp.empty(capacity, dtype=np.float32)
+            launches = self._peak_launches(image, threshold, capacity, d if hashed else None)
+            launches[0](stream, image.data.ptr, count.data.ptr, keys.data.ptr, scores.data.ptr)
+            if hashed:
+                size = launches[3]
+                table_key = xp.empty(size, dtype=np.uint64)
+                table_score = xp.empty(size, dtype=np.float32)
+                memset(table_key.data.ptr, 0xFF, 8 * size, stream)
+                launches[1](stream, keys.data.ptr, scores.data.ptr, count.data.ptr,
+                            table_key.data.ptr, table_score.data.ptr)
+                launches[2](stream, keys.data.ptr, scores.data.ptr, count.data.ptr,
+                            table_key.data.ptr, table_score.data.ptr, peak_key.data.ptr,
+                            peak_score.data.ptr)
+            found, m = (int(v) for v in count.get())
             if found <= capacity:
                 break
             if found * 12 > PEAK_CANDIDATES_BYTES or found >= 2**31:
                 return None
             self._cache["peak_capacity"] = found     # once more, with room for all of them
-            count.fill(0)
-        peaks_key = xp.empty(max(found, 1), dtype=np.int64)
-        peaks_score = xp.empty(max(found, 1), dtype=np.float32)
-        if found:
+        if not hashed and found:
             keys, scores = keys[:found], scores[:found]
             order = xp.argsort(keys)
             keys, scores = keys[order], scores[order]
             fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
             fn((-(-found // 256),), (256,), (keys, scores, np.int32(found), np.int32(ho),
                                              np.int32(wo), np.int32(d), count[1:],
-                                             peaks_key, peaks_score))
-        m = int(count[1:].get()[0])
-        k, sc = peaks_key[:m].get(), peaks_score[:m].get()
+                                             peak_key, peak_score))
+            m = int(count[1:].get()[0])
+        k, sc = peak_key[:m].get(), peak_score[:m].get()
         order = np.argsort(k, kind="stable")          # appended in any order
         k, sc = k[order], sc[order]
         peaks = np.empty(m, dtype=PEAK_DTYPE)
@@ -416,6 +435,32 @@ class TemplateBank:
         peaks["y"], peaks["x"] = np.divmod(rem, wo)
         peaks["score"] = sc
         return peaks
+
+    def _peak_launches(self, image: Any, threshold: float, capacity: int,
+                       d: int | None) -> tuple:
+        """(candidate kernel, hash insert, hash check, table size) packed for this geometry,
+        threshold and capacity (the last three None without ``d``: the sorting path)."""
+        lkey = ("peaks", _signature(image), threshold, capacity, d)
+        hit = self._bound.get(lkey)
+        if hit is not None:
+            return hit
+        cand = self._mma_launch(image, (threshold, capacity))
+        insert = check = size = None
+        if d is not None:
+            ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
+            size = 1 << max(4, (2 * capacity - 1).bit_length())   # >= 2x: short probes
+            grid = (-(-capacity // 256),)
+            dyn = ("ptr", None)
+            insert = FastLaunch(kernel(str(NCC_KERNELS), "ncc_peak_insert"), grid, (256,),
+                                [dyn, dyn, dyn, ("i32", capacity), dyn, dyn,
+                                 ("u64", size - 1)])
+            check = FastLaunch(kernel(str(NCC_KERNELS), "ncc_peak_check_hash"), grid, (256,),
+                               [dyn, dyn, dyn, ("i32", capacity), dyn, dyn, ("u64", size - 1),
+                                ("i32", ho), ("i32", wo), ("i32", d), dyn, dyn])
+        hit = (cand, insert, check, size)
+        if len(self._bound) < 64:
+            self._bound[lkey] = hit
+        return hit
 
     def _ncc_bank_dp4a(self, image: Any) -> Any:
         """The fused kernel of dspk/kernels/ncc.cu: patch and bank in shared memory, __dp4a."""
@@ -492,7 +537,8 @@ def _mma_plan(n: int, th: int, tw: int, device_id: int, variant: str = "bank_mma
     kc = -(-(th * cpr) // 4) * 4
     cs = (56 + twp - 32 + 63) // 64 * 64 + 32          # >= 56 + twp and = 32 (mod 64)
     r = 8 * cs + (8 * cpr) % 32
-    ph = MMA_BY + th - 1
+    want_nt, minb, by = MMA_VARIANTS[variant]
+    ph = by + th - 1
     fixed = kc * 4 + ph * r + max(ph * (64 + twp + 8), ph * MMA_BX * 8)
     per_tile = kc // 4 * 32 * 8 + 8 * (8 + 4)          # fragments, S_T, 1/sqrt(var_T)
     wide = th * tw > 362                                # int32 epilogue exact up to K = 362
@@ -500,19 +546,17 @@ def _mma_plan(n: int, th: int, tw: int, device_id: int, variant: str = "bank_mma
     nt = 4 if ntiles >= 4 else (2 if ntiles >= 2 else 1)
     if wide:
         nt = min(nt, 2)                                 # int64 sums: registers for 2 n-tiles
-    want_nt, minb = MMA_VARIANTS[variant]
     if want_nt is not None:
         nt = min(nt, want_nt)
     props = device_properties(device_id)
     optin = int(props.get("sharedMemPerBlockOptin", _SMEM))
-    budget = min(optin, MMA_SMEM_BUDGET)
-    if minb > 2:   # 1 KiB per block is the driver's
-        budget = min(budget, int(props.get("sharedMemPerMultiprocessor", 0)) // minb - 1024)
+    per_sm = int(props.get("sharedMemPerMultiprocessor", 228 * 1024))
+    budget = min(optin, MMA_SMEM_BUDGET, per_sm // minb - 1024)
     fit = (budget - fixed) // per_tile // nt * nt if budget > fixed else 0
     need = -(-ntiles // nt) * nt
     tiles_z = min(fit, need)
     grid_z = -(-need // tiles_z) if tiles_z > 0 else 0
-    return dict(cpr=cpr, KC=kc, Cs=cs, R=r, NT=nt, minb=minb, wide=wide, tiles_z=tiles_z,
+    return dict(cpr=cpr, KC=kc, Cs=cs, R=r, NT=nt, minb=minb, BY=by, wide=wide, tiles_z=tiles_z,
                 grid_z=grid_z,
                 smem=fixed + tiles_z * per_tile, fixed=fixed, per_tile=per_tile, budget=budget)
 

@@ -127,7 +127,8 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // R = 8*Cs + (8*cpr mod 32) bytes put the 16 lanes of a half-warp on distinct banks for
 // 16-byte template rows.
 //
-// Block: MMA_BX = 64 positions (4 m-tiles) x MMA_BY = 32 rows; warp w computes rows w + 8i,
+// Block: MMA_BX = 64 positions (4 m-tiles) x BY rows (32 or 64: taller blocks spread the
+// prologue's th - 1 halo rows over more outputs, for more shared memory); warp w computes rows w + 8i,
 // NT n-tiles (8*NT templates) at a time, all of its templates slice (grid z) from shared memory.
 // Window sums S_I, S_II: horizontal sums per patch row by __dp4a on the aligned copies (masked
 // past tw), then running vertical sums per column, in place.
@@ -140,7 +141,6 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // MINB: blocks per SM for __launch_bounds__ (2 leaves 128 registers for NT = 4; 3 caps at 80).
 // ------------------------------------------------------------------------------------------
 constexpr int MMA_BX = 64;
-constexpr int MMA_BY = 32;
 
 template <bool WIDE> struct SumType { typedef int type; };      // no <type_traits> in NVRTC
 template <> struct SumType<true> { typedef long long type; };
@@ -329,7 +329,7 @@ template <int NT, bool WIDE> struct MmaRow {
 };
 
 
-template <bool CENTER, int NT, bool WIDE, bool PEAKS, int MINB>
+template <bool CENTER, int NT, bool WIDE, bool PEAKS, int MINB, int BY>
 __global__ void __launch_bounds__(256, MINB)
 ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int W,
              const int2* __restrict__ bank, int th, int tw, int cpr, int KC, int N, int tiles_z,
@@ -340,7 +340,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
 {
     extern __shared__ __align__(16) int ncc_smem[];
     const int KS = KC >> 2;
-    const int PH = MMA_BY + th - 1;
+    const int PH = BY + th - 1;
     const int twp = 8 * cpr;
     const int RW = 64 + twp + 8;                 // raw patch row: bytes 0 .. 63+twp, +1 word
     const int CW = (56 + twp) >> 2;              // words per copy row that windows read
@@ -354,7 +354,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     unsigned* raw = reinterpret_cast<unsigned*>(hs);         // [PH][RW / 4] centred bytes
 
     const int tid = threadIdx.x, nthreads = blockDim.x;
-    const int x0 = blockIdx.x * MMA_BX, y0 = blockIdx.y * MMA_BY;
+    const int x0 = blockIdx.x * MMA_BX, y0 = blockIdx.y * BY;
     const int tile0 = blockIdx.z * tiles_z;
 
     {   // bank slice, its template constants, chunk offsets, raw patch
@@ -435,7 +435,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
 #pragma unroll 4
         for (int r = 0; r < th; ++r) s += a[r * MMA_BX];
 #pragma unroll
-        for (int y = 0; y < MMA_BY; ++y) {
+        for (int y = 0; y < BY; ++y) {
             const int old = a[y * MMA_BX];
             const int next = y + th < PH ? a[(y + th) * MMA_BX] : 0;
             a[y * MMA_BX] = s;
@@ -448,7 +448,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     {   // per position of the block's rows: S_I stays in hs, 1/sqrt(var_I) (0 for a flat
         // window) replaces S_II in hss -- once per position, not once per lane and n-tile pass
         float* rs = reinterpret_cast<float*>(hss);
-        for (int e = tid; e < MMA_BY * MMA_BX; e += nthreads) {
+        for (int e = tid; e < BY * MMA_BX; e += nthreads) {
             const int s1 = hs[e], s2 = hss[e];
             float ri;
             if (WIDE) {
@@ -469,7 +469,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
         if (8 * (tile0 + nt0) >= N) break;
         // every position and template of this pass inside: no per-output bounds tests
         const bool full = x0 + MMA_BX <= wo && 8 * (tile0 + nt0 + NT) <= N;
-        for (int yl = warp; yl < MMA_BY; yl += 8) {
+        for (int yl = warp; yl < BY; yl += 8) {
             const int y = y0 + yl;
             if (y >= ho) break;
             int acc[4][NT][4];
@@ -556,6 +556,72 @@ __global__ void ncc_peak_check(const long long* __restrict__ keys, const float* 
     }
 }
 
+// The same test without sorting, for small neighbourhoods: the candidates go into an
+// open-addressing hash table (linear probing, size a power of two >= 2x the list, keys preset
+// to -1), then each candidate looks its (2d+1)^2 - 1 neighbours up. Both kernels read the
+// candidate count on the device (grid sized for the list's capacity; threads past the count
+// return), so the host waits once, after the peaks are known.
+__device__ __forceinline__ unsigned long long peak_slot(long long key, unsigned long long mask)
+{
+    unsigned long long h = (unsigned long long)key * 0x9E3779B97F4A7C15ull;
+    return (h ^ (h >> 29)) & mask;
+}
+
+__global__ void ncc_peak_insert(const long long* __restrict__ keys,
+                                const float* __restrict__ score,
+                                const unsigned* __restrict__ count, int capacity,
+                                unsigned long long* __restrict__ table_key,
+                                float* __restrict__ table_score, unsigned long long mask)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= min(count[0], (unsigned)capacity)) return;
+    const unsigned long long key = (unsigned long long)keys[i];
+    for (unsigned long long s = peak_slot((long long)key, mask);; s = (s + 1) & mask) {
+        const unsigned long long prev = atomicCAS(table_key + s, ~0ull, key);
+        if (prev == ~0ull || prev == key) {   // keys are unique: prev == key never happens
+            table_score[s] = score[i];
+            return;
+        }
+    }
+}
+
+__global__ void ncc_peak_check_hash(const long long* __restrict__ keys,
+                                    const float* __restrict__ score,
+                                    unsigned* __restrict__ count, int capacity,
+                                    const unsigned long long* __restrict__ table_key,
+                                    const float* __restrict__ table_score,
+                                    unsigned long long mask, int ho, int wo, int d,
+                                    long long* __restrict__ peak_key,
+                                    float* __restrict__ peak_score)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= min(count[0], (unsigned)capacity)) return;
+    const long long key = keys[i];
+    const long long plane = (long long)ho * wo;
+    const long long n = key / plane;
+    const int y = (int)((key - n * plane) / wo), x = (int)(key - n * plane - (long long)y * wo);
+    const float s = score[i];
+    bool peak = true;
+    for (int yy = max(0, y - d); yy <= min(ho - 1, y + d) && peak; ++yy)
+        for (int xx = max(0, x - d); xx <= min(wo - 1, x + d) && peak; ++xx) {
+            if (yy == y && xx == x) continue;
+            const unsigned long long nk = (unsigned long long)((n * ho + yy) * wo + xx);
+            for (unsigned long long t = peak_slot((long long)nk, mask);; t = (t + 1) & mask) {
+                const unsigned long long k = table_key[t];
+                if (k == nk) {
+                    if (table_score[t] > s) peak = false;
+                    break;
+                }
+                if (k == ~0ull) break;
+            }
+        }
+    if (peak) {
+        const unsigned j = atomicAdd(count + 1, 1u);   // at most count[0] peaks: room
+        peak_key[j] = key;
+        peak_score[j] = s;
+    }
+}
+
 #ifdef DSPK_COMPILE_CHECK
 template __global__ void ncc_bank_dp4a<true, 16>(const unsigned char*, long long, int, int,
                                                  const int*, int, int, int, int,
@@ -565,18 +631,20 @@ template __global__ void ncc_bank_dp4a<false, 32>(const unsigned char*, long lon
                                                   const int*, int, int, int, int,
                                                   const long long*, const float*, float*, int,
                                                   int);
-#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS, MINB)                                            \
-    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS, MINB>(                           \
+#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS, MINB, BY)                                        \
+    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS, MINB, BY>(                       \
         const unsigned char*, long long, int, int, const int2*, int, int, int, int, int, int,  \
         const long long*, const float*, int, int, float*, int, int, float, unsigned*, int,     \
         long long*, float*);
-NCC_MMA_INSTANCE(true, 4, false, false, 2)
-NCC_MMA_INSTANCE(true, 4, false, true, 2)
-NCC_MMA_INSTANCE(true, 2, false, false, 3)
-NCC_MMA_INSTANCE(true, 2, false, true, 3)
-NCC_MMA_INSTANCE(false, 2, true, false, 2)
-NCC_MMA_INSTANCE(true, 1, false, true, 2)
-NCC_MMA_INSTANCE(false, 4, true, true, 2)
+NCC_MMA_INSTANCE(true, 4, false, false, 2, 32)
+NCC_MMA_INSTANCE(true, 4, false, true, 2, 32)
+NCC_MMA_INSTANCE(true, 2, false, false, 3, 32)
+NCC_MMA_INSTANCE(true, 2, false, true, 3, 32)
+NCC_MMA_INSTANCE(false, 2, true, false, 2, 32)
+NCC_MMA_INSTANCE(true, 1, false, true, 2, 32)
+NCC_MMA_INSTANCE(false, 4, true, true, 2, 32)
+NCC_MMA_INSTANCE(true, 4, false, false, 2, 64)
+NCC_MMA_INSTANCE(true, 4, false, true, 2, 64)
 template __global__ void ncc_mma_pack<true>(const unsigned char*, int, int, int, int, int, int2*,
                                             long long*, float*);
 template __global__ void ncc_mma_pack<false>(const unsigned char*, int, int, int, int, int,
