@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where `TemplateBank.peaks` spends its time on the GPU (bench_match's 4096² image, threshold
 0.9, min_distance 4): the candidate-list kernel alone, the hash-table peak check, the sorting
-path's sort and check, and the whole call; with the number of candidates. Median of CUDA-event timings.
+path's sort and check, and the whole call; with the number of candidates. Median of CUDA-event
+timings.
 
     python benchmarks/profile_peaks.py [N ...]     (default: 32 128)
 """

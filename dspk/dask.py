@@ -30,6 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .backend import resolve_backend
 from .io import Recording, open_recording
 from .ops import CovarianceAccumulator
 from .pipeline import FIT_CHUNKS, FIT_CHUNK_S, Pipeline, PipelineError, Whiten, _fit_chunks
@@ -139,8 +140,11 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     """The fitted ``pipeline`` on a [channels, samples] ``dask.array``: each block with a halo
     of ``pipeline.margin(fs)`` samples on each side (``map_overlap``, zeros outside the
     array), through the single-process steps, trimmed back — the same samples as
-    `Pipeline.transform` on the whole array. NumPy blocks run on the CPU, CuPy blocks on
-    their GPU. Whitening must be fitted first (`Pipeline.fit`, or `fit` here)."""
+    `Pipeline.transform` on the whole array. Blocks are computed on the pipeline's backend
+    and returned as the type they came in: with a GPU pipeline, NumPy blocks are moved to the
+    worker's GPU and back (as `Pipeline.run` does with what it reads), CuPy blocks stay
+    there; a CPU pipeline computes each block with its own array module. Whitening must be
+    fitted first (`Pipeline.fit`, or `fit` here)."""
     fs = fs or getattr(darray, "fs", None) or pipeline.fs
     if fs is None:
         raise PipelineError("fs: unknown (pass fs= or use an array from to_dask)")
@@ -169,10 +173,19 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
         darray = darray.rechunk({1: tuple(chunks)})
     starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
 
+    gpu = resolve_backend(pipeline.backend) == "gpu"
+
     def block(x: Any, block_info: Any = None) -> Any:
         i = block_info[None]["chunk-location"][1]
-        y = x.astype(pipeline.dtype, copy=True)
-        return pipeline._run_steps(y, fs, int(starts[i]) - m, n)
+        host = isinstance(x, np.ndarray)
+        if gpu and host:      # a GPU pipeline computes host blocks on its device, as run() does
+            import cupy  # noqa: PLC0415
+
+            y = cupy.asarray(x).astype(pipeline.dtype, copy=False)
+        else:
+            y = x.astype(pipeline.dtype, copy=True)
+        y = pipeline._run_steps(y, fs, int(starts[i]) - m, n)
+        return y.get() if host and not isinstance(y, np.ndarray) else y
 
     out = darray.map_overlap(block, depth={0: 0, 1: m}, boundary=0, dtype=pipeline.dtype,
                              meta=darray._meta.astype(pipeline.dtype))

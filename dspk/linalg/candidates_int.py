@@ -109,6 +109,22 @@ class IntDirect(Candidate):
                   out=p.out.to_array())
 
 
+def _pack_kernel(v: Any, dt: Any, batches: int) -> tuple:
+    """(kernel, elements per thread, whether it takes no K stride) packing view ``v``: the
+    16-bytes-per-load kernel when K is contiguous and the rows (and batches, when there are
+    several) start 16-byte aligned, the general strided one otherwise."""
+    from .kernels import kernel  # noqa: PLC0415
+
+    tmpl = (f"<{_CTYPE[dt]}, {'true' if dt == np.uint8 else 'false'}, "
+            f"{'true' if dt != np.int8 else 'false'}>")
+    sb, sr, sk = v.strides
+    item = np.dtype(dt).itemsize
+    if sk == 1 and v.ptr % 16 == 0 and (sr * item) % 16 == 0 and \
+            (batches == 1 or (sb * item) % 16 == 0):
+        return kernel("intpack.cu", "pack_planes_rows" + tmpl), 16 // item, True
+    return kernel("intpack.cu", "pack_planes" + tmpl), 4, False
+
+
 def _pad16(n: int) -> int:
     return max(16, -(-n // 16) * 16)
 
@@ -151,16 +167,13 @@ class Int8TensorCore(Candidate):
         kp = splits * kc
         sums = dt != np.int8
         sym = p.symmetric
-        pack_fn = kernel("intpack.cu", f"pack_planes<{_CTYPE[dt]}, "
-                                       f"{'true' if dt == np.uint8 else 'false'}, "
-                                       f"{'true' if sums else 'false'}>")
-
         def pack_launch(v: Any, rows: int, rp: int) -> FastLaunch:
+            fn, per, rows_kernel = _pack_kernel(v, dt, 1)
             sb, sr, sk = v.strides
-            return FastLaunch(pack_fn, (-(-kp // 1024), min(65535, rp)), (256,),
-                              [("ptr", None), ("i64", sb), ("i64", sr), ("i64", sk), ("i32", 1),
-                               ("i32", rows), ("i32", K), ("i32", rp), ("i32", kp),
-                               ("ptr", None), ("ptr", None)])
+            strides = [("i64", sb), ("i64", sr)] + ([] if rows_kernel else [("i64", sk)])
+            return FastLaunch(fn, (-(-kp // (256 * per)), min(65535, rp)), (256,),
+                              [("ptr", None), *strides, ("i32", 1), ("i32", rows), ("i32", K),
+                               ("i32", rp), ("i32", kp), ("ptr", None), ("ptr", None)])
 
         pack_a = pack_launch(p.a, M, mp)
         pack_b = None if sym else pack_launch(p.b.T, N, np_)
@@ -219,9 +232,6 @@ class Int8TensorCore(Candidate):
         splits, kc = _split_k(B, P * mp, P * np_, K, device_properties(p.device_id))
         kp = splits * kc if B == 1 else _pad16(K)
         sums = dt != np.int8   # the centring correction needs the raw row/column sums
-        pack = kernel("intpack.cu", f"pack_planes<{_CTYPE[dt]}, "
-                                    f"{'true' if dt == np.uint8 else 'false'}, "
-                                    f"{'true' if sums else 'false'}>")
 
         def packed(v: Any, rows: int, rp: int) -> tuple:
             """(planes [nb, P*rp, kp] int8, batch stride in elements, row sums [B, rows]
@@ -231,10 +241,11 @@ class Int8TensorCore(Candidate):
             dst = cp.empty(nb * P * rp * kp, dtype=np.int8)
             rs = cp.zeros((nb, rows), dtype=np.int64) if sums else None
             sb, sr, sk = v.strides
-            pack((-(-kp // 1024), min(65535, nb * rp)), (256,),
-                 (np.uint64(v.ptr), np.int64(sb), np.int64(sr), np.int64(sk), np.int32(nb),
-                  np.int32(rows), np.int32(K), np.int32(rp), np.int32(kp), dst,
-                  np.uint64(0 if rs is None else rs.data.ptr)))
+            pack, per, rows_kernel = _pack_kernel(v, dt, nb)
+            strides = (np.int64(sb), np.int64(sr)) + (() if rows_kernel else (np.int64(sk),))
+            pack((-(-kp // (256 * per)), min(65535, nb * rp)), (256,),
+                 (np.uint64(v.ptr), *strides, np.int32(nb), np.int32(rows), np.int32(K),
+                  np.int32(rp), np.int32(kp), dst, np.uint64(0 if rs is None else rs.data.ptr)))
             if rs is not None and nb != B:
                 rs = cp.ascontiguousarray(cp.broadcast_to(rs, (B, rows)))
             return dst, (0 if nb == 1 else P * rp * kp), rs
