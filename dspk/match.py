@@ -43,6 +43,8 @@ PEAK_CANDIDATES_BYTES = 1 << 30
 PEAK_HASH_MAX_D = 8
 #: ... while the candidate list holds at most this many (the table is 2-4x the list)
 PEAK_HASH_MAX_CANDIDATES = 1 << 24
+#: peak lists up to this long are sorted on the host, longer ones on the device
+PEAK_HOST_SORT_MAX = 4096
 #: tensor-core kernel: positions per block along x (rows per block: the variant's BY)
 MMA_BX = 64
 #: a cap on the tensor-core kernel's dynamic shared memory per block (below it, the variant's
@@ -426,15 +428,23 @@ class TemplateBank:
                                              np.int32(wo), np.int32(d), count[1:],
                                              peak_key, peak_score))
             m = int(count[1:].get()[0])
-        # the short list sorted on the device (appended in any order) and split into
-        # (template, y, x) there: a host sort of ~10^5 keys costs milliseconds
-        k, sc = peak_key[:m], peak_score[:m]
-        if m > 1:
-            order = xp.argsort(k)
-            k, sc = k[order], sc[order]
+        # the list sorted (appended in any order) and split into (template, y, x): on the
+        # host when short (a few launches and copies cost more), on the device when long (a
+        # host sort of ~10^5 keys costs milliseconds)
         plane = ho * wo
-        rem = k % plane
         peaks = np.empty(m, dtype=PEAK_DTYPE)
+        if m <= PEAK_HOST_SORT_MAX:
+            k, sc = peak_key[:m].get(), peak_score[:m].get()
+            order = np.argsort(k)
+            k, sc = k[order], sc[order]
+            peaks["template_index"], rem = np.divmod(k, plane)
+            peaks["y"], peaks["x"] = np.divmod(rem, wo)
+            peaks["score"] = sc
+            return peaks
+        k, sc = peak_key[:m], peak_score[:m]
+        order = xp.argsort(k)
+        k, sc = k[order], sc[order]
+        rem = k % plane
         peaks["template_index"] = (k // plane).get()
         peaks["y"] = (rem // wo).get()
         peaks["x"] = (rem % wo).get()
