@@ -240,7 +240,8 @@ class TemplateBank:
         once and correlates it with the whole bank with __dp4a; ``bank_mma`` (GPU, 8-bit, cc >=
         8.0) — the same on INT8 tensor cores (mma.sync), the window matrix read from shifted
         copies of the image patch in shared memory (implicit im2col: never written,
-        `dspk/kernels/ncc.cu`). Only the final ratio is floating point, computed the same way
+        `dspk/kernels/ncc.cu`; variants in `MMA_VARIANTS`: templates per pass, blocks per SM,
+        rows per block). Only the final ratio is floating point, computed the same way
         by every implementation (the maps are bit-identical whichever runs). See the module
         docstring for the formula and the exactness bounds. `ncc_direct` computes the same
         maps directly. The chosen implementation is bound per image geometry: later calls with

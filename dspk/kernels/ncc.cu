@@ -224,6 +224,18 @@ template <int NT, bool WIDE> struct MmaRow {
     const float* s_trs;
     int nt0, tile0, N, K, y, ho, wo, x0, g, t, lane;
 
+    // template 2t + c of n-tile nt (in the bank), its S_T and 1/sqrt(var_T)
+    struct Tmpl {
+        int n;
+        typename SumType<WIDE>::type ts;
+        float tr;
+    };
+    __device__ __forceinline__ Tmpl tmpl(int nt, int c) const
+    {
+        const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
+        return {8 * tile0 + nl, (typename SumType<WIDE>::type)s_tsum[nl], s_trs[nl]};
+    }
+
     // num * (1/sqrt(var_I)) * (1/sqrt(var_T)), unclamped
     __device__ __forceinline__ float score(int mt, int h, int nt, int c,
                                            typename SumType<WIDE>::type ts, float tr) const
@@ -244,18 +256,16 @@ template <int NT, bool WIDE> struct MmaRow {
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int nl = 8 * (nt0 + nt) + 2 * t + c;   // in the slice
-                const int n = 8 * tile0 + nl;
-                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
-                const float tr = s_trs[nl];
-                const bool nin = FULL || n < N;
-                float* orow = out + ((long long)n * ho + y) * wo + x0 + g;
+                const Tmpl tm = tmpl(nt, c);
+                const bool nin = FULL || tm.n < N;
+                float* orow = out + ((long long)tm.n * ho + y) * wo + x0 + g;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int off = 16 * mt + 8 * h;
-                        const float r = fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, ts, tr)));
+                        const float r =
+                            fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
                         if (FULL || (nin && x0 + g + off < wo)) orow[off] = r;
                     }
             }
@@ -272,16 +282,14 @@ template <int NT, bool WIDE> struct MmaRow {
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int nl = 8 * (nt0 + nt) + 2 * t + c;
-                const bool nin = FULL || 8 * tile0 + nl < N;
-                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
-                const float tr = s_trs[nl];
+                const Tmpl tm = tmpl(nt, c);
+                const bool nin = FULL || tm.n < N;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const bool in = FULL || (nin && x0 + g + 16 * mt + 8 * h < wo);
-                        any |= in && score(mt, h, nt, c, ts, tr) >= lo;
+                        any |= in && score(mt, h, nt, c, tm.ts, tm.tr) >= lo;
                     }
             }
         return any;
@@ -297,18 +305,16 @@ template <int NT, bool WIDE> struct MmaRow {
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int nl = 8 * (nt0 + nt) + 2 * t + c;
-                const int n = 8 * tile0 + nl;
-                const typename SumType<WIDE>::type ts = (typename SumType<WIDE>::type)s_tsum[nl];
-                const float tr = s_trs[nl];
-                const long long orow = ((long long)n * ho + y) * wo + x0 + g;
+                const Tmpl tm = tmpl(nt, c);
+                const long long orow = ((long long)tm.n * ho + y) * wo + x0 + g;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int off = 16 * mt + 8 * h;
-                        const float r = fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, ts, tr)));
-                        const bool hit = n < N && x0 + g + off < wo && r >= threshold;
+                        const float r =
+                            fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
+                        const bool hit = tm.n < N && x0 + g + off < wo && r >= threshold;
                         const unsigned m = __ballot_sync(0xffffffffu, hit);
                         if (m) {
                             const int leader = __ffs(m) - 1;

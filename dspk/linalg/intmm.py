@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .candidates_int import INT_DTYPES
-from .matmul import _MAX_PLANS, _Plan, _plan_tables, _problem, _signature, tuner
+from .matmul import _plan_tables, _problem, _remember, _signature, tuner
 
 __all__ = ["int_matmul", "INT_DTYPES"]
 
@@ -63,11 +63,5 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
         return result
     choice = tuner.select(p, run=True)
     if sig is not None:
-        runner = choice.candidate.bind(p)
-        if runner is not None:
-            if len(_int_plans) >= _MAX_PLANS:
-                _int_plans.pop(next(iter(_int_plans)))
-            plan = _Plan(runner, p, result.shape, a, b, out)
-            plan.dtype = np.dtype(np.int64)
-            _int_plans[sig] = plan
+        _remember(_int_plans, sig, choice, p, result, a, b, out)
     return result

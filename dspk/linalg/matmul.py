@@ -164,11 +164,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
         return result
     choice = tuner.select(p, run=True)
     if sig is not None:
-        runner = choice.candidate.bind(p)
-        if runner is not None:
-            if len(_plans) >= _MAX_PLANS:
-                _plans.pop(next(iter(_plans)))
-            _plans[sig] = _Plan(runner, p, result.shape, a, b, out)
+        _remember(_plans, sig, choice, p, result, a, b, out)
     return result
 
 
@@ -215,6 +211,19 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
         return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, misaligned)
     return (dev, ash, ast, a.dtype.char, bsh, bst, b.dtype.char, sym, misaligned, out.shape,
             out.strides, out.dtype.char)
+
+
+def _remember(table: dict, sig: tuple, choice: Any, p: Problem, result: Any, a: Any, b: Any,
+              out: Any) -> None:
+    """Keep the chosen candidate's bound runner (if it has one) for ``sig`` in ``table``."""
+    runner = choice.candidate.bind(p)
+    if runner is None:
+        return
+    if len(table) >= _MAX_PLANS:
+        table.pop(next(iter(table)))
+    plan = _Plan(runner, p, result.shape, a, b, out)
+    plan.dtype = result.dtype            # int_matmul: int64 results of integer operands
+    table[sig] = plan
 
 
 def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:

@@ -17,6 +17,29 @@
 // Grids: pack_planes: x over K in blocks of 4*blockDim, y over the B*Rp rows (looped past
 // 65535). 64-bit offsets: a packed operand may exceed 2^31 bytes.
 
+// One raw value as its plane bytes: int16 (P = 2) hi = v >> 8 (arithmetic: -128..127) and
+// lo = (v & 255) - 128, so that v - 128 = 256*hi + lo; uint8 (CENTER) lo = v - 128; int8 lo = v.
+template <int P, bool CENTER>
+__device__ __forceinline__ void split_value(int v, int& hi, int& lo)
+{
+    if (P == 2) {
+        hi = v >> 8;
+        lo = (v & 0xFF) - 128;
+    } else {
+        hi = 0;
+        lo = CENTER ? v - 128 : v;
+    }
+}
+
+// The warp's partial row sums added to the row's exact int64 sum (one atomic per warp).
+__device__ __forceinline__ void add_row_sum(long long s, bool row_inside,
+                                            unsigned long long* __restrict__ at)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0 && row_inside && s != 0) atomicAdd(at, (unsigned long long)s);
+}
+
 template <typename T, bool CENTER, bool SUMS>
 __global__ void pack_planes(const T* __restrict__ x, long long sb, long long sr, long long sk,
                             int B, int R, int K, int Rp, int Kp, signed char* __restrict__ dst,
@@ -36,12 +59,7 @@ __global__ void pack_planes(const T* __restrict__ x, long long sb, long long sr,
             if (r < R && k < K) {
                 const int v = (int)x[b * sb + r * sr + k * sk];
                 s += v;
-                if (P == 2) {
-                    hi = v >> 8;               // arithmetic shift: -128..127
-                    lo = (v & 0xFF) - 128;     // -128..127
-                } else {
-                    lo = CENTER ? v - 128 : v;
-                }
+                split_value<P, CENTER>(v, hi, lo);
             }
             hw |= (unsigned)(hi & 0xFF) << (8 * e);
             lw |= (unsigned)(lo & 0xFF) << (8 * e);
@@ -55,12 +73,7 @@ __global__ void pack_planes(const T* __restrict__ x, long long sb, long long sr,
                 *reinterpret_cast<unsigned*>(d) = lw;
             }
         }
-        if (SUMS) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if ((threadIdx.x & 31) == 0 && r < R && s != 0)
-                atomicAdd(rowsum + (long long)b * R + r, (unsigned long long)s);
-        }
+        if (SUMS) add_row_sum(s, r < R, rowsum + (long long)b * R + r);
     }
 }
 
@@ -108,12 +121,7 @@ __global__ void pack_planes_rows(const T* __restrict__ x, long long sb, long lon
                 const int val = sizeof(T) == 2 ? (int)(short)(raw & 0xFFFFu)
                                 : (CENTER ? (int)(raw & 0xFFu) : (int)(signed char)(raw & 0xFFu));
                 s += val;
-                if (P == 2) {
-                    hi = val >> 8;
-                    lo = (val & 0xFF) - 128;
-                } else {
-                    lo = CENTER ? val - 128 : val;
-                }
+                split_value<P, CENTER>(val, hi, lo);
             }
             hw[e >> 2] |= (unsigned)(hi & 0xFF) << (8 * (e & 3));
             lw[e >> 2] |= (unsigned)(lo & 0xFF) << (8 * (e & 3));
@@ -127,12 +135,7 @@ __global__ void pack_planes_rows(const T* __restrict__ x, long long sb, long lon
                 *reinterpret_cast<uint4*>(d) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
             }
         }
-        if (SUMS) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if ((threadIdx.x & 31) == 0 && r < R && s != 0)
-                atomicAdd(rowsum + (long long)b * R + r, (unsigned long long)s);
-        }
+        if (SUMS) add_row_sum(s, r < R, rowsum + (long long)b * R + r);
     }
 }
 
