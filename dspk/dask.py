@@ -35,7 +35,7 @@ from .io import Recording, open_recording
 from .ops import CovarianceAccumulator
 from .pipeline import FIT_CHUNKS, FIT_CHUNK_S, Pipeline, PipelineError, Whiten, _fit_chunks
 
-__all__ = ["to_dask", "apply", "fit", "to_hdf5", "preprocess_many", "cluster_client",
+__all__ = ["to_dask", "apply", "fit", "to_hdf5", "run_split", "preprocess_many", "cluster_client",
            "close_client"]
 
 log = logging.getLogger("dspk.dask")
@@ -259,6 +259,96 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
         client.compute(done).result()
     else:
         dask.compute(done)
+    partial.replace(out)
+    return out
+
+
+def _span_job(pipeline: Pipeline, source: _Source, path: str, offset: int, s0: int, s1: int,
+              chunk_s: float, dtype: str, scale: float, layout: str) -> dict:
+    """One span of a split job, in a worker: `Pipeline.run_span` into the prepared file."""
+    return pipeline.run_span(source.get(), path, offset, s0, s1, chunk_s=chunk_s,
+                             output_dtype=dtype, scale=scale, layout=layout)
+
+
+def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = None,
+              spans: int | None = None, chunk_s: float = 1.0, output_dtype: Any = np.float32,
+              output_scale: float | None = None, layout: str = "samples_channels",
+              overwrite: bool = False, **open_options: Any) -> Path:
+    """One long recording split over the workers in spans of whole chunks, each span run by a
+    worker with `Pipeline.run`'s own chunk loop (reads ahead, computes on the worker's GPU or
+    CPU, writes behind) into one prepared output — the bytes `Pipeline.run` writes.
+
+    The whitening is fitted first (`fit`, the fit chunks as tasks) unless ``pipeline`` is
+    fitted; the output (contiguous ``/traces`` with `Pipeline.run`'s metadata) is allocated as
+    ``OUT.partial``, every span writes its samples at their place with ``os.pwrite`` (disjoint:
+    no lock, no HDF5 in the workers), and the file gets its name when every span is in. A
+    failed span leaves no file under ``out_path``.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+        Without a Detect step (spikes are written by `preprocess_many`).
+    recording : path or Recording
+    client : dask.distributed.Client, optional
+        Default: dask's threaded scheduler in this process (not a global default client: the
+        spans run where the caller says).
+    spans : int, optional
+        Number of spans (default: one per worker of ``client``, else 1).
+    chunk_s, output_dtype, output_scale, layout, overwrite :
+        As for `Pipeline.run` (uncompressed output).
+    """
+    import dask  # noqa: PLC0415
+    import h5py  # noqa: PLC0415
+
+    from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
+
+    out = Path(out_path)
+    if out.exists() and not overwrite:
+        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
+    if layout not in ("samples_channels", "channels_samples"):
+        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
+                         f"{layout!r}")
+    out_dtype = np.dtype(output_dtype)
+    if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
+        raise ValueError(f"output_dtype: expected float32 or int16, got {out_dtype}")
+    if pipeline._detector() is not None:
+        raise PipelineError("run_split: the Detect step writes spikes; use preprocess_many")
+    rec = open_recording(recording, **open_options) if isinstance(
+        recording, (str, os.PathLike)) else recording
+    if any(isinstance(s, Whiten) and "W" not in st
+           for s, st in zip(pipeline.steps, pipeline.states)):
+        fit(pipeline, rec, client=client, **open_options)
+    pipeline.fs = rec.fs
+    whitened = any(isinstance(s, Whiten) for s in pipeline.steps)
+    scale = float(output_scale or (0.01 if whitened else 0.1)) \
+        if out_dtype == np.int16 else 1.0
+    n, c = rec.n_samples, rec.n_channels
+    chunk = max(1, int(round(chunk_s * rec.fs)))
+    if spans is None:
+        spans = len(client.scheduler_info()["workers"]) if client is not None else 1
+    n_chunks = -(-n // chunk)
+    spans = max(1, min(int(spans), n_chunks))
+    bounds = [min(n, (i * n_chunks // spans) * chunk) for i in range(spans + 1)]
+    partial = out.with_name(out.name + ".partial")
+    partial.unlink(missing_ok=True)
+    with h5py.File(partial, "w") as f:
+        shape = (n, c) if layout == "samples_channels" else (c, n)
+        dset = create_contiguous(f, "traces", shape, out_dtype)
+        pipeline._save_metadata(f, rec, pipeline._job_record(rec, chunk, out_dtype, scale,
+                                                             layout, None))
+        offset = raw_offset(dset)
+    source = _Source(rec, open_options)
+    tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
+                                     out_dtype.str, scale, layout)
+             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    try:
+        if client is not None:
+            client.gather(client.compute(tasks))
+        else:
+            dask.compute(*tasks, scheduler="threads")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(out)
     return out
 

@@ -483,10 +483,7 @@ class Pipeline:
             if out_dtype == np.int16 else 1.0
         chunk = max(1, int(round(chunk_s * rec.fs)))
         n, c = rec.n_samples, rec.n_channels
-        job = {"dspk": __version__, "fingerprint": self.fingerprint(), "chunk": chunk,
-               "input": getattr(rec, "source", ""), "n_samples": n, "n_channels": c,
-               "output_dtype": out_dtype.name, "scale": scale, "layout": layout,
-               "compression": compression}
+        job = self._job_record(rec, chunk, out_dtype, scale, layout, compression)
         done = 0
         state_spikes = 0
         if resume and partial.exists() and progress_file.exists():
@@ -572,30 +569,13 @@ class Pipeline:
             staging = _Staging(rec, chunk + 2 * m, ahead + 2, (min(n, chunk), c),
                                out_dtype, layout) if _native(rec, xp) else None
 
-            def read(k: int, s0: int) -> tuple:
-                t = time.perf_counter()
-                if staging is not None:
-                    r = staging.read(k, s0, min(n, s0 + chunk), m)
-                else:
-                    r = self._read_block(rec, s0, min(n, s0 + chunk), m)
-                with lock:
-                    timing["read_s"] += time.perf_counter() - t
-                return r
+            read = self._reader(rec, staging, n, chunk, m, timing, lock)
+            write_traces = _trace_writer(raw_out, dset, staging, layout)
 
             def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None,
                       feats: tuple | None) -> None:
                 t = time.perf_counter()
-                if layout == "samples_channels":
-                    # y is [samples, channels] already when the device transposed it
-                    rows = y if staging is not None else blocked_transpose(y)
-                    if raw_out is not None:
-                        raw_out.write(s0, rows, axis=0)
-                    else:
-                        dset[s0:s1] = rows
-                elif raw_out is not None:
-                    raw_out.write(s0, y, axis=1)
-                else:
-                    dset[:, s0:s1] = y
+                write_traces(s0, s1, y)
                 total = 0
                 if spikes is not None:
                     sd = f["spikes"]
@@ -613,48 +593,8 @@ class Pipeline:
                 if bar is not None:
                     bar.update(s1 - s0)
 
-            # the next `ahead` chunks are read while this one is computed (decompression of
-            # several chunks overlaps), the last one written while the next is computed (one
-            # writer thread: chunks are written in order)
-            with ThreadPoolExecutor(ahead) as reader, ThreadPoolExecutor(1) as writer:
-                queue = deque(reader.submit(read, k, starts[k])
-                              for k in range(min(ahead, len(starts))))
-                pending = None
-                for i, s0 in enumerate(starts):
-                    s1 = min(n, s0 + chunk)
-                    raw = queue.popleft().result()
-                    if i + ahead < len(starts):
-                        queue.append(reader.submit(read, i + ahead, starts[i + ahead]))
-                    t = time.perf_counter()
-                    if staging is not None:
-                        raw = staging.to_device(raw, xp)
-                    full = self._compute(raw, rec, s0, s1, m, xp)
-                    spikes = feats = None
-                    if det is not None:
-                        # the exact part of the traces around the chunk: [s0 - md, s1 + md);
-                        # keep the spikes whose detection sample lies in [s0, s1)
-                        near = full[:, m - md:m + (s1 - s0) + md]
-                        spikes = det.spikes(near, rec.fs, rec.geometry)
-                        at = spikes["sample_index"] + _detect_lag(rec.fs) - md
-                        spikes = spikes[(at >= 0) & (at < s1 - s0)]
-                        if feat_pca is not None:
-                            feats = det.features_of(near, spikes, rec.fs, rec.geometry,
-                                                    feat_pca)
-                        spikes["sample_index"] += s0 - md
-                    if staging is not None:
-                        y = staging.to_host(i, full[:, m:m + (s1 - s0)], scale)
-                    else:
-                        y = to_numpy(full[:, m:m + (s1 - s0)])
-                        if out_dtype == np.int16:
-                            y = _quantize(np, y, scale)
-                        else:
-                            y = np.ascontiguousarray(y)
-                    timing["compute_s"] += time.perf_counter() - t
-                    if pending is not None:
-                        pending.result()        # a failed write stops the job here
-                    pending = writer.submit(write, s0, s1, y, spikes, feats)
-                if pending is not None:
-                    pending.result()
+            self._chunk_loop(rec, starts, n, chunk, m, xp, staging, ahead, read, write,
+                             out_dtype, scale, timing, det, md, feat_pca)
             if raw_out is not None:
                 raw_out.close()
         if bar is not None:
@@ -672,6 +612,129 @@ class Pipeline:
                  "write %.2f s, overlapped)", out, n - done, dt, self.last_run["x_real_time"],
                  timing["read_s"], timing["compute_s"], timing["write_s"])
         return out
+
+    def _job_record(self, rec: Recording, chunk: int, out_dtype: Any, scale: float,
+                    layout: str, compression: str | None) -> dict:
+        """What an output was made from and how (its attributes; a resume must match it)."""
+        return {"dspk": __version__, "fingerprint": self.fingerprint(), "chunk": chunk,
+                "input": getattr(rec, "source", ""), "n_samples": rec.n_samples,
+                "n_channels": rec.n_channels, "output_dtype": np.dtype(out_dtype).name,
+                "scale": scale, "layout": layout, "compression": compression}
+
+    def _reader(self, rec: Recording, staging: Any, end: int, chunk: int, m: int,
+                timing: dict, lock: Any) -> Any:
+        """``read(k, s0)``: chunk [s0, min(end, s0 + chunk)) with its halo (slot k of the
+        pinned buffers on the GPU)."""
+        def read(k: int, s0: int) -> tuple:
+            t = time.perf_counter()
+            if staging is not None:
+                r = staging.read(k, s0, min(end, s0 + chunk), m)
+            else:
+                r = self._read_block(rec, s0, min(end, s0 + chunk), m)
+            with lock:
+                timing["read_s"] += time.perf_counter() - t
+            return r
+
+        return read
+
+    def run_span(self, recording: Recording | str, path: str, offset: int, s0: int, s1: int,
+                 chunk_s: float = 1.0, output_dtype: Any = np.float32, scale: float = 1.0,
+                 layout: str = "samples_channels") -> dict:
+        """Samples [s0, s1) of a fitted job into an output prepared beforehand: the traces
+        dataset of file ``path``, contiguous at byte ``offset`` (``[samples, channels]`` or
+        ``[channels, samples]`` by ``layout``), written with ``os.pwrite`` — no HDF5 here, so
+        several processes may fill disjoint spans of one file at once (`dspk.dask.run_split`).
+        The chunk loop of `run` (reads ahead, writes behind); ``s0`` a multiple of the chunk
+        gives the bytes `run` writes there. Returns the span's timings."""
+        from .io.rawio import RawDatasetWriter  # noqa: PLC0415
+
+        rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) \
+            else recording
+        if self._detector() is not None:
+            raise PipelineError("run_span: the Detect step writes spikes; use run")
+        if any(isinstance(s, Whiten) and "W" not in st for s, st in zip(self.steps, self.states)):
+            raise PipelineError("run_span: fit the pipeline first (every span must use one W)")
+        self.fs = rec.fs
+        out_dtype = np.dtype(output_dtype)
+        n, c = rec.n_samples, rec.n_channels
+        if not 0 <= s0 <= s1 <= n:
+            raise ValueError(f"s0, s1: expected 0 <= s0 <= s1 <= {n}, got {s0}, {s1}")
+        chunk = max(1, int(round(chunk_s * rec.fs)))
+        shape = (n, c) if layout == "samples_channels" else (c, n)
+        raw_out = RawDatasetWriter(path, offset=offset, shape=shape, dtype=out_dtype)
+        xp = self._xp()
+        m = self.margin(rec.fs)
+        timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
+        ahead = READ_AHEAD_COMPRESSED if getattr(rec, "compressed", False) else READ_AHEAD
+        staging = _Staging(rec, chunk + 2 * m, ahead + 2, (min(n, chunk), c),
+                           out_dtype, layout) if _native(rec, xp) else None
+        read = self._reader(rec, staging, s1, chunk, m, timing, threading.Lock())
+        write_traces = _trace_writer(raw_out, None, staging, layout)
+
+        def write(a: int, b: int, y: np.ndarray, spikes: Any, feats: Any) -> None:
+            t = time.perf_counter()
+            write_traces(a, b, y)
+            timing["write_s"] += time.perf_counter() - t
+            _hook_after_chunk(b - s0)
+
+        t0 = time.perf_counter()
+        try:
+            self._chunk_loop(rec, list(range(s0, s1, chunk)), s1, chunk, m, xp, staging, ahead,
+                             read, write, out_dtype, scale, timing)
+        finally:
+            raw_out.close()
+        return {**timing, "wall_s": time.perf_counter() - t0, "samples": s1 - s0}
+
+    def _chunk_loop(self, rec: Recording, starts: list, end: int, chunk: int, m: int, xp: Any,
+                    staging: Any, ahead: int, read: Any, write: Any, out_dtype: Any,
+                    scale: float, timing: dict, det: Any = None, md: int = 0,
+                    feat_pca: Any = None) -> None:
+        """The chunks starting at ``starts`` (each to ``min(end, s0 + chunk)``): read ahead in
+        threads, computed here, written in order by one writer thread
+        (``write(s0, s1, y, spikes, features)``)."""
+        n = end
+        # the next `ahead` chunks are read while this one is computed (decompression of
+        # several chunks overlaps), the last one written while the next is computed (one
+        # writer thread: chunks are written in order)
+        with ThreadPoolExecutor(ahead) as reader, ThreadPoolExecutor(1) as writer:
+            queue = deque(reader.submit(read, k, starts[k])
+                          for k in range(min(ahead, len(starts))))
+            pending = None
+            for i, s0 in enumerate(starts):
+                s1 = min(n, s0 + chunk)
+                raw = queue.popleft().result()
+                if i + ahead < len(starts):
+                    queue.append(reader.submit(read, i + ahead, starts[i + ahead]))
+                t = time.perf_counter()
+                if staging is not None:
+                    raw = staging.to_device(raw, xp)
+                full = self._compute(raw, rec, s0, s1, m, xp)
+                spikes = feats = None
+                if det is not None:
+                    # the exact part of the traces around the chunk: [s0 - md, s1 + md);
+                    # keep the spikes whose detection sample lies in [s0, s1)
+                    near = full[:, m - md:m + (s1 - s0) + md]
+                    spikes = det.spikes(near, rec.fs, rec.geometry)
+                    at = spikes["sample_index"] + _detect_lag(rec.fs) - md
+                    spikes = spikes[(at >= 0) & (at < s1 - s0)]
+                    if feat_pca is not None:
+                        feats = det.features_of(near, spikes, rec.fs, rec.geometry,
+                                                feat_pca)
+                    spikes["sample_index"] += s0 - md
+                if staging is not None:
+                    y = staging.to_host(i, full[:, m:m + (s1 - s0)], scale)
+                else:
+                    y = to_numpy(full[:, m:m + (s1 - s0)])
+                    if out_dtype == np.int16:
+                        y = _quantize(np, y, scale)
+                    else:
+                        y = np.ascontiguousarray(y)
+                timing["compute_s"] += time.perf_counter() - t
+                if pending is not None:
+                    pending.result()        # a failed write stops the job here
+                pending = writer.submit(write, s0, s1, y, spikes, feats)
+            if pending is not None:
+                pending.result()
 
     def _save_metadata(self, f: Any, rec: Recording, job: dict) -> None:
         f.attrs["dspk_version"] = __version__
@@ -741,6 +804,25 @@ def _native(rec: Recording, xp: Any) -> bool:
     """Whether the job moves raw samples to the device (integer sources on the GPU; float
     sources take the checked, scaled read)."""
     return xp is not np and rec.dtype.kind in "iu"
+
+
+def _trace_writer(raw_out: Any, dset: Any, staging: Any, layout: str) -> Any:
+    """``write(s0, s1, y)``: a chunk of traces into the output (os.pwrite when contiguous,
+    else through h5py), in the file's layout; y is [samples, channels] already when the
+    device transposed it (staging), else [channels, samples]."""
+    def write(s0: int, s1: int, y: np.ndarray) -> None:
+        if layout == "samples_channels":
+            rows = y if staging is not None else blocked_transpose(y)
+            if raw_out is not None:
+                raw_out.write(s0, rows, axis=0)
+            else:
+                dset[s0:s1] = rows
+        elif raw_out is not None:
+            raw_out.write(s0, y, axis=1)
+        else:
+            dset[:, s0:s1] = y
+
+    return write
 
 
 class _Staging:

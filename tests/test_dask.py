@@ -226,3 +226,61 @@ def test_gpu_workers_of_a_local_cuda_cluster(tmp_path):
                                 highpass=300.0, reference="median", backend="gpu",
                                 chunk_s=0.5)
         np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
+
+
+@pytest.mark.parametrize("layout,dtype", [("samples_channels", np.float32),
+                                          ("channels_samples", np.int16)])
+def test_run_split_gives_the_single_process_bytes(tmp_path, client, layout, dtype):
+    """One recording in spans of whole chunks over the workers (3 spans on 2 workers, the last
+    chunk short): the traces Pipeline.run writes, bit for bit, and its metadata."""
+    path = write_recording(tmp_path / "r.h5", n=36000 + 777, seed=5)
+    rec = dspk.open_recording(path)
+    p = Pipeline.from_options(whiten="global", backend="cpu").fit(rec)
+    ref = p.run(rec, tmp_path / "one.h5", chunk_s=0.2, output_dtype=dtype, layout=layout,
+                progress=False)
+    out = dd.run_split(p, path, tmp_path / "split.h5", client=client, spans=3, chunk_s=0.2,
+                       output_dtype=dtype, layout=layout)
+    np.testing.assert_array_equal(traces(out), traces(ref))
+    assert not (tmp_path / "split.h5.partial").exists()
+    with h5py.File(out) as f, h5py.File(ref) as g:
+        assert f["traces"].attrs["layout"] == layout and f.attrs["fs"] == g.attrs["fs"]
+        np.testing.assert_array_equal(f["fitted/step2_Whiten/W"][:], g["fitted/step2_Whiten/W"][:])
+    with pytest.raises(dspk.pipeline.PipelineError, match="exists"):
+        dd.run_split(p, path, out, client=client)
+
+
+def test_run_split_fits_first_and_a_failed_span_leaves_no_output(tmp_path, monkeypatch):
+    path = write_recording(tmp_path / "r.h5", n=20000, seed=6)
+    p = Pipeline.from_options(whiten="global", backend="cpu")
+    out = dd.run_split(p, path, tmp_path / "a.h5", spans=2, chunk_s=0.25)  # local scheduler
+    ref = Pipeline.from_options(whiten="global", backend="cpu").fit(dspk.open_recording(path))
+    np.testing.assert_array_equal(p.states[2]["W"], ref.states[2]["W"])
+    np.testing.assert_array_equal(
+        traces(out), traces(ref.run(dspk.open_recording(path), tmp_path / "b.h5", chunk_s=0.25,
+                                    progress=False)))
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Pipeline, "run_span", boom)
+    with pytest.raises(OSError, match="disk full"):
+        dd.run_split(p, path, tmp_path / "c.h5", spans=2, chunk_s=0.25)
+    assert not (tmp_path / "c.h5").exists() and not (tmp_path / "c.h5.partial").exists()
+
+
+def test_run_split_with_a_killed_worker_ends_with_the_single_process_bytes(tmp_path,
+                                                                          monkeypatch):
+    """A worker dies (os._exit) after writing part of its span; dask retries the span on a
+    fresh worker, which writes the same bytes at the same place: the file is complete."""
+    from distributed import Client, LocalCluster
+
+    path = write_recording(tmp_path / "r.h5", n=36000, seed=8)
+    p = Pipeline.from_options(whiten="global", backend="cpu").fit(dspk.open_recording(path))
+    ref = p.run(dspk.open_recording(path), tmp_path / "one.h5", chunk_s=0.1, progress=False)
+    monkeypatch.setenv("DSPK_KILL_AFTER_SAMPLES", "6000")
+    monkeypatch.setenv("DSPK_KILL_ONCE_FILE", str(tmp_path / "killed-once"))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        out = dd.run_split(p, path, tmp_path / "split.h5", client=c, spans=2, chunk_s=0.1)
+    assert (tmp_path / "killed-once").exists()
+    np.testing.assert_array_equal(traces(out), traces(ref))
