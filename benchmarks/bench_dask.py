@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """dspk.dask against the single-process pipeline (issue 7): many small recordings through
-`preprocess_many` and one long recording through `to_dask` + `apply`, with 1 and 2 worker
-processes of a LocalCluster (CPU backend) or one GPU worker (GPU backend: dask-cuda's
+`preprocess_many` and one long recording through `to_dask` + `apply` and through `run_split`
+(spans of whole chunks, one per worker, each through `Pipeline.run`'s chunk loop), with 1 and
+2 worker processes of a LocalCluster (CPU backend) or one GPU worker (GPU backend: dask-cuda's
 LocalCUDACluster when installed, else one worker process), reported as × real time of all the
 recordings and as the overhead against one process doing the same work.
 
@@ -66,6 +67,13 @@ def _warm_job(paths: list, backend: str) -> None:
                             progress=False)
 
 
+def _same_traces(a: Path, b: Path) -> bool:
+    import h5py  # noqa: PLC0415
+
+    with h5py.File(a) as f, h5py.File(b) as g:
+        return bool(np.array_equal(f["traces"][:], g["traces"][:]))
+
+
 def client_for(backend: str, workers: int):
     from distributed import Client, LocalCluster  # noqa: PLC0415
 
@@ -81,7 +89,8 @@ def client_for(backend: str, workers: int):
 
 
 def run(backend: str, small: bool) -> tuple[list, list]:
-    from dspk.dask import apply, fit, preprocess_many, to_dask, to_hdf5  # noqa: PLC0415
+    from dspk.dask import (  # noqa: PLC0415
+        apply, fit, preprocess_many, run_split, to_dask, to_hdf5)
 
     gpu = dspk.resolve_backend(backend or "auto") == "gpu"
     be = "gpu" if gpu else "cpu"
@@ -141,6 +150,16 @@ def run(backend: str, small: bool) -> tuple[list, list]:
                 rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s",
                                  what="dspk.dask fit + apply + to_hdf5 (blocks written by "
                                  "the workers)", workers=workers, wall_s=dt, xrt=big_s / dt,
+                                 vs_single=dt / single_big))
+                # the same fitted pipeline as the single-process row: run against run
+                t0 = time.perf_counter()
+                out = run_split(pipe, str(big), work / f"split-{workers}.h5", client=client)
+                dt = time.perf_counter() - t0
+                same = _same_traces(out, work / "single-big.h5")
+                rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s",
+                                 what=f"dspk.dask.run_split ({workers} span(s) of whole "
+                                 f"chunks){'' if same else ' OUTPUT DIFFERS'}",
+                                 workers=workers, wall_s=dt, xrt=big_s / dt,
                                  vs_single=dt / single_big))
         notes.append(f"backend {be}; {'LocalCUDACluster' if gpu else 'LocalCluster'} worker "
                      f"processes, 1 thread each; the single-process rows ran first in this "

@@ -218,6 +218,11 @@ def test_gpu_workers_of_a_local_cuda_cluster(tmp_path):
         res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=client,
                                  whiten="global", highpass=300.0, reference="median",
                                  backend="gpu", chunk_s=0.5)
+        # one recording split over the GPU workers (2 spans even on one GPU)
+        p = Pipeline.from_options(whiten="global", highpass=300.0, reference="median",
+                                  backend="gpu")
+        split = dd.run_split(p, str(paths[0]), tmp_path / "split.h5", client=client, spans=2,
+                             chunk_s=0.5)
     finally:
         dd.close_client(client)
     for p in paths:
@@ -226,6 +231,7 @@ def test_gpu_workers_of_a_local_cuda_cluster(tmp_path):
                                 highpass=300.0, reference="median", backend="gpu",
                                 chunk_s=0.5)
         np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
+    np.testing.assert_array_equal(traces(split), traces(tmp_path / "g0-single.h5"))
 
 
 @pytest.mark.parametrize("layout,dtype", [("samples_channels", np.float32),
