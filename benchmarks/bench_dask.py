@@ -14,6 +14,8 @@ whitening; float32 output.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import tempfile
 import time
@@ -29,6 +31,7 @@ from common import bench_main, finish, heading  # noqa: E402 (benchmarks/)
 
 FS = 30000.0
 OPTIONS = dict(highpass=300.0, reference="median", whiten="global")
+REPEATS = 3
 
 
 def make(path: Path, channels: int, seconds: float, seed: int) -> Path:
@@ -65,6 +68,38 @@ def _warm_job(paths: list, backend: str) -> None:
         for i, path in enumerate(paths):
             dspk.preprocess(path, Path(tmp) / f"warm-{i}.h5", **OPTIONS, backend=backend,
                             progress=False)
+
+
+def _timed(fn, *args, **kwargs) -> tuple:
+    """fn's result and wall time, from a clean page cache state: the dirty pages of the
+    previous runs' outputs written back first (``os.sync``), so that no run pays for the
+    writeback of another's gigabytes."""
+    os.sync()
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+def _remove(paths) -> None:
+    """Outputs deleted once checked: dirty pages dropped, the disk not filled."""
+    for p in paths:
+        if isinstance(p, (str, os.PathLike)):
+            Path(p).unlink(missing_ok=True)
+
+
+class _SpanLog(logging.Handler):
+    """run_split's per-span timings (read, compute, write inside the worker) as notes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        logger = logging.getLogger("dspk.dask")
+        logger.setLevel(logging.INFO)
+        logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("run_split"):
+            self.lines.append(record.getMessage())
 
 
 def _same_traces(a: Path, b: Path) -> bool:
@@ -111,59 +146,93 @@ def run(backend: str, small: bool) -> tuple[list, list]:
         for p in (paths[0], big):
             dspk.Pipeline.from_options(**OPTIONS, backend=be).tune(dspk.open_recording(p))
         _warm_job([str(paths[0]), str(big)], be)   # the same warm-up as each worker's
-        t0 = time.perf_counter()
-        for i, p in enumerate(paths):
-            dspk.preprocess(str(p), work / f"single-{i}.h5", **OPTIONS, backend=be,
-                            progress=False)
-        single_many = time.perf_counter() - t0
-        rows.append(dict(case=f"{n_small} recordings, {small_ch} ch x {small_s:g} s",
-                         what="single process, one after another", workers="-",
-                         wall_s=single_many, xrt=total_small / single_many))
         rec = dspk.open_recording(big)
         pipe = dspk.Pipeline.from_options(**OPTIONS, backend=be).fit(rec)
-        t0 = time.perf_counter()
-        pipe.run(rec, work / "single-big.h5", progress=False)
-        single_big = time.perf_counter() - t0
-        rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s", what="single process "
-                         "(Pipeline.run to HDF5)", workers="-", wall_s=single_big,
+        many_case = f"{n_small} recordings, {small_ch} ch x {small_s:g} s"
+        big_case = f"1 recording, {big_ch} ch x {big_s:g} s"
+
+        def single_many_job(tag: str) -> list:
+            outs = [work / f"single{tag}-{i}.h5" for i in range(n_small)]
+            for p, o in zip(paths, outs):
+                dspk.preprocess(str(p), o, **OPTIONS, backend=be, progress=False)
+            return outs
+
+        singles, single_many = _timed(single_many_job, "")
+        rows.append(dict(case=many_case, what="single process, one after another",
+                         workers="-", wall_s=single_many, xrt=total_small / single_many))
+        # the long recording's runs are write-bound (GB of output through the page cache) and
+        # vary from run to run: the median of REPEATS, every time in the notes
+        times, ref_big = [], None
+        for _ in range(REPEATS):
+            _remove([ref_big])
+            ref_big, dt = _timed(pipe.run, rec, work / "single-big.h5", progress=False)
+            times.append(dt)
+        single_big = float(np.median(times))
+        notes.append(f"single process, {big_case}: " + ", ".join(f"{t:.3f}" for t in times)
+                     + " s")
+        rows.append(dict(case=big_case, what=f"single process (Pipeline.run to HDF5), median "
+                         f"of {REPEATS}", workers="-", wall_s=single_big,
                          xrt=big_s / single_big))
+        spans_log = _SpanLog()
         for workers in worker_counts:
             with client_for(be, workers) as client:
                 # workers up, dspk, its imports, the GPU context and kernels loaded before the
                 # clock (once per worker process in real use); the choices are already in the
                 # tuner's cache
                 client.run(_warm_job, [str(paths[0]), str(big)], be)
-                t0 = time.perf_counter()
-                res = preprocess_many([str(p) for p in paths], work / f"many-{workers}",
-                                      client=client, tune=False, **OPTIONS, backend=be)
-                dt = time.perf_counter() - t0
-                bad = [p for p, r in res.items() if isinstance(r, Exception)]
-                rows.append(dict(case=f"{n_small} recordings, {small_ch} ch x {small_s:g} s",
-                                 what="dspk.dask.preprocess_many", workers=workers, wall_s=dt,
-                                 xrt=total_small / dt, vs_single=dt / single_many,
-                                 failed=len(bad)))
-                t0 = time.perf_counter()
-                p2 = fit(dspk.Pipeline.from_options(**OPTIONS, backend=be), rec,
-                         client=client)
-                to_hdf5(apply(p2, to_dask(rec)), work / f"big-{workers}.h5", client=client)
-                dt = time.perf_counter() - t0
-                rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s",
-                                 what="dspk.dask fit + apply + to_hdf5 (blocks written by "
-                                 "the workers)", workers=workers, wall_s=dt, xrt=big_s / dt,
-                                 vs_single=dt / single_big))
+                res, dt = _timed(preprocess_many, [str(p) for p in paths],
+                                 work / f"many-{workers}", client=client, tune=False,
+                                 **OPTIONS, backend=be)
+                same = all(not isinstance(res[str(p)], Exception)
+                           and _same_traces(Path(res[str(p)]), o)
+                           for p, o in zip(paths, singles))
+                rows.append(dict(case=many_case, what="dspk.dask.preprocess_many"
+                                 + ("" if same else " OUTPUT DIFFERS"), workers=workers,
+                                 wall_s=dt, xrt=total_small / dt, vs_single=dt / single_many))
+                _remove(res.values())
+
+                def fit_apply() -> Path:
+                    p2 = fit(dspk.Pipeline.from_options(**OPTIONS, backend=be), rec,
+                             client=client)
+                    return to_hdf5(apply(p2, to_dask(rec)), work / f"big-{workers}.h5",
+                                   client=client)
+
+                out, dt = _timed(fit_apply)
+                rows.append(dict(case=big_case, what="dspk.dask fit + apply + to_hdf5 (blocks "
+                                 "written by the workers)", workers=workers, wall_s=dt,
+                                 xrt=big_s / dt, vs_single=dt / single_big))
+                _remove([out])
                 # the same fitted pipeline as the single-process row: run against run
-                t0 = time.perf_counter()
-                out = run_split(pipe, str(big), work / f"split-{workers}.h5", client=client)
-                dt = time.perf_counter() - t0
-                same = _same_traces(out, work / "single-big.h5")
-                rows.append(dict(case=f"1 recording, {big_ch} ch x {big_s:g} s",
-                                 what=f"dspk.dask.run_split ({workers} span(s) of whole "
-                                 f"chunks){'' if same else ' OUTPUT DIFFERS'}",
+                times, same = [], True
+                for _ in range(REPEATS):
+                    out, dt = _timed(run_split, pipe, str(big), work / f"split-{workers}.h5",
+                                     client=client)
+                    same = same and _same_traces(out, ref_big)
+                    times.append(dt)
+                    _remove([out])
+                dt = float(np.median(times))
+                notes.append(f"run_split, {workers} worker(s): "
+                             + ", ".join(f"{t:.3f}" for t in times) + " s")
+                rows.append(dict(case=big_case, what=f"dspk.dask.run_split ({workers} span(s) "
+                                 f"of whole chunks), median of {REPEATS}"
+                                 f"{'' if same else ' OUTPUT DIFFERS'}",
                                  workers=workers, wall_s=dt, xrt=big_s / dt,
                                  vs_single=dt / single_big))
+        # the single process once more, after the cluster runs: the order's share of the gap
+        _remove(singles + [ref_big])
+        outs, dt = _timed(single_many_job, "-again")
+        rows.append(dict(case=many_case, what="single process again, after the dask rows",
+                         workers="-", wall_s=dt, xrt=total_small / dt))
+        _remove(outs)
+        out, dt = _timed(pipe.run, rec, work / "single-big-again.h5", progress=False)
+        rows.append(dict(case=big_case, what="single process again, after the dask rows",
+                         workers="-", wall_s=dt, xrt=big_s / dt))
+        notes.extend(spans_log.lines)
         notes.append(f"backend {be}; {'LocalCUDACluster' if gpu else 'LocalCluster'} worker "
                      f"processes, 1 thread each; the single-process rows ran first in this "
-                     f"process; every run after one tuning pass per kind of recording")
+                     f"process (and again at the end); every run after one tuning pass per "
+                     f"kind of recording and os.sync(); outputs compared with the single "
+                     f"process's, then deleted")
     return rows, notes
 
 

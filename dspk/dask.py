@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -329,6 +330,7 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     n_chunks = -(-n // chunk)
     spans = max(1, min(int(spans), n_chunks))
     bounds = [min(n, (i * n_chunks // spans) * chunk) for i in range(spans + 1)]
+    t0 = time.perf_counter()
     partial = out.with_name(out.name + ".partial")
     partial.unlink(missing_ok=True)
     with h5py.File(partial, "w") as f:
@@ -341,15 +343,23 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
                                      out_dtype.str, scale, layout)
              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    t1 = time.perf_counter()
     try:
         if client is not None:
-            client.gather(client.compute(tasks))
+            timings = client.gather(client.compute(tasks))
         else:
-            dask.compute(*tasks, scheduler="threads")
+            timings = dask.compute(*tasks, scheduler="threads")
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+    t2 = time.perf_counter()
     partial.replace(out)
+    log.info("run_split %s: output prepared in %.3f s, %d span(s) in %.3f s", out.name,
+             t1 - t0, len(tasks), t2 - t1)
+    for t in timings:
+        log.info("run_split %s: span of %d samples in %.3f s (setup %.3f, read %.3f, compute "
+                 "%.3f, write %.3f)", out.name, t["samples"], t["wall_s"], t["setup_s"],
+                 t["read_s"], t["compute_s"], t["write_s"])
     return out
 
 

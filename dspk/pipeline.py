@@ -648,6 +648,7 @@ class Pipeline:
         gives the bytes `run` writes there. Returns the span's timings."""
         from .io.rawio import RawDatasetWriter  # noqa: PLC0415
 
+        t0 = time.perf_counter()
         rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) \
             else recording
         if self._detector() is not None:
@@ -677,7 +678,7 @@ class Pipeline:
             timing["write_s"] += time.perf_counter() - t
             _hook_after_chunk(b - s0)
 
-        t0 = time.perf_counter()
+        timing["setup_s"] = time.perf_counter() - t0
         try:
             self._chunk_loop(rec, list(range(s0, s1, chunk)), s1, chunk, m, xp, staging, ahead,
                              read, write, out_dtype, scale, timing)
