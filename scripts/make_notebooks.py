@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Writes notebooks/*.ipynb from the cells below and executes them (nbclient) so that the
+committed notebooks show their outputs and figures. The test suite executes them again.
+
+    python scripts/make_notebooks.py [--no-execute]
+"""
+
+# ruff: noqa: E501  (the cells' lines are notebook code, not this module's)
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = '''from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import dspk
+from dspk import plot
+
+# the repository's root, wherever the notebook is started from
+root = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "data" / "sample.nwb").exists())
+gpu = dspk.gpu_available()
+if gpu:                      # the same calls on CuPy arrays run on the GPU
+    import cupy as xp
+else:
+    xp = np
+print("dspk", dspk.__version__, "on the", "GPU" if gpu else "CPU")'''
+
+QUICKSTART = [
+    ("md", """# dspk quick start
+
+Open the bundled recording, look at it, preprocess it (high-pass, median reference, local
+whitening), detect spikes, and see what each step did. Runs on the CPU; with CuPy and a GPU
+the same cells run there (`backend="auto"`)."""),
+    ("code", SETUP),
+    ("md", """`dspk info` describes a recording: its series, shape, sampling rate, µV scaling
+and probe geometry (the same as `dspk info data/sample.nwb` in a shell)."""),
+    ("code", '''from dspk.cli import main as dspk_cli
+
+_ = dspk_cli(["info", str(root / "data" / "sample.nwb")])'''),
+    ("code", '''rec = dspk.open_recording(root / "data" / "sample.nwb")   # finds the ElectricalSeries
+x = rec.read(0, 60000)                # the first 2 s, [channels, samples] float32 in µV
+print(rec)
+print(x.shape, x.dtype)'''),
+    ("md", """The pipeline of `dspk preprocess IN OUT --highpass 300 --reference median
+--whiten local`. Whitening is fitted on a seeded sample of chunks spread over the recording;
+`run` writes the whole recording chunk by chunk to HDF5 (under a temporary name, renamed when
+complete) and `transform` applies the same steps to an array."""),
+    ("code", '''import tempfile
+
+pipe = dspk.Pipeline.from_options(highpass=300, reference="median", whiten="local",
+                                  n_neighbors=16, backend="auto").fit(rec)
+out = Path(tempfile.mkdtemp()) / "sample-preprocessed.h5"
+pipe.run(rec, out, chunk_s=0.5, progress=False)
+y = dspk.open_recording(out).read(0, 60000)      # the output is a recording too
+print(out.name, {k: round(v, 3) for k, v in pipe.last_run.items() if isinstance(v, float)})'''),
+    ("code", '''fig = plot.before_after(x, y, rec.fs, channels=range(12), start_s=0.5, duration_s=0.1,
+                        units=("µV", "σ"), titles=("raw", "high-pass, median reference, whitened"))'''),
+    ("md", """Whitening removes the noise shared between neighbouring channels: the covariance of
+the filtered traces is broad, W is local (16 neighbours)."""),
+    ("code", '''k = [o["step"] for o in pipe.options()].index("Whiten")
+xf = dspk.fir_filter(x, dspk.highpass_taps(rec.fs, 300))
+fig = plot.covariance_and_whitening(dspk.covariance(xf), pipe.states[k]["W"])'''),
+    ("md", """Spike detection on the whitened traces: universal templates correlated per
+channel, combined around every contact with Gaussian weights of several widths, local maxima
+in time and space. Amplitudes are in noise standard deviations."""),
+    ("code", '''spikes = dspk.detect_spikes(y, rec.geometry, rec.fs)
+print(len(spikes), "spikes in 2 s;", spikes.dtype.names)
+fig = plot.probe(rec.geometry, spikes, positions=rec.geometry, widths_um=(10, 20, 30, 40, 50))'''),
+    ("code", '''fig = plot.waveforms(y, spikes, rec.geometry, rec.fs)'''),
+    ("code", '''feats, channels, pca = dspk.spike_features(y, spikes, rec.geometry, rec.fs)
+fig = plot.features(feats, labels=spikes["template_index"], label_name="template")'''),
+    ("md", """The recording has ground truth: how many of the known spikes were found
+(within 0.5 ms)?"""),
+    ("code", '''import h5py
+
+with h5py.File(root / "data" / "sample.nwb", "r") as f:
+    truth = f["analysis/ground_truth/sample_index"][:]
+truth = truth[(truth > 100) & (truth < 60000 - 100)]
+found = np.abs(spikes["sample_index"][None, :] - truth[:, None]).min(axis=1) <= 15
+print(f"{found.mean():.0%} of {len(truth)} known spikes found")'''),
+]
+
+ENGINE = [
+    ("md", """# The engine: `dspk.matmul`, `explain()`, the tuner, exactness
+
+Every heavy operation in dspk is a matrix product computed by one engine: **exact** (in the
+operands' own precision — never TF32, never a silent down-cast; integers bit-exactly) and
+**tuned** (every candidate timed on first sight of a device, dtype, layout and size class;
+the fastest correct one remembered on disk)."""),
+    ("code", SETUP),
+    ("code", '''rng = np.random.default_rng(0)
+x = xp.asarray(rng.standard_normal((64, 30000), dtype=np.float32) + 5)  # [channels, samples]
+c = dspk.matmul(x, x.T)          # channel covariance (uncentred): X·Xᵀ, float32
+print(type(c).__module__, c.shape, c.dtype)
+print(dspk.explain(x, x.T))'''),
+    ("md", """`explain` says which candidate runs, why (timed now, or read from the tuner's cache),
+and what the others measured. As a figure:"""),
+    ("code", '''fig = plot.tuner_timings(dspk.explain(x, x.T))'''),
+    ("md", """**Exactness.** The float32 result against a float64 reference: the error is that of
+float32 accumulation (~1e-7 relative), not TF32's ~1e-3."""),
+    ("code", '''def to_host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+ref = to_host(x).astype(np.float64) @ to_host(x).astype(np.float64).T
+err = np.linalg.norm(to_host(c) - ref) / np.linalg.norm(ref)
+print(f"relative error vs float64: {err:.2e}")'''),
+    ("md", """Integers are multiplied bit-exactly: raw int16 traces give the int64 product (on
+the GPU through INT8 tensor cores, int16 split in two int8 planes)."""),
+    ("code", '''raw = xp.asarray(rng.integers(-2000, 2000, (32, 30000), dtype=np.int16))
+g = dspk.int_matmul(raw, raw.T)
+exact = to_host(raw).astype(np.int64) @ to_host(raw).astype(np.int64).T
+print(g.dtype, "bit-exact:", bool((to_host(g) == exact).all()))'''),
+    ("md", """**Views instead of copies.** A `MatrixView` is shape `(batches, rows, cols)` with
+element strides and an offset over a 1-D buffer: transposes and column ranges cost nothing,
+and every view is bounds-checked before a kernel runs."""),
+    ("code", '''from dspk.linalg import MatrixView
+
+v = MatrixView.of(x).cols(1000, 2000)          # a 1000-sample window, no copy
+w = xp.asarray(rng.standard_normal((8, 64), dtype=np.float32))
+y = dspk.matmul(w, v)                           # a spatial filter on the window
+print(y.shape, np.allclose(to_host(y), to_host(w) @ to_host(x)[:, 1000:2000], rtol=1e-4, atol=1e-3))'''),
+    ("md", """Bad input is refused, never converted: here float32 times float64."""),
+    ("code", '''try:
+    dspk.matmul(x, x.astype(np.float64).T)
+except TypeError as e:
+    print("refused:", e)'''),
+    ("md", """The same engine measured on an H200 against CuPy and PyTorch (the covariance of
+384 channels × 60000 samples; `python benchmarks/bench_linalg.py --backend gpu`):"""),
+    ("code", '''fig = plot.benchmark_bars(root / "benchmarks" / "results" / "bench_linalg-gpu-h200-2026-12-02.json",
+                          case="cov384")'''),
+]
+
+MATCH = [
+    ("md", """# Template-bank matching on an image: `ncc` and `ncc_peaks`
+
+Normalized cross-correlation (OpenCV's TM_CCOEFF_NORMED) of a bank of templates with an
+image. The numerator Σ window·template is an exact integer product (im2col × the bank, on
+INT8 tensor cores on the GPU) and the window sums come from exact integral images; only the
+final ratio is float32. The image is scikit-image's *coins* (bundled as `data/coins.png`)."""),
+    ("code", SETUP),
+    ("code", '''import dspk.match
+
+img = (plt.imread(root / "data" / "coins.png") * 255).round().astype(np.uint8)
+if img.ndim == 3:
+    img = img[..., 0]
+corners = [(40, 40), (120, 200), (200, 300), (60, 280)]
+bank = np.stack([img[r:r + 24, c:c + 24] for r, c in corners])   # 4 templates of 24x24
+print(img.shape, img.dtype, "bank", bank.shape)'''),
+    ("code", '''maps = dspk.match.ncc(xp.asarray(img), xp.asarray(bank))     # [4, H-23, W-23] float32
+peaks = dspk.match.ncc_peaks(xp.asarray(img), xp.asarray(bank), threshold=0.8, min_distance=8)
+print(maps.shape, maps.dtype, len(peaks), "peaks")
+print(peaks[:6])'''),
+    ("code", '''fig, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+axes[0].imshow(img, cmap="gray")
+for k, (r, c) in enumerate(corners):
+    axes[0].add_patch(plt.Rectangle((c, r), 24, 24, fill=False, color=f"C{k}", lw=1.5))
+for p in peaks:
+    axes[0].plot(p["x"] + 12, p["y"] + 12, "x", color=f"C{p['template_index']}", ms=8)
+axes[0].set_title("templates (squares), peaks >= 0.8 (x, colour = template)")
+axes[0].set_xlabel("x (pixel)"); axes[0].set_ylabel("y (pixel)")
+im = axes[1].imshow(np.asarray(maps[0].get() if gpu else maps[0]), cmap="RdBu_r", vmin=-1, vmax=1)
+axes[1].set_title("NCC map of template 0")
+axes[1].set_xlabel("x (pixel)"); axes[1].set_ylabel("y (pixel)")
+_ = fig.colorbar(im, ax=axes[1], label="correlation coefficient")'''),
+    ("md", """**The exact numerator.** At any position, the correlation's numerator is an integer:
+Σ window·template − (Σ window)(Σ template)/K. dspk forms it in int64; here one position
+checked against a direct NumPy computation in Python integers."""),
+    ("code", '''from fractions import Fraction
+import math
+
+r, c = int(peaks[0]["y"]), int(peaks[0]["x"])
+t = bank[int(peaks[0]["template_index"])].astype(np.int64)
+w = img[r:r + 24, c:c + 24].astype(np.int64)
+K = t.size
+num = Fraction(int((w * t).sum())) - Fraction(int(w.sum()) * int(t.sum()), K)
+var_w = Fraction(int((w * w).sum())) - Fraction(int(w.sum()) ** 2, K)
+var_t = Fraction(int((t * t).sum())) - Fraction(int(t.sum()) ** 2, K)
+exact = float(num) / math.sqrt(float(var_w) * float(var_t))
+print(f"exact {exact:.7f}  dspk {float(peaks[0]['score']):.7f}")'''),
+    ("md", """`TemplateBank` prepares a bank once (its sums, its matrix for the engine, its packed
+words for the fused GPU kernel) for many images; `ncc_direct` is the slow reference the tests
+compare with."""),
+    ("code", '''tb = dspk.match.TemplateBank(xp.asarray(bank))
+same = np.array_equal(np.asarray(tb.ncc(xp.asarray(img)).get() if gpu else tb.ncc(img)),
+                      np.asarray(maps.get() if gpu else maps))
+ref = dspk.match.ncc_direct(img[:120, :160], bank)
+print("bank reused, same maps:", same, "| max |engine - direct| on a crop:",
+      float(np.abs(np.asarray(dspk.match.ncc(img[:120, :160], bank)) - ref).max()))'''),
+]
+
+DASK = [
+    ("md", """# Many recordings with Dask
+
+`dspk.dask.preprocess_many` fans recordings out over a `dask.distributed` cluster: each
+recording is one job of the single-process pipeline, written atomically; a failing recording
+is reported and does not stop the others. Here three small recordings on two local worker
+processes (with dask-cuda and `backend="gpu"`: one worker per GPU)."""),
+    ("code", SETUP),
+    ("code", '''import tempfile
+
+import h5py
+
+work = Path(tempfile.mkdtemp())
+rng = np.random.default_rng(0)
+geom = np.stack([np.tile([0.0, 32.0], 8), np.repeat(np.arange(8) * 20.0, 2)], 1)
+for i in range(3):
+    noise = rng.standard_normal((60000, 16)) @ rng.standard_normal((16, 16)) * 10
+    with h5py.File(work / f"session{i}.h5", "w") as f:
+        d = f.create_dataset("traces", data=np.rint(noise).astype(np.int16))
+        d.attrs["fs"] = 30000.0
+        d.attrs["geometry"] = geom
+(work / "broken.h5").write_bytes(b"not an HDF5 file")
+print(sorted(p.name for p in work.iterdir()))'''),
+    ("code", '''from dspk.dask import close_client, cluster_client, preprocess_many
+
+client = cluster_client(workers=2)            # a LocalCluster of 2 worker processes
+try:
+    results = preprocess_many(str(work / "*.h5"), work / "out", client=client,
+                              highpass=300.0, reference="median", whiten="global")
+finally:
+    close_client(client)
+for path, res in sorted(results.items()):
+    print(Path(path).name, "->", res if not isinstance(res, Exception) else f"FAILED: {res!r}"[:90])'''),
+    ("md", """(The worker logs the broken file's error on stderr; the results map each path to its
+output or its exception.) The outputs are those of the single-process pipeline, bit for
+bit:"""),
+    ("code", '''single = work / "single0.h5"
+dspk.preprocess(str(work / "session0.h5"), single, highpass=300.0, reference="median",
+                whiten="global", progress=False)
+with h5py.File(results[str(work / "session0.h5")]) as a, h5py.File(single) as b:
+    print("identical:", np.array_equal(a["traces"][:], b["traces"][:]))'''),
+    ("md", """One recording as a lazy dask array (blocks along time read through `dspk.io`) and the
+pipeline as a graph with halos (`map_overlap`):"""),
+    ("code", '''from dspk.dask import apply, fit, to_dask
+
+rec = dspk.open_recording(work / "session1.h5")
+arr = to_dask(rec, chunk=15000)
+pipe = fit(dspk.Pipeline.from_options(highpass=300.0, whiten="global", backend="cpu"), rec)
+y = apply(pipe, arr)
+print(arr)
+print("graph == transform:", np.allclose(y.compute(scheduler="threads"),
+                                          pipe.transform(rec.read()), atol=1e-4))'''),
+    ("md", """Measured overhead (`python benchmarks/bench_dask.py`): on a 2-core machine, and one
+GPU worker against the single process on an H200."""),
+    ("code", '''res = sorted((root / "benchmarks" / "results").glob("bench_dask-gpu-h200-*.json"))[-1]
+fig = plot.benchmark_bars(res, value="xrt")'''),
+]
+
+NOTEBOOKS = {"01_quickstart.ipynb": QUICKSTART, "02_engine.ipynb": ENGINE,
+             "03_template_matching.ipynb": MATCH, "04_dask_batch.ipynb": DASK}
+
+
+def build(cells: list) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src)
+                             for kind, src in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+def main(argv: list[str]) -> int:
+    from nbclient import NotebookClient  # noqa: PLC0415
+
+    out = ROOT / "notebooks"
+    out.mkdir(exist_ok=True)
+    for name, cells in NOTEBOOKS.items():
+        nb = build(cells)
+        if "--no-execute" not in argv:
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(out)}}).execute()
+        nbformat.write(nb, out / name)
+        print("wrote", out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
