@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv gpu-check clean
+.PHONY: demo test docs venv gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The API reference from the docstrings (Sphinx), warnings as errors: docs/_build/html/index.html
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
 gpu-check:
 	scripts/gpu-check $${OUT:-gpu-results}
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info out
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info out docs/_build

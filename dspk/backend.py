@@ -34,11 +34,42 @@ BACKENDS = ("auto", "cpu", "gpu")
 
 
 class BackendError(RuntimeError):
-    """The requested backend cannot be used on this machine."""
+    """The requested backend cannot be used on this machine.
+
+    Raised by `resolve_backend` for ``"gpu"`` without a usable GPU, and when CuPy is needed
+    but cannot be imported.
+
+    Examples
+    --------
+    >>> from dspk.backend import BackendError, resolve_backend
+    >>> try:
+    ...     backend = resolve_backend("gpu")
+    ... except BackendError:               # no GPU here: fall back by hand
+    ...     backend = "cpu"
+    >>> backend in ("cpu", "gpu")
+    True
+    """
 
 
 def is_cupy_array(x: Any) -> bool:
-    """True for a ``cupy.ndarray`` (checked by type name, so CuPy is not imported)."""
+    """True for a ``cupy.ndarray`` (checked by type name, so CuPy is not imported).
+
+    Parameters
+    ----------
+    x : object
+        Anything.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.backend import is_cupy_array
+    >>> is_cupy_array(np.zeros(3)), is_cupy_array([1, 2])
+    (False, False)
+    """
     cls = type(x)
     return cls.__name__ == "ndarray" and cls.__module__.startswith("cupy")
 
@@ -62,7 +93,22 @@ def cupy_module() -> ModuleType:
 
 @lru_cache(maxsize=1)
 def gpu_unavailable_reason() -> str | None:
-    """None when a CUDA GPU can be used through CuPy, else why not (never raises)."""
+    """None when a CUDA GPU can be used through CuPy, else why not (never raises).
+
+    The answer is computed once per process (cached).
+
+    Returns
+    -------
+    str or None
+        For example ``"CuPy is not installed"`` or ``"no CUDA device found"``.
+
+    Examples
+    --------
+    >>> from dspk.backend import gpu_available, gpu_unavailable_reason
+    >>> reason = gpu_unavailable_reason()
+    >>> (reason is None) == gpu_available()
+    True
+    """
     cp = _cupy()
     if cp is None:
         return "CuPy is not installed"
@@ -76,7 +122,21 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def gpu_available() -> bool:
-    """True when CuPy is installed and sees at least one CUDA device."""
+    """True when CuPy is installed and sees at least one CUDA device.
+
+    Never raises; `gpu_unavailable_reason` says why not.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import dspk
+    >>> backend = "gpu" if dspk.gpu_available() else "cpu"
+    >>> backend in ("cpu", "gpu")
+    True
+    """
     return gpu_unavailable_reason() is None
 
 
@@ -89,6 +149,36 @@ def resolve_backend(backend: str | None = None) -> str:
 
     ``"gpu"`` without a usable GPU raises `BackendError`; ``"auto"`` falls back to the CPU and
     logs that once per process.
+
+    Parameters
+    ----------
+    backend : {"auto", "cpu", "gpu"}, optional
+        Case and surrounding spaces are ignored. None reads ``$DSPK_BACKEND`` (unset or
+        empty: ``"auto"``).
+
+    Returns
+    -------
+    str
+        ``"cpu"`` or ``"gpu"``.
+
+    Raises
+    ------
+    ValueError
+        A name other than the three.
+    BackendError
+        ``"gpu"`` on a machine where no GPU can be used.
+
+    Examples
+    --------
+    >>> from dspk.backend import resolve_backend
+    >>> resolve_backend("cpu")
+    'cpu'
+    >>> resolve_backend(" Auto ") in ("cpu", "gpu")     # "gpu" when CuPy sees a GPU
+    True
+    >>> resolve_backend("tpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: backend must be one of ('auto', 'cpu', 'gpu'), got 'tpu'
     """
     global _fallback_logged
     source = "backend"
@@ -116,10 +206,27 @@ def resolve_backend(backend: str | None = None) -> str:
 def array_module(*arrays: Any) -> ModuleType:
     """NumPy or CuPy, chosen by the arrays given.
 
+    Parameters
+    ----------
+    *arrays : array or None
+        NumPy arrays, CuPy arrays or anything else (taken as host data); None is skipped.
+
+    Returns
+    -------
+    module
+        ``numpy``, or ``cupy`` when the arrays are CuPy arrays (imported on first use).
+
     Raises
     ------
     TypeError
         If NumPy and CuPy arrays are mixed, or CuPy arrays live on different devices.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.backend import array_module
+    >>> array_module(np.zeros(3), None, [1.0]) is np
+    True
     """
     kinds = set()
     devices = set()
@@ -141,13 +248,46 @@ def array_module(*arrays: Any) -> ModuleType:
 
 
 def device_of(x: Any) -> int | None:
-    """CUDA device id of a CuPy array, None for host arrays."""
+    """CUDA device id of a CuPy array, None for host arrays.
+
+    Parameters
+    ----------
+    x : array
+
+    Returns
+    -------
+    int or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.backend import device_of
+    >>> print(device_of(np.zeros(3)))
+    None
+    """
     return x.device.id if is_cupy_array(x) else None
 
 
 @lru_cache(maxsize=None)
 def device_name(device_id: int | None) -> str:
-    """A stable name for the tuner key: ``"cpu:<machine>"`` or ``"<GPU name> cc<XY> sm<N>"``."""
+    """A stable name for the tuner key: ``"cpu:<machine>:<cores>"`` or
+    ``"<GPU name> cc<XY> sm<N>"``.
+
+    Parameters
+    ----------
+    device_id : int or None
+        A CUDA device id, or None for the host.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from dspk.backend import device_name
+    >>> device_name(None)                    # doctest: +ELLIPSIS
+    'cpu:...:...'
+    """
     if device_id is None:
         import platform
 
@@ -184,7 +324,24 @@ def blocked_transpose(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarra
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """Host copy of any array (CuPy arrays are transferred)."""
+    """Host copy of any array (CuPy arrays are transferred).
+
+    Parameters
+    ----------
+    x : array-like
+        A CuPy array (copied to the host) or anything ``numpy.asarray`` takes (not copied
+        when it is already a NumPy array).
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> from dspk.backend import to_numpy
+    >>> to_numpy([1, 2, 3])
+    array([1, 2, 3])
+    """
     if is_cupy_array(x):
         return x.get()
     return np.asarray(x)

@@ -108,12 +108,31 @@ def to_dask(recording: Any, chunk: int | None = None, **open_options: Any) -> An
         from a file is reopened by each worker from its path.
     chunk : int, optional
         Samples per block along time (default one second).
+    **open_options
+        `open_recording` keywords (``dataset``, ``fs``, ``geometry``, ...), for a path.
 
     Returns
     -------
     dask.array.Array
         Blocks [channels, chunk] read through `Recording.read` when computed (gzip chunks
-        inflated in parallel as usual).
+        inflated in parallel as usual). Its ``fs`` attribute carries the sampling rate.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np, dspk
+    >>> from dspk.dask import to_dask
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> with h5py.File(path, "w") as f:             # int16 [samples, channels] with its rate
+    ...     d = f.create_dataset("traces", data=np.ones((30000, 6), dtype=np.int16))
+    ...     d.attrs["fs"] = 30000.0
+    >>> arr = to_dask(path, chunk=10000)
+    >>> arr.shape, arr.dtype, arr.chunks[1], arr.fs
+    ((6, 30000), dtype('float32'), (10000, 10000, 10000), 30000.0)
+    >>> float(arr[:, 9990:10010].sum().compute(scheduler="sync"))   # two blocks read
+    120.0
+    >>> tmp.cleanup()
     """
     import dask  # noqa: PLC0415
 
@@ -145,7 +164,37 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     and returned as the type they came in: with a GPU pipeline, NumPy blocks are moved to the
     worker's GPU and back (as `Pipeline.run` does with what it reads), CuPy blocks stay
     there; a CPU pipeline computes each block with its own array module. Whitening must be
-    fitted first (`Pipeline.fit`, or `fit` here)."""
+    fitted first (`Pipeline.fit`, or `fit` here).
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+        Fitted if it whitens; without a Detect step.
+    darray : dask.array.Array
+        [channels, samples], rechunked so that every block holds all channels (and, when a
+        block is shorter than the margin, into equal blocks at least as long as it).
+    fs : float, optional
+        Sampling rate in Hz (default: ``darray.fs`` from `to_dask`, else ``pipeline.fs``).
+
+    Returns
+    -------
+    dask.array.Array
+        Lazy, of ``pipeline.dtype``, with the ``fs`` attribute.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.dask import apply, to_dask
+    >>> x = np.random.default_rng(0).standard_normal((4, 9000)).astype(np.float32)
+    >>> rec = dspk.open_recording(x, fs=30000.0)
+    >>> p = dspk.Pipeline.from_options(reference="median", whiten="global", backend="cpu")
+    >>> p = p.fit(rec)
+    >>> y = apply(p, to_dask(rec, chunk=3000))
+    >>> y.shape, y.dtype
+    ((4, 9000), dtype('float32'))
+    >>> bool(np.allclose(y.compute(scheduler="threads"), p.transform(x), atol=1e-4))
+    True
+    """
     fs = fs or getattr(darray, "fs", None) or pipeline.fs
     if fs is None:
         raise PipelineError("fs: unknown (pass fs= or use an array from to_dask)")
@@ -221,10 +270,41 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     are disjoint, so workers write at once with no lock and no HDF5 in the workers — and the
     file, written to ``OUT.partial``, gets its name when every block is in.
 
+    Parameters
+    ----------
+    darray : dask.array.Array
+        [channels, samples], NumPy or CuPy blocks (rechunked to all channels per block).
+    out_path : str
+        The output; refused if it exists unless ``overwrite``.
+    fs : float, optional
+        Stored as the ``fs`` attribute of the file and of ``/traces`` (default:
+        ``darray.fs``; none is stored without either).
+    layout : {"samples_channels", "channels_samples"}
+        The layout of ``/traces`` (also stored as its ``layout`` attribute).
+    dtype : float32 or float64
+        The stored sample type.
+    overwrite : bool
+        Replace an existing output.
+    client : dask.distributed.Client, optional
+        Where the blocks are computed and written (default: dask's default scheduler).
+
     Returns
     -------
     pathlib.Path
         The completed output.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import dask.array as da, numpy as np, dspk
+    >>> from dspk.dask import to_hdf5
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> y = da.arange(24, dtype=np.float32, chunks=8).reshape(2, 12)    # [channels, samples]
+    >>> out = to_hdf5(y, os.path.join(tmp.name, "out.h5"), fs=1000.0)
+    >>> with dspk.open_recording(out) as rec:      # fs and layout from the attributes
+    ...     rec.fs, bool(np.array_equal(rec.read(), y.compute()))
+    (1000.0, True)
+    >>> tmp.cleanup()
     """
     import dask  # noqa: PLC0415
     import h5py  # noqa: PLC0415
@@ -290,6 +370,9 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     pipeline : Pipeline
         Without a Detect step (spikes are written by `preprocess_many`).
     recording : path or Recording
+        Opened with `dspk.open_recording` (``open_options`` passed on) when a path.
+    out_path : str
+        The output file; refused if it exists unless ``overwrite``.
     client : dask.distributed.Client, optional
         Default: dask's threaded scheduler in this process (not a global default client: the
         spans run where the caller says).
@@ -297,6 +380,35 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
         Number of spans (default: one per worker of ``client``, else 1).
     chunk_s, output_dtype, output_scale, layout, overwrite :
         As for `Pipeline.run` (uncompressed output).
+    **open_options
+        `open_recording` keywords, also used by the workers that reopen the file.
+
+    Returns
+    -------
+    pathlib.Path
+        The completed output.
+
+    Examples
+    --------
+    Three spans on the threaded scheduler give the bytes of the single-process job:
+
+    >>> import os, tempfile
+    >>> import h5py, numpy as np, dspk
+    >>> from dspk.dask import run_split
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> rng = np.random.default_rng(0)
+    >>> with h5py.File(path, "w") as f:
+    ...     d = f.create_dataset("traces", data=rng.integers(-200, 200, (30000, 6), np.int16))
+    ...     d.attrs["fs"] = 30000.0
+    ...     d.attrs["geometry"] = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> p = dspk.Pipeline.from_options(whiten="local", n_neighbors=3, backend="cpu")
+    >>> split = run_split(p, path, os.path.join(tmp.name, "split.h5"), spans=3, chunk_s=0.1)
+    >>> whole = p.run(path, os.path.join(tmp.name, "whole.h5"), chunk_s=0.1, progress=False)
+    >>> with h5py.File(split, "r") as a, h5py.File(whole, "r") as b:
+    ...     bool(np.array_equal(a["traces"][:], b["traces"][:]))
+    True
+    >>> tmp.cleanup()
     """
     import dask  # noqa: PLC0415
     import h5py  # noqa: PLC0415
@@ -318,7 +430,11 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
         recording, (str, os.PathLike)) else recording
     if any(isinstance(s, Whiten) and "W" not in st
            for s, st in zip(pipeline.steps, pipeline.states)):
-        fit(pipeline, rec, client=client, **open_options)
+        # without a client, the fit's tasks run where the spans will: in this process's
+        # threads, not on a global default client
+        with dask.config.set(scheduler="threads" if client is None else
+                             dask.config.get("scheduler", None)):
+            fit(pipeline, rec, client=client, **open_options)
     pipeline.fs = rec.fs
     whitened = any(isinstance(s, Whiten) for s in pipeline.steps)
     scale = float(output_scale or (0.01 if whitened else 0.1)) \
@@ -383,7 +499,39 @@ def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
     dask's default scheduler): each chunk's steps and covariance in parallel, the partial
     covariances then combined on the caller in the chunks' order, as `Pipeline.fit` adds
     them — the same whitening matrix, bit for bit. (The feature PCA of a Detect step is
-    fitted by `Pipeline.run`.)"""
+    fitted by `Pipeline.run`.)
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+        Fitted in place (its whitening steps' W) and returned.
+    recording : path or Recording
+        Opened with `dspk.open_recording` (``open_options`` passed on) when a path; a file
+        is reopened by each worker.
+    client : dask.distributed.Client, optional
+        Where the chunks are computed (default: dask's default scheduler).
+    seed : int
+        Seeds the fit chunks' positions, as for `Pipeline.fit` (its default chunk count and
+        length).
+    **open_options
+        `open_recording` keywords.
+
+    Returns
+    -------
+    Pipeline
+        ``pipeline``, fitted.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.dask import fit
+    >>> x = np.random.default_rng(0).standard_normal((4, 30000)).astype(np.float32)
+    >>> rec = dspk.open_recording(x, fs=30000.0)
+    >>> tasks = fit(dspk.Pipeline.from_options(whiten="global", backend="cpu"), rec)
+    >>> alone = dspk.Pipeline.from_options(whiten="global", backend="cpu").fit(rec)
+    >>> bool(np.array_equal(tasks.states[-1]["W"], alone.states[-1]["W"]))   # bit for bit
+    True
+    """
     import dask  # noqa: PLC0415
 
     rec = open_recording(recording, **open_options) if isinstance(
@@ -414,7 +562,39 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
     """A ``dask.distributed.Client``: connected to ``scheduler`` (an address; a clear error
     within ``timeout`` seconds if it cannot be reached), else a local cluster — with dask-cuda
     and ``gpu``, one worker per visible GPU (each bound to its device), otherwise ``workers``
-    CPU worker processes (default: one per core)."""
+    CPU worker processes (default: one per core).
+
+    Parameters
+    ----------
+    scheduler : str, optional
+        A scheduler's address (``"tcp://host:8786"``); None starts a local cluster.
+    workers : int, optional
+        CPU worker processes of a local cluster, one thread each (default: one per core).
+    gpu : bool
+        A LocalCUDACluster when dask-cuda is installed (otherwise a warning, and CPU workers).
+    timeout : float
+        Seconds to wait for ``scheduler``.
+
+    Returns
+    -------
+    distributed.Client
+        Close it (and its local cluster) with `close_client`.
+
+    Raises
+    ------
+    ConnectionError
+        ``scheduler`` could not be reached within ``timeout``.
+
+    Examples
+    --------
+    Not run here (it starts worker processes):
+
+    >>> from dspk.dask import close_client, cluster_client
+    >>> client = cluster_client(workers=2)                      # doctest: +SKIP
+    >>> len(client.scheduler_info()["workers"])                 # doctest: +SKIP
+    2
+    >>> close_client(client)                                    # doctest: +SKIP
+    """
     try:
         from distributed import Client, LocalCluster  # noqa: PLC0415
     except ImportError as exc:   # pragma: no cover
@@ -498,7 +678,25 @@ def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
 
 
 def close_client(client: Any) -> None:
-    """Close a client and the local cluster it started, if any."""
+    """Close a client and the local cluster it started, if any.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        From `cluster_client`, or any client: one made from a cluster object
+        (``Client(cluster)``) closes that cluster too; one connected to a scheduler's address
+        leaves the scheduler running.
+
+    Examples
+    --------
+    Not run here (the client starts worker processes):
+
+    >>> from dspk.dask import close_client, cluster_client
+    >>> client = cluster_client(workers=2)                      # doctest: +SKIP
+    >>> close_client(client)                                    # doctest: +SKIP
+    >>> client.status                                           # doctest: +SKIP
+    'closed'
+    """
     cluster = getattr(client, "cluster", None)
     client.close()
     if cluster is not None:
@@ -535,6 +733,41 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     dict
         path -> output path, or the exception that stopped that recording (the others are
         not stopped by it).
+
+    Raises
+    ------
+    FileNotFoundError
+        A pattern that matches no file.
+    ValueError
+        No paths, or two recordings with the same stem (one output name).
+    TypeError
+        An unknown keyword (checked before any cluster starts).
+
+    Examples
+    --------
+    Two recordings (the job itself is not run here: it starts worker processes):
+
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.dask import preprocess_many
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> for name in ("a", "b"):
+    ...     with h5py.File(os.path.join(tmp.name, f"{name}.h5"), "w") as f:
+    ...         d = f.create_dataset("traces", data=np.zeros((30000, 6), dtype=np.int16))
+    ...         d.attrs["fs"] = 30000.0
+    ...         d.attrs["geometry"] = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> pattern, out = os.path.join(tmp.name, "*.h5"), os.path.join(tmp.name, "out")
+    >>> results = preprocess_many(pattern, out, whiten="local", n_neighbors=3)  # doctest: +SKIP
+    >>> sorted(os.path.basename(str(v)) for v in results.values())      # doctest: +SKIP
+    ['a.h5', 'b.h5']
+
+    Bad keywords are refused before a cluster starts:
+
+    >>> preprocess_many(pattern, out, whitening="local")
+    Traceback (most recent call last):
+    ...
+    TypeError: preprocess_many: unknown keyword(s) ['whitening']
+    >>> tmp.cleanup()
     """
     if isinstance(paths, (str, os.PathLike)):
         pattern = os.fspath(paths)

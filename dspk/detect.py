@@ -60,7 +60,32 @@ TROUGH_TAP = 20
 def default_templates(fs: float = 30000.0, n: int = 6) -> np.ndarray:
     """The built-in temporal bank: ``n`` extracellular spike shapes (a trough then a slower
     rebound) of trough widths from 0.07 to 0.22 ms, 2 ms long, trough at tap 20 at 30 kHz
-    (scaled with fs), each of unit L2 norm. Analytic and deterministic (no data file)."""
+    (scaled with fs), each of unit L2 norm. Analytic and deterministic (no data file).
+
+    Parameters
+    ----------
+    fs : float
+        Sampling rate in Hz (> 0): round(2 ms · fs) taps, made odd.
+    n : int
+        Templates, of trough widths evenly spaced from 0.07 to 0.22 ms (narrowest first).
+
+    Returns
+    -------
+    numpy.ndarray
+        [n, taps] float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.detect import default_templates
+    >>> bank = default_templates()
+    >>> bank.shape, bank.argmin(axis=1).tolist()            # the trough at tap 20
+    ((6, 61), [20, 20, 20, 20, 20, 20])
+    >>> np.round(np.linalg.norm(bank, axis=1), 6).tolist()
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    >>> default_templates(fs=20000.0, n=3).shape
+    (3, 41)
+    """
     if not fs > 0:
         raise ValueError(f"fs: expected a positive sampling rate, got {fs}")
     taps = int(round(2e-3 * fs)) | 1
@@ -160,6 +185,32 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         ``channel_index`` (the position's channel), ``amplitude`` (the score, in noise SDs),
         ``template_index``, ``x``, ``y`` (the position, µm). Empty (of that dtype) when there
         is no spike.
+
+    Warns
+    -----
+    UserWarning
+        When x does not look whitened (a robust noise SD, the median over channels, outside
+        0.5–2).
+
+    Examples
+    --------
+    Three spikes injected on channels 2–4 (largest on 3) of unit-noise traces:
+
+    >>> import numpy as np
+    >>> from dspk.detect import default_templates, detect_spikes
+    >>> geom = np.c_[np.zeros(8), 20.0 * np.arange(8)]        # a column, 20 µm pitch
+    >>> x = np.random.default_rng(0).standard_normal((8, 3000)).astype(np.float32)
+    >>> w = default_templates()[2]
+    >>> w = w / -w.min()                                       # trough -1
+    >>> for t in (500, 1500, 2500):
+    ...     x[2:5, t - 20:t + 41] += np.array([[6.0], [12.0], [6.0]]) * w
+    >>> spikes = detect_spikes(x, geom, fs=30000.0)
+    >>> spikes[["sample_index", "channel_index"]].tolist()
+    [(500, 3), (1500, 3), (2500, 3)]
+    >>> spikes["y"], bool(spikes["amplitude"].min() > 7.0)
+    (array([60., 60., 60.], dtype=float32), True)
+    >>> spikes.dtype.names
+    ('sample_index', 'channel_index', 'amplitude', 'template_index', 'x', 'y')
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
     c, n = x.shape
@@ -316,17 +367,46 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     x : array
         Whitened [channels, samples] (NumPy or CuPy; the waveforms are gathered on the host).
     fs : float
+        Sampling rate in Hz.
     n_templates : int
-    threshold, isolation_ms : float
+        Templates (k-means clusters) to learn; at least this many crossings are needed.
+    threshold : float
+        Crossing threshold in noise SDs (a trough below −threshold).
+    isolation_ms : float
+        A trough must be the channel's minimum within ± this time, with no other trough
+        within ± twice it.
     max_spikes : int
         At most this many crossings (a seeded random subset) are clustered.
     seed : int
+        Seeds the subset and the k-means initialisation (the result is deterministic).
 
     Returns
     -------
     numpy.ndarray
         [n_templates, taps] float64, trough at tap 20 at 30 kHz (like `default_templates`),
         sorted by trough width (narrowest first).
+
+    Raises
+    ------
+    ValueError
+        Fewer isolated crossings than ``n_templates``.
+
+    Examples
+    --------
+    Spikes of two widths, the narrowest and the widest default templates:
+
+    >>> import numpy as np
+    >>> from dspk.detect import default_templates, learn_templates
+    >>> bank = default_templates()
+    >>> x = np.random.default_rng(0).standard_normal((4, 30000)).astype(np.float32)
+    >>> for k, t in enumerate(range(200, 29800, 300)):
+    ...     w = bank[5 if k % 2 else 0]
+    ...     x[k % 4, t - 20:t + 41] += 10 * w / -w.min()
+    >>> learned = learn_templates(x, 30000.0, n_templates=2)
+    >>> learned.shape
+    (2, 61)
+    >>> (learned @ bank[[0, 5]].T).argmax(axis=1)               # narrow first, then wide
+    array([0, 1])
     """
     from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
 
@@ -371,7 +451,41 @@ def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
                 n_neighbors: int = 10) -> tuple:
     """(clips float32 [n_spikes, n_neighbors, taps] on the host, channels [n_spikes,
     n_neighbors]): each spike's waveform (2 ms, trough at 2/3 ms, zero outside x) on the
-    channels nearest its channel, gathered where x is (only the clips are transferred)."""
+    channels nearest its channel, gathered where x is (only the clips are transferred).
+
+    Parameters
+    ----------
+    x : array
+        [channels, samples] traces (NumPy or CuPy).
+    spikes : numpy.ndarray
+        With fields ``sample_index`` (the trough) and ``channel_index`` (`detect_spikes`).
+    geometry : numpy.ndarray
+        [channels, 2] float64 contact positions in µm (a NumPy array: its bytes key a cache).
+    fs : float
+        Sampling rate in Hz (the clip is round(2 ms · fs) taps, made odd).
+    n_neighbors : int
+        Channels per clip: the spike's channel, then the nearest others (at most all).
+
+    Returns
+    -------
+    (clips, channels)
+        float32 [n_spikes, n_neighbors, taps] and the channels of each clip's rows, int64
+        [n_spikes, n_neighbors].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.detect import spike_clips
+    >>> geom = np.c_[np.zeros(8), 20.0 * np.arange(8)]
+    >>> x = np.zeros((8, 3000), dtype=np.float32)
+    >>> x[3, 500] = -5.0
+    >>> spikes = np.array([(500, 3)], dtype=[("sample_index", "i8"), ("channel_index", "i8")])
+    >>> clips, channels = spike_clips(x, spikes, geom, 30000.0, n_neighbors=3)
+    >>> clips.shape, channels.tolist()
+    ((1, 3, 61), [[3, 2, 4]])
+    >>> int(clips[0, 0].argmin()), float(clips[0, 0].min())    # the trough at tap 20
+    (20, -5.0)
+    """
     nbr = _neighbourhoods(geometry, n_neighbors, (), None)[0]   # no weights; cached per probe
     nn = nbr.shape[1]
     chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)].reshape(-1, nn)
@@ -389,11 +503,46 @@ def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
     nearest its channel is projected on temporal principal components (`dspk.PCA`, fitted on
     these waveforms unless ``pca`` is given): [n_spikes, n_neighbors, n_components].
 
+    Parameters
+    ----------
+    x : array
+        [channels, samples] traces, those the spikes were detected in (NumPy or CuPy).
+    spikes : numpy.ndarray
+        `detect_spikes`' result (``sample_index`` and ``channel_index`` are used).
+    geometry : array
+        [channels, 2] contact positions in µm.
+    fs : float
+        Sampling rate in Hz.
+    pca : dspk.PCA, optional
+        A fitted PCA to project on (its taps must match the clips'); default: one fitted here.
+    n_components : int
+        Components of the PCA fitted here (ignored with ``pca``).
+    n_neighbors : int
+        Channels per spike (see `spike_clips`).
+
     Returns
     -------
     (features, channels, pca)
         features float32 [n_spikes, n_neighbors, n_components]; the neighbour channels of each
         spike [n_spikes, n_neighbors]; the PCA used.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.detect import default_templates, detect_spikes, spike_features
+    >>> geom = np.c_[np.zeros(8), 20.0 * np.arange(8)]
+    >>> x = np.random.default_rng(0).standard_normal((8, 3000)).astype(np.float32)
+    >>> w = default_templates()[2]
+    >>> for t in (500, 1500, 2500):
+    ...     x[2:5, t - 20:t + 41] += np.array([[6.0], [12.0], [6.0]]) * w / -w.min()
+    >>> spikes = detect_spikes(x, geom, 30000.0)
+    >>> feats, channels, pca = spike_features(x, spikes, geom, 30000.0, n_components=2,
+    ...                                       n_neighbors=3)
+    >>> feats.shape, feats.dtype, channels.tolist()
+    ((3, 3, 2), dtype('float32'), [[3, 2, 4], [3, 2, 4], [3, 2, 4]])
+    >>> again, _, _ = spike_features(x, spikes, geom, 30000.0, pca=pca, n_neighbors=3)
+    >>> bool(np.array_equal(again, feats))                   # the same PCA, given
+    True
     """
     g = np.asarray(to_numpy(geometry), dtype=np.float64)
     if getattr(x, "ndim", None) != 2:

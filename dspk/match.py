@@ -200,10 +200,13 @@ class TemplateBank:
 
     @property
     def sums(self) -> tuple:
+        """(S_T, S_TT): each template's sum and sum of squares, int64 [N] (exact)."""
         return self._get("sums", lambda: _template_sums(self.templates))
 
     @property
     def matrix(self) -> Any:
+        """The bank as a C-contiguous [th·tw, N] matrix (row-major pixels) for the product
+        engine."""
         return self._get("matrix", lambda: self.xp.ascontiguousarray(
             self.templates.reshape(self.n, -1).T))
 
@@ -504,6 +507,18 @@ def ncc(image: Any, templates: Any) -> Any:
     ``TemplateBank(templates).ncc(image)`` (see there). ``templates`` may be a
     `TemplateBank`, prepared once for many images.
 
+    Parameters
+    ----------
+    image : numpy.ndarray or cupy.ndarray
+        [H, W] uint8, int8 or int16 (a 1-row image: a 1-D signal search).
+    templates : array or TemplateBank
+        [N, th, tw] (or one [th, tw]) of the image's dtype and array type.
+
+    Returns
+    -------
+    array
+        float32 [N, H − th + 1, W − tw + 1] coefficients in [−1, 1] (see `TemplateBank.ncc`).
+
     Examples
     --------
     >>> import numpy as np
@@ -512,6 +527,13 @@ def ncc(image: Any, templates: Any) -> Any:
     >>> maps = ncc(img, img[None, 10:18, 20:30])
     >>> maps.shape, float(maps[0, 10, 20]) > 0.999
     ((1, 33, 41), True)
+
+    A 1-row image is a signal:
+
+    >>> sig = np.random.default_rng(1).integers(-100, 100, (1, 200), dtype=np.int16)
+    >>> m = ncc(sig, sig[:, 50:70])
+    >>> m.shape, int(m[0, 0].argmax())
+    ((1, 1, 181), 50)
     """
     return _bank(templates).ncc(image)
 
@@ -610,7 +632,27 @@ def _mma_reason(image: Any, bank: TemplateBank, variant: str = "bank_mma") -> st
 
 def ncc_direct(image: Any, templates: Any) -> Any:
     """The same maps as `ncc`, computed directly: S_IT accumulated over template offsets in
-    int64 (no product engine). The tests' reference; O(N·K·positions) work."""
+    int64 (no product engine). The tests' reference; O(N·K·positions) work.
+
+    Parameters
+    ----------
+    image, templates :
+        As for `ncc`.
+
+    Returns
+    -------
+    array
+        The maps of `ncc`, bit for bit (the same exact sums, the same final ratio).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.match import ncc, ncc_direct
+    >>> img = np.random.default_rng(0).integers(0, 256, (40, 50), dtype=np.uint8)
+    >>> t = np.stack([img[10:18, 20:30], img[25:33, 5:15]])
+    >>> bool(np.array_equal(ncc_direct(img, t), ncc(img, t)))
+    True
+    """
     bank = _bank(templates)
     xp = _validate(image, bank)
     n, th, tw = bank.n, bank.th, bank.tw
@@ -664,6 +706,18 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
         Structured, dtype `PEAK_DTYPE` (``template_index``, ``y``, ``x`` — top-left corner of the
         window, as in the maps — and ``score``), sorted by template, then y, then x. A NumPy
         array whatever the input type: a peak list is small.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.match import ncc_peaks
+    >>> img = np.random.default_rng(0).integers(0, 256, (40, 50), dtype=np.uint8)
+    >>> t = np.stack([img[10:18, 20:30], img[25:33, 5:15]])   # cut from the image
+    >>> peaks = ncc_peaks(img, t, threshold=0.9)
+    >>> peaks[["template_index", "y", "x"]].tolist()
+    [(0, 10, 20), (1, 25, 5)]
+    >>> np.round(peaks["score"], 3)
+    array([1., 1.], dtype=float32)
     """
     if not -1.0 <= float(threshold) <= 1.0:
         raise ValueError(f"threshold: expected a score in [-1, 1], got {threshold}")

@@ -54,23 +54,62 @@ FITTED = ("W", "pca_mean", "pca_components")
 
 
 class PipelineError(ValueError):
-    """A pipeline that cannot run as asked (the message says why)."""
+    """A pipeline that cannot run as asked (the message says why).
+
+    A `ValueError`, so ``except ValueError`` catches it too.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import Pipeline, PipelineError, Whiten
+    >>> x = np.zeros((4, 3000), dtype=np.float32)
+    >>> try:
+    ...     Pipeline([Whiten("global")]).transform(x, fs=30000.0)
+    ... except PipelineError as exc:
+    ...     print(exc)
+    Whiten: not fitted (call Pipeline.fit(recording) first)
+    """
 
 
 # -- steps -------------------------------------------------------------------------------------
 @dataclass
 class HighPass:
-    """Linear-phase FIR high-pass (`dspk.highpass_taps`): |H| <= 0.03 below 2/3 of the cutoff,
-    >= 0.97 above 4/3 of it."""
+    """Linear-phase FIR high-pass (`dspk.highpass_taps`): ``|H|`` <= 0.03 below 2/3 of the
+    cutoff, >= 0.97 above 4/3 of it.
+
+    A pipeline step: the taps are designed once per sampling rate; its `margin` (half the
+    taps) is the context a chunk needs on each side.
+
+    Parameters
+    ----------
+    cutoff_hz : float
+        The -6 dB frequency in Hz.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import HighPass, Pipeline
+    >>> HighPass(300.0).margin(30000.0)             # samples of context per side
+    131
+    >>> t = np.arange(6000) / 30000.0
+    >>> x = np.stack([np.sin(2 * np.pi * 50 * t), np.sin(2 * np.pi * 2000 * t)])
+    >>> y = Pipeline([HighPass(300.0)]).transform(x.astype(np.float32), fs=30000.0)
+    >>> np.round(np.abs(y[:, 1000:5000]).max(axis=1), 1)   # 50 Hz removed, 2 kHz kept
+    array([0., 1.], dtype=float32)
+    """
     cutoff_hz: float = 300.0
 
     def taps(self, fs: float) -> np.ndarray:
+        """The FIR taps at sampling rate ``fs`` (float64, odd length)."""
         return highpass_taps(fs, self.cutoff_hz)
 
     def margin(self, fs: float) -> int:
+        """Samples of context a chunk needs on each side: half the taps."""
         return len(self.taps(fs)) // 2
 
     def apply(self, x: Any, fs: float, state: dict) -> Any:
+        """The filter on a block x [channels, samples] (`dspk.fir_filter`); ``state`` keeps
+        the taps of the last sampling rate."""
         if state.get("fs") != fs:          # designed once per sampling rate, not per chunk
             state["taps"], state["fs"] = self.taps(fs), fs
         return fir_filter(x, state["taps"])
@@ -78,38 +117,103 @@ class HighPass:
 
 @dataclass
 class BandPass(HighPass):
-    """Linear-phase FIR band-pass (`dspk.bandpass_taps`)."""
+    """Linear-phase FIR band-pass (`dspk.bandpass_taps`).
+
+    Parameters
+    ----------
+    cutoff_hz : float
+        The lower band edge (gain 0.5) in Hz; the transition widths are 2/3 of it.
+    high_hz : float
+        The upper band edge (gain 0.5) in Hz, below fs/2.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import BandPass, Pipeline
+    >>> t = np.arange(6000) / 30000.0
+    >>> x = np.stack([np.sin(2 * np.pi * f * t) for f in (50.0, 1000.0, 8000.0)])
+    >>> y = Pipeline([BandPass(300.0, 3000.0)]).transform(x.astype(np.float32), fs=30000.0)
+    >>> np.round(np.abs(y[:, 1000:5000]).max(axis=1), 1)   # only 1 kHz passes
+    array([0., 1., 0.], dtype=float32)
+    """
     cutoff_hz: float = 300.0
     high_hz: float = 6000.0
 
     def taps(self, fs: float) -> np.ndarray:
+        """The FIR taps at sampling rate ``fs`` (float64, odd length)."""
         return bandpass_taps(fs, self.cutoff_hz, self.high_hz)
 
 
 @dataclass
 class Reference:
-    """Common reference across channels, per sample: ``operator`` "median" or "mean"."""
+    """Common reference across channels, per sample: ``operator`` "median" or "mean".
+
+    Parameters
+    ----------
+    operator : {"median", "mean"}
+        As for `dspk.common_reference` (all channels, one group).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import Pipeline, Reference
+    >>> x = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [10.0, 0.0, 0.0]], dtype=np.float32)
+    >>> Pipeline([Reference("median")]).transform(x, fs=30000.0)
+    array([[-1.,  0.,  0.],
+           [ 0.,  2.,  3.],
+           [ 8., -2., -3.]], dtype=float32)
+    """
     operator: str = "median"
 
     def margin(self, fs: float) -> int:
+        """0: each sample is referenced on its own."""
         return 0
 
     def apply(self, x: Any, fs: float, state: dict) -> Any:
+        """The reference subtracted from a block x [channels, samples]."""
         return common_reference(x, self.operator)
 
 
 @dataclass
 class Whiten:
     """ZCA whitening fitted on the recording: "global", or "local" (each channel against its
-    ``n_neighbors`` nearest channels; needs the recording's geometry)."""
+    ``n_neighbors`` nearest channels; needs the recording's geometry).
+
+    `Pipeline.fit` computes W (`dspk.whitening_matrix`) from the covariance of the fit chunks
+    after the steps before this one; it is kept in the step's state (``"W"``, float64) and
+    applied in the traces' dtype.
+
+    Parameters
+    ----------
+    mode : {"local", "global"}
+    n_neighbors : int
+        Neighbourhood size for local whitening (at most the channel count is used).
+    eps : float, optional
+        Regularization, as for `dspk.whitening_matrix`.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline import Pipeline, Whiten
+    >>> rng = np.random.default_rng(0)
+    >>> x = ((np.eye(6) + 0.5 * np.eye(6, k=1)) @ rng.standard_normal((6, 30000)))
+    >>> geom = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> rec = dspk.open_recording(x.astype(np.float32), fs=30000.0, geometry=geom)
+    >>> p = Pipeline([Whiten("local", n_neighbors=3)]).fit(rec)
+    >>> (p.states[0]["W"] != 0).sum(axis=1)           # 3 non-zeros per row
+    array([3, 3, 3, 3, 3, 3])
+    """
     mode: str = "local"
     n_neighbors: int = 32
     eps: float | None = None
 
     def margin(self, fs: float) -> int:
+        """0: a spatial step needs no context in time."""
         return 0
 
     def apply(self, x: Any, fs: float, state: dict) -> Any:
+        """W·x for a block x [channels, samples] (`dspk.SpatialFilter` of the fitted W, made
+        once per array module and dtype); `PipelineError` before `Pipeline.fit`."""
         if "W" not in state:
             raise PipelineError("Whiten: not fitted (call Pipeline.fit(recording) first)")
         xp = array_module(x)
@@ -124,7 +228,24 @@ class Whiten:
 class Detect:
     """Spike detection on the processed traces (`dspk.detect_spikes`), the last step. Its
     margin (the templates' half length plus the dead time) makes the spikes of a chunk those
-    of the whole recording: no spike missed or doubled at a chunk edge."""
+    of the whole recording: no spike missed or doubled at a chunk edge.
+
+    Parameters
+    ----------
+    threshold, n_neighbors, dead_time_ms :
+        As for `dspk.detect_spikes` (the default templates).
+    features : int
+        PCA components per neighbour channel written for every spike (0: none).
+
+    Examples
+    --------
+    >>> from dspk.pipeline import Detect, Pipeline
+    >>> p = Pipeline.from_options(whiten="global", detect=True)
+    >>> p.steps[-1]
+    Detect(threshold=7.0, n_neighbors=10, dead_time_ms=0.67, features=3)
+    >>> p.steps[-1].margin(30000.0)                # half the templates + the dead time + 1
+    51
+    """
     threshold: float = 7.0
     n_neighbors: int = 10
     dead_time_ms: float = 0.67
@@ -188,6 +309,11 @@ class Pipeline:
         Where the steps run ("gpu" without a GPU is an error; "auto" falls back to the CPU).
     dtype : numpy dtype
         Processing precision, float32 (default) or float64.
+    states : list of dict, optional
+        One per step: what `fit` computed (``"W"`` for whitening, the feature PCA for
+        Detect) and per-rate caches. Default: empty (a list of the wrong length is replaced).
+    fs : float, optional
+        The sampling rate, set by `fit` and `run` (`transform` uses it when not given one).
 
     Examples
     --------
@@ -198,6 +324,19 @@ class Pipeline:
     >>> y = p.transform(x)
     >>> y.shape, y.dtype
     ((8, 6000), dtype('float32'))
+    >>> [s["step"] for s in p.options()], p.margin(30000.0)
+    (['HighPass', 'Reference', 'Whiten'], 131)
+
+    The job on a file: chunk by chunk, written atomically, readable by `dspk.open_recording`:
+
+    >>> import os, tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rec = dspk.open_recording(x, fs=30000.0, layout="channels_samples")
+    >>> out = p.run(rec, os.path.join(tmp.name, "out.h5"), chunk_s=0.05, progress=False)
+    >>> with dspk.open_recording(out) as done:
+    ...     bool(np.allclose(done.read(), y, atol=1e-4))
+    True
+    >>> tmp.cleanup()
     """
 
     steps: Sequence[Any]
@@ -255,6 +394,7 @@ class Pipeline:
         return sum(s.margin(fs) for s in self.steps)
 
     def options(self) -> list:
+        """The steps as JSON-able dicts: ``{"step": class name, **its fields}`` each."""
         return [{"step": type(s).__name__, **asdict(s)} for s in self.steps]
 
     def fingerprint(self) -> str:
@@ -761,7 +901,22 @@ class Pipeline:
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Steps and fitted matrices to an .npz file (`Pipeline.load` reads it back)."""
+        """Steps and fitted matrices to an .npz file (`Pipeline.load` reads it back).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np, dspk
+        >>> x = np.random.default_rng(0).standard_normal((4, 3000)).astype(np.float32)
+        >>> p = dspk.Pipeline.from_options(whiten="global")
+        >>> p = p.fit(dspk.open_recording(x, fs=30000.0))
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> p.save(os.path.join(tmp.name, "pipeline.npz"))
+        >>> q = dspk.Pipeline.load(os.path.join(tmp.name, "pipeline.npz"))
+        >>> q.steps == p.steps, q.fingerprint() == p.fingerprint(), q.fs
+        (True, True, 30000.0)
+        >>> tmp.cleanup()
+        """
         arrays = {f"{key}{k}": st[key] for k, st in enumerate(self.states)
                   for key in FITTED if key in st}
         meta = {"steps": self.options(), "backend": self.backend, "dtype": str(self.dtype),
@@ -770,6 +925,8 @@ class Pipeline:
 
     @classmethod
     def load(cls, path: str) -> "Pipeline":
+        """A pipeline saved by `Pipeline.save`: its steps, backend, dtype, sampling rate and
+        fitted matrices (no pickles are read)."""
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             steps = []
@@ -972,7 +1129,46 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
                whiten: str | None = "local", chunk_s: float = 1.0, backend: str = "auto",
                **run_options: Any) -> Path:
     """One call: open (if a path), build the pipeline from the options, fit, run.
-    Keywords as `Pipeline.from_options` and `Pipeline.run`."""
+    Keywords as `Pipeline.from_options` and `Pipeline.run`.
+
+    Parameters
+    ----------
+    recording : Recording or path
+        Opened with `dspk.open_recording` (no options) when a path.
+    out_path : str
+        The output HDF5 file (see `Pipeline.run`).
+    highpass, bandpass, reference, whiten, backend :
+        As for `Pipeline.from_options` (its other keywords — ``n_neighbors``, ``dtype``,
+        ``detect`` — are not taken here: the defaults apply).
+    chunk_s : float
+        Chunk length in seconds.
+    **run_options
+        The other keywords of `Pipeline.run` (``output_dtype``, ``overwrite``, ``resume``,
+        ``progress``, ...).
+
+    Returns
+    -------
+    pathlib.Path
+        The completed output.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np, dspk
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> rng = np.random.default_rng(0)
+    >>> with h5py.File(path, "w") as f:            # int16 [samples, channels], fs, geometry
+    ...     d = f.create_dataset("traces", data=rng.integers(-200, 200, (30000, 6), np.int16))
+    ...     d.attrs["fs"] = 30000.0
+    ...     d.attrs["geometry"] = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> out = dspk.preprocess(path, os.path.join(tmp.name, "out.h5"), whiten="local",
+    ...                       output_dtype=np.int16, progress=False)
+    >>> with h5py.File(out, "r") as f:
+    ...     sorted(f), f["traces"].shape, f["traces"].dtype, float(f["traces"].attrs["gain_to_uv"])
+    (['fitted', 'geometry', 'traces'], (30000, 6), dtype('int16'), 0.01)
+    >>> tmp.cleanup()
+    """
     rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) else recording
     p = Pipeline.from_options(highpass=highpass, bandpass=bandpass, reference=reference,
                               whiten=whiten, backend=backend)

@@ -75,6 +75,49 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         missing dataset (the datasets found are listed), several ElectricalSeries and no choice,
         a layout that cannot be told, absurd dimensions, an external link, fewer than 2
         samples, wrong metadata.
+
+    Examples
+    --------
+    An array (the layout told from the shape: samples are the longer axis):
+
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.io import open_recording
+    >>> rec = open_recording(np.zeros((3000, 4), dtype=np.int16), fs=30000.0)
+    >>> rec.n_channels, rec.n_samples, rec.read(0, 10).shape, rec.read(0, 10).dtype
+    (4, 3000, (4, 10), dtype('float32'))
+
+    An HDF5 dataset whose attributes carry the rate, the µV scale and the geometry:
+
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     d = f.create_dataset("traces", data=np.full((3000, 4), 10, dtype=np.int16))
+    ...     d.attrs["fs"] = 30000.0
+    ...     d.attrs["gain_to_uv"] = 0.25
+    ...     d.attrs["geometry"] = np.c_[np.zeros(4), 20.0 * np.arange(4)]
+    >>> rec = open_recording(path)
+    >>> rec                                                   # doctest: +ELLIPSIS
+    HDF5Recording('...rec.h5:/traces', 4 channels x 3000 samples int16, 30000 Hz, 0.10 s)
+    >>> rec.read(0, 2)                                        # float32 µV, [channels, samples]
+    array([[2.5, 2.5],
+           [2.5, 2.5],
+           [2.5, 2.5],
+           [2.5, 2.5]], dtype=float32)
+    >>> rec.close()
+
+    A flat binary, [samples, channels] int16 (Kilosort, SpikeGLX):
+
+    >>> raw = os.path.join(tmp.name, "rec.bin")
+    >>> np.arange(24, dtype=np.int16).reshape(6, 4).tofile(raw)
+    >>> rec = open_recording(raw, n_channels=4, fs=30000.0)
+    >>> rec.read(0, 3, scaled=False)
+    array([[ 0,  4,  8],
+           [ 1,  5,  9],
+           [ 2,  6, 10],
+           [ 3,  7, 11]], dtype=int16)
+    >>> del rec
+    >>> tmp.cleanup()
     """
     meta = dict(gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
     if isinstance(source, np.ndarray) or is_cupy_array(source):

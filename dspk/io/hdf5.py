@@ -89,7 +89,40 @@ def _datasets(f: Any) -> list[str]:
 
 
 def electrical_series(f: Any) -> list[str]:
-    """Paths of the NWB ElectricalSeries groups under /acquisition and /processing."""
+    """Paths of the NWB ElectricalSeries groups under /acquisition and /processing.
+
+    Parameters
+    ----------
+    f : h5py.File
+        An open file (or group holding /acquisition or /processing). External links there
+        are not followed.
+
+    Returns
+    -------
+    list of str
+        Absolute paths of the groups whose ``neurodata_type`` is ``ElectricalSeries``, sorted.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.io import electrical_series, open_recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.nwb")
+    >>> with h5py.File(path, "w") as f:                  # the parts of NWB that dspk reads
+    ...     es = f.create_group("acquisition/raw")
+    ...     es.attrs["neurodata_type"] = "ElectricalSeries"
+    ...     data = es.create_dataset("data", data=np.zeros((3000, 4), dtype=np.int16))
+    ...     data.attrs["conversion"] = 1e-6                   # volts per unit: 1 µV
+    ...     es.create_dataset("starting_time", data=0.0).attrs["rate"] = 30000.0
+    >>> with h5py.File(path, "r") as f:
+    ...     electrical_series(f)
+    ['/acquisition/raw']
+    >>> with open_recording(path) as rec:                 # the only series: found by itself
+    ...     rec.fs, rec.n_channels, float(rec.gain_to_uv[0])
+    (30000.0, 4, 1.0)
+    >>> tmp.cleanup()
+    """
     h5py = _h5py()
     found: list[str] = []
     for top in ("acquisition", "processing"):
@@ -109,10 +142,52 @@ class HDF5Recording(Recording):
     """A 2-D HDF5 dataset, or an NWB ElectricalSeries, as a recording.
 
     Metadata not given as arguments is taken from attributes: for a plain dataset, the
-    sampling rate from ``fs``/``sampling_rate``/``rate`` (on the dataset or its group),
-    ``gain_to_uv``, ``offset_to_uv``, ``geometry`` and ``layout``; for NWB, the series' rate or
-    timestamps, conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y.
-    The file is opened read-only and kept open while the recording is in use (``close()``).
+    sampling rate from ``fs``/``sampling_rate``/``sampling_frequency``/``rate``/
+    ``sample_rate`` (on the dataset or its group; the dataset's win), ``gain_to_uv``,
+    ``offset_to_uv``, ``geometry`` and ``layout``; for NWB, the series' rate or timestamps,
+    conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y.
+    The file is opened read-only and kept open while the recording is in use (``close()``,
+    or a ``with`` block).
+
+    Parameters
+    ----------
+    path : str or path-like
+        An HDF5 file.
+    dataset : str, optional
+        A 2-D dataset or an ElectricalSeries group in the file. Default: the file's only
+        ElectricalSeries, else its only 2-D dataset, else the only 2-D dataset with a
+        sampling-rate attribute.
+    fs : float, optional
+        Overrides the file's sampling rate.
+    layout : {"samples_channels", "channels_samples"}, optional
+        Overrides the ``layout`` attribute; otherwise told from the shape (NWB: samples
+        first).
+    gain_to_uv, offset_to_uv, geometry : optional
+        Override the file's (as for `open_recording`).
+    allow_external_links : bool
+        Follow HDF5 external links (refused by default).
+    threads : int, optional
+        Threads that inflate gzip chunks (default: the cores, at most 32).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.io import HDF5Recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     d = f.create_dataset("traces", data=np.ones((3000, 4), dtype=np.int16),
+    ...                          chunks=(1000, 4), compression="gzip")
+    ...     d.attrs["fs"] = 30000.0
+    ...     d.attrs["geometry"] = np.c_[np.zeros(4), 20.0 * np.arange(4)]
+    >>> with HDF5Recording(path) as rec:
+    ...     rec.compressed, rec.layout, rec.geometry.shape, rec.read(999, 1001)
+    (True, 'samples_channels', (4, 2), array([[1., 1.],
+           [1., 1.],
+           [1., 1.],
+           [1., 1.]], dtype=float32))
+    >>> tmp.cleanup()
     """
 
     def __init__(self, path: str, dataset: str | None = None, fs: float | None = None,
@@ -191,6 +266,7 @@ class HDF5Recording(Recording):
         return self._gzip_io
 
     def close(self) -> None:
+        """Close the file (and stop the gzip reader's threads)."""
         if self._gzip_io is not None:
             self._gzip_io.close()
             self._gzip_io = None

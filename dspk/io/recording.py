@@ -22,11 +22,47 @@ RAW_DTYPES = tuple(np.dtype(d) for d in (np.int16, np.uint16, np.int32, np.float
 
 
 class RecordingError(ValueError):
-    """A recording that cannot be opened or read as asked (the message says why)."""
+    """A recording that cannot be opened or read as asked (the message says why).
+
+    A `ValueError`, so ``except ValueError`` catches it too.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io import RecordingError, open_recording
+    >>> rec = open_recording(np.zeros((3000, 4), dtype=np.int16), fs=30000.0)
+    >>> rec.read(0, 5000)                                      # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dspk.io.recording.RecordingError: read: expected 0 <= start <= stop <= 3000, got ...
+    """
 
 
 class Recording:
     """A multi-channel extracellular recording.
+
+    The interface every source implements (`ArrayRecording`, `BinaryRecording`,
+    `HDF5Recording`, `SpikeInterfaceRecording`; `open_recording` picks one): metadata checked
+    once when it is made, and `read` for [channels, samples] blocks. A subclass implements
+    ``_read(start, stop, idx)`` (and may override ``_read_native``).
+
+    Parameters
+    ----------
+    fs : float
+        Sampling rate in Hz (finite, > 0).
+    n_channels : int
+        1 to `MAX_CHANNELS`.
+    n_samples : int
+        At least 2.
+    dtype : numpy dtype
+        The stored sample type: int16, uint16, int32, float32, float64, int8 or uint8.
+    gain_to_uv, offset_to_uv : float or per-channel array, optional
+        µV = raw · gain_to_uv + offset_to_uv (default gain 1; default offset 0, or
+        −2^(bits−1)·gain for unsigned samples, which centres them).
+    geometry : [channels, 2] array or probeinterface Probe, optional
+        Contact positions in µm.
+    source : str
+        Where the samples come from, for messages and provenance.
 
     Attributes
     ----------
@@ -41,6 +77,19 @@ class Recording:
         [channels, 2] contact positions in µm.
     source : str
         Where the samples come from (file and dataset), for provenance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io import Recording, open_recording
+    >>> raw = np.zeros((3000, 4), dtype=np.uint16) + 32770
+    >>> rec = open_recording(raw, fs=30000.0, gain_to_uv=0.5)
+    >>> isinstance(rec, Recording), rec.dtype, rec.duration_s
+    (True, dtype('uint16'), 0.1)
+    >>> rec.offset_to_uv                                    # unsigned: centred on 2**15
+    array([-16384., -16384., -16384., -16384.])
+    >>> rec.read(0, 3, channels=[0])                        # (32770 - 32768) * 0.5 µV
+    array([[1., 1., 1.]], dtype=float32)
     """
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
@@ -100,6 +149,7 @@ class Recording:
 
     @property
     def duration_s(self) -> float:
+        """n_samples / fs, in seconds."""
         return self.n_samples / self.fs
 
     def __repr__(self) -> str:
@@ -121,11 +171,27 @@ class Recording:
         scaled : bool
             float32 µV (raw · gain_to_uv + offset_to_uv) when True, the stored type otherwise.
 
+        Returns
+        -------
+        array
+            [len(channels), stop − start], a NumPy array (a CuPy array for an
+            `ArrayRecording` of one).
+
         Raises
         ------
         RecordingError
             A range outside the recording, channel indices out of range, a request larger than
             MAX_READ_BYTES, or non-finite float samples (the message names channel and sample).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import open_recording
+        >>> rec = open_recording(np.arange(12, dtype=np.int16).reshape(4, 3).T.copy(),
+        ...                      fs=1000.0, layout="samples_channels")
+        >>> rec.read(1, 3, channels=[3, 0], scaled=False)
+        array([[10, 11],
+               [ 1,  2]], dtype=int16)
         """
         stop = self.n_samples if stop is None else int(stop)
         start = int(start)
@@ -248,7 +314,30 @@ def _layout(layout: str | None, shape: tuple, source: str) -> str:
 
 
 class ArrayRecording(Recording):
-    """A NumPy or CuPy array as a recording (no copy; reads return the array's type)."""
+    """A NumPy or CuPy array as a recording (no copy; reads return the array's type).
+
+    Parameters
+    ----------
+    array : numpy.ndarray or cupy.ndarray
+        2-D samples of any dtype `Recording` takes.
+    fs : float
+        Sampling rate in Hz.
+    layout : {"samples_channels", "channels_samples"}, optional
+        Told from the shape when one axis is at least twice the other, otherwise required.
+    **meta
+        ``gain_to_uv``, ``offset_to_uv``, ``geometry``, ``source`` (as for `Recording`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io import ArrayRecording
+    >>> x = np.random.default_rng(0).standard_normal((4, 3000)).astype(np.float32)
+    >>> rec = ArrayRecording(x, 30000.0, geometry=np.c_[np.zeros(4), 20.0 * np.arange(4)])
+    >>> rec                                   # [channels, samples]: told from the shape
+    ArrayRecording('array (4, 3000)', 4 channels x 3000 samples float32, 30000 Hz, 0.10 s)
+    >>> bool(np.array_equal(rec.read(100, 200), x[:, 100:200]))
+    True
+    """
 
     def __init__(self, array: Any, fs: float, layout: str | None = None, **meta: Any) -> None:
         if getattr(array, "ndim", None) != 2:
@@ -278,7 +367,43 @@ class ArrayRecording(Recording):
 
 class BinaryRecording(Recording):
     """A flat binary file of interleaved samples, [samples, channels] (Kilosort, SpikeGLX),
-    memory-mapped read-only."""
+    memory-mapped read-only.
+
+    Parameters
+    ----------
+    path : str
+        The file; its size after ``header_bytes`` must be a whole number of frames.
+    n_channels : int
+        Channels per frame.
+    fs : float
+        Sampling rate in Hz.
+    dtype : numpy dtype
+        The sample type (default int16).
+    header_bytes : int
+        Bytes before the first sample.
+    **meta
+        ``gain_to_uv``, ``offset_to_uv``, ``geometry`` (as for `Recording`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dspk.io import BinaryRecording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.bin")
+    >>> with open(path, "wb") as f:
+    ...     _ = f.write(b"HDR!")                                  # a 4-byte header
+    ...     np.arange(24, dtype=np.int16).reshape(6, 4).tofile(f)   # 6 samples x 4 channels
+    >>> rec = BinaryRecording(path, n_channels=4, fs=30000.0, header_bytes=4,
+    ...                       gain_to_uv=0.5)
+    >>> rec.n_samples, rec.read(0, 2)
+    (6, array([[0. , 2. ],
+           [0.5, 2.5],
+           [1. , 3. ],
+           [1.5, 3.5]], dtype=float32))
+    >>> del rec
+    >>> tmp.cleanup()
+    """
 
     def __init__(self, path: str, n_channels: int, fs: float, dtype: Any = np.int16,
                  header_bytes: int = 0, **meta: Any) -> None:
@@ -309,7 +434,52 @@ class BinaryRecording(Recording):
 
 class SpikeInterfaceRecording(Recording):
     """A SpikeInterface recording (one segment) read through its ``get_traces``; its gains,
-    offsets and channel locations carried over. Needs spikeinterface (optional)."""
+    offsets and channel locations carried over. Needs spikeinterface (optional).
+
+    Parameters
+    ----------
+    si_recording : spikeinterface BaseRecording
+        Any object with SpikeInterface's recording methods (``get_traces``,
+        ``get_sampling_frequency``, ``get_num_channels``, ...).
+    segment : int
+        The segment to read.
+    **meta
+        ``fs``, ``gain_to_uv``, ``offset_to_uv``, ``geometry``: override the recording's
+        (its gains and offsets are taken only when it has scaleable traces; its channel
+        locations when a probe is attached).
+
+    Examples
+    --------
+    With SpikeInterface installed (`open_recording` recognises its recordings; not run
+    here: spikeinterface is optional):
+
+    >>> import spikeinterface.core as si                          # doctest: +SKIP
+    >>> rec = open_recording(si.generate_recording(num_channels=4))   # doctest: +SKIP
+
+    Any object with the same methods works; a minimal one:
+
+    >>> import numpy as np
+    >>> from dspk.io import SpikeInterfaceRecording
+    >>> class Tiny:
+    ...     data = np.arange(12, dtype=np.int16).reshape(6, 2)       # [samples, channels]
+    ...     def get_num_segments(self): return 1
+    ...     def has_scaleable_traces(self): return True
+    ...     def get_channel_gains(self): return np.array([0.5, 0.5])
+    ...     def get_channel_offsets(self): return np.zeros(2)
+    ...     def get_channel_locations(self): return np.array([[0.0, 0.0], [0.0, 20.0]])
+    ...     def get_sampling_frequency(self): return 30000.0
+    ...     def get_num_channels(self): return 2
+    ...     def get_num_samples(self, segment_index=0): return 6
+    ...     def get_dtype(self): return self.data.dtype
+    ...     def get_channel_ids(self): return np.array(["a", "b"])
+    ...     def get_traces(self, segment_index, start_frame, end_frame, channel_ids):
+    ...         cols = [list(self.get_channel_ids()).index(c) for c in channel_ids]
+    ...         return self.data[start_frame:end_frame][:, cols]
+    >>> rec = SpikeInterfaceRecording(Tiny())
+    >>> rec.fs, rec.geometry[1].tolist(), rec.read(0, 3)
+    (30000.0, [0.0, 20.0], array([[0. , 1. , 2. ],
+           [0.5, 1.5, 2.5]], dtype=float32))
+    """
 
     def __init__(self, si_recording: Any, segment: int = 0, **meta: Any) -> None:
         r = si_recording

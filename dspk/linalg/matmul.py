@@ -279,7 +279,20 @@ class _Plan:
 
 def forget() -> None:
     """Drop every in-memory tuning decision and bound plan (the cache file is read again).
-    Call it after changing ``DSPK_TUNE`` in a running process."""
+    Call it after changing ``DSPK_TUNE`` in a running process.
+
+    The cache file itself is kept (``dspk tune-cache clear`` removes it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.linalg import forget, matmul
+    >>> x = np.random.default_rng(0).standard_normal((3, 500))
+    >>> _ = matmul(x, x.T)           # tuned (or found in the cache file), then bound
+    >>> forget()                     # the next call looks its choice up again
+    >>> matmul(x, x.T).shape
+    (3, 3)
+    """
     for table in _plan_tables:
         table.clear()
     tuner.forget()
@@ -287,7 +300,31 @@ def forget() -> None:
 
 @dataclass
 class Explanation:
-    """Which candidate computes a product and why (`explain`)."""
+    """Which candidate computes a product and why (`explain`); ``str()`` gives a report.
+
+    Parameters
+    ----------
+    choice : dspk.linalg.tuner.Choice
+        The tuner's decision: the candidate, the cache key, where the decision came from
+        (``source``), the timings measured and the candidates rejected.
+    available : dict
+        Candidate name -> ``"available"`` or why it cannot run this product.
+    mode : str
+        ``DSPK_TUNE`` when the explanation was made.
+    shape : tuple
+        (batches, M, N, K) of the product.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.linalg import Explanation, explain
+    >>> x = np.ones((4, 1000), dtype=np.float32)
+    >>> e = explain(x, x.T)
+    >>> isinstance(e, Explanation), e.shape, e.available["numpy"]
+    (True, (1, 4, 4, 1000), 'available')
+    >>> isinstance(e.candidate, str)          # the name of the candidate that runs
+    True
+    """
 
     choice: Choice
     available: dict[str, str]
@@ -296,6 +333,7 @@ class Explanation:
 
     @property
     def candidate(self) -> str:
+        """The name of the candidate that computes the product."""
         return self.choice.candidate.name
 
     def __str__(self) -> str:
@@ -332,6 +370,33 @@ def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
 
     With ``tune=True`` an unseen key is tuned now (as `matmul` would); with ``tune=False``
     nothing runs and an unseen key reports the candidate that would run without timing.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray, cupy.ndarray or MatrixView
+        The operands, as for `matmul` (float32/float64) or `int_matmul` (uint8/int8/int16);
+        validated the same way.
+    out : array or MatrixView, optional
+        The output the product would write (its layout is part of the key).
+    tune : bool
+        Tune an unseen key now (True) or report without running anything (False).
+
+    Returns
+    -------
+    Explanation
+        ``str()`` of it: the product, the tuner key, ``DSPK_TUNE``, the candidate that runs
+        and why (tuned now, from the cache file...), the timings measured and why the other
+        candidates cannot run or were rejected.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> x = np.random.default_rng(0).standard_normal((4, 1000)).astype(np.float32)
+    >>> print(dspk.explain(x, x.T, tune=False))     # doctest: +ELLIPSIS
+    product 1 x [4, 1000]·[1000, 4]
+    key: cpu:...|float32|...|sym
+    DSPK_TUNE=...; runs: ...
+    because: ...
     """
     p, _ = _any_problem(a, b, out)
     names = {c.name: (c.unavailable(p) or "available")

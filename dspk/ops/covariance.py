@@ -65,6 +65,13 @@ class CovarianceAccumulator:
     sums), within float rounding for float data (chunks combined with Chan's pairwise update of
     centred second moments in float64, so no large mean is subtracted after a product).
 
+    Parameters
+    ----------
+    center : bool
+        As for `covariance`: subtract each channel's mean (True) or not.
+    ddof : int
+        As for `covariance`: the divisor is ``n_samples − ddof``.
+
     Examples
     --------
     >>> import numpy as np
@@ -87,7 +94,8 @@ class CovarianceAccumulator:
         self._dtype = None
 
     def add(self, x: Any) -> "CovarianceAccumulator":
-        """Add one chunk [channels, samples]."""
+        """Add one chunk [channels, samples] (float32, float64 or int16; every chunk of the
+        same dtype, channel count and array type as the first). Returns the accumulator."""
         xp = traces(x, allow_int16=True)
         c, n = x.shape
         if self._xp is None:

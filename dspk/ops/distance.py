@@ -25,7 +25,38 @@ def _points(a: Any, name: str) -> Any:
 
 def pairwise_sqdist(a: Any, b: Any) -> Any:
     """Squared Euclidean distances [n, m] between the rows of a [n, d] and b [m, d], as
-    ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative)."""
+    ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative).
+
+    Parameters
+    ----------
+    a : array
+        [n, d] points, float32 or float64 (NumPy or CuPy).
+    b : array
+        [m, d] points, the same dtype and array type as ``a``.
+
+    Returns
+    -------
+    array
+        [n, m] in the points' dtype and array type.
+
+    Raises
+    ------
+    TypeError
+        Not arrays, dtypes other than float32/float64 or different for a and b, NumPy mixed
+        with CuPy.
+    ValueError
+        Not 2-D, or different numbers of dimensions d.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import pairwise_sqdist
+    >>> a = np.array([[0.0, 0.0], [3.0, 4.0]])
+    >>> b = np.array([[0.0, 0.0], [1.0, 1.0], [3.0, 0.0]])
+    >>> pairwise_sqdist(a, b)
+    array([[ 0.,  2.,  9.],
+           [25., 13., 16.]])
+    """
     xp = _points(a, "a")
     if _points(b, "b") is not xp:
         raise TypeError("a and b mix NumPy and CuPy arrays")
@@ -41,7 +72,37 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
 
 def knn(a: Any, b: Any, k: int) -> tuple:
     """The k nearest rows of b for each row of a: (indices [n, k] int64, squared distances
-    [n, k]), nearest first."""
+    [n, k]), nearest first.
+
+    Parameters
+    ----------
+    a : array
+        [n, d] query points, float32 or float64 (NumPy or CuPy).
+    b : array
+        [m, d] points to search, like ``a``.
+    k : int
+        Neighbours per query, 1 <= k <= m.
+
+    Returns
+    -------
+    (indices, sqdist)
+        indices int64 [n, k] into the rows of b and their squared distances [n, k] (from
+        `pairwise_sqdist`), sorted nearest first (on the CPU, equal distances keep the order
+        ``argpartition`` left them in).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import knn
+    >>> b = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 0.0], [9.0, 0.0]])
+    >>> idx, d2 = knn(np.array([[4.0, 0.0], [0.2, 0.0]]), b, k=2)
+    >>> idx
+    array([[2, 1],
+           [0, 1]])
+    >>> np.round(d2, 2)
+    array([[1.  , 9.  ],
+           [0.04, 0.64]])
+    """
     if int(k) < 1 or int(k) > b.shape[0]:
         raise ValueError(f"k: expected 1 <= k <= {b.shape[0]} (rows of b), got {k}")
     xp = array_module(a, b)

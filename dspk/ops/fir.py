@@ -38,9 +38,43 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
 
     The gain is 0.5 at ``cutoff``; the transition band is ``cutoff ± transition/2`` (default
     2/3 of the cutoff: 200–400 Hz for 300 Hz), outside which the ripple is at most
-    10^(−ripple_db/20) (33 dB: ≤ 2.3%). With the defaults at 30 kHz: |H| ≤ 0.03 at 200 Hz and
-    below, ≥ 0.97 from 400 Hz up — more selective than Kilosort4's 3rd-order forward-backward
-    Butterworth (|H| ≈ 0.08 at 200 Hz, 0.85 at 400 Hz).
+    10^(−ripple_db/20) (33 dB: ≤ 2.3%). With the defaults at 30 kHz: ``|H|`` ≤ 0.03 at 200 Hz
+    and below, ≥ 0.97 from 400 Hz up — more selective than Kilosort4's 3rd-order
+    forward-backward Butterworth (``|H|`` ≈ 0.08 at 200 Hz, 0.85 at 400 Hz).
+
+    Parameters
+    ----------
+    fs : float
+        Sampling rate in Hz (> 0).
+    cutoff : float
+        The -6 dB frequency in Hz, 0 < cutoff < fs/2 (default 300).
+    transition : float, optional
+        Width of the transition band in Hz, 0 < transition < 2·cutoff (default 2/3 of
+        ``cutoff``). The number of taps grows as fs / transition.
+    ripple_db : float
+        Attenuation outside the transition band, in dB (Kaiser window design).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 taps, odd length (type I, symmetric), for `fir_filter`.
+
+    Raises
+    ------
+    ValueError
+        A non-positive ``fs``, a cutoff outside (0, fs/2), a transition out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.signal import freqz
+    >>> from dspk.ops import highpass_taps
+    >>> taps = highpass_taps(30000.0)              # 300 Hz
+    >>> len(taps), taps.dtype
+    (263, dtype('float64'))
+    >>> _, h = freqz(taps, worN=[200.0, 300.0, 400.0], fs=30000.0)
+    >>> np.round(np.abs(h), 2)                     # |H| at 200, 300 and 400 Hz
+    array([0.03, 0.49, 0.98])
     """
     from scipy.signal import firwin, kaiserord  # noqa: PLC0415
 
@@ -56,7 +90,34 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
 def bandpass_taps(fs: float, low: float, high: float, transition: float | None = None,
                   ripple_db: float = 33.0) -> np.ndarray:
     """Linear-phase band-pass FIR taps (Kaiser window), odd length; gain 0.5 at ``low`` and
-    ``high``, transition width default 2/3 of ``low``."""
+    ``high``, transition width default 2/3 of ``low``.
+
+    Parameters
+    ----------
+    fs : float
+        Sampling rate in Hz.
+    low, high : float
+        The band edges (gain 0.5) in Hz, 0 < low < high < fs/2.
+    transition : float, optional
+        Width of both transition bands in Hz (default 2/3 of ``low``).
+    ripple_db : float
+        Attenuation outside the transition bands, in dB.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 taps, odd length, for `fir_filter`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.signal import freqz
+    >>> from dspk.ops import bandpass_taps
+    >>> taps = bandpass_taps(30000.0, 300.0, 6000.0)
+    >>> _, h = freqz(taps, worN=[100.0, 300.0, 3000.0, 6000.0, 9000.0], fs=30000.0)
+    >>> np.round(np.abs(h), 2)
+    array([0.  , 0.49, 1.  , 0.5 , 0.  ])
+    """
     from scipy.signal import firwin, kaiserord  # noqa: PLC0415
 
     _check_fs(fs, low, high)
@@ -71,7 +132,38 @@ def zero_phase_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ, order: int =
                     tolerance: float = 1e-6) -> np.ndarray:
     """The impulse response of a Butterworth high-pass run forward and backward
     (scipy.signal.filtfilt), as symmetric FIR taps: for matching Kilosort4's high-pass. The
-    response is truncated where every remaining tap is below ``tolerance`` times the largest."""
+    response is truncated where every remaining tap is below ``tolerance`` times the largest.
+
+    Parameters
+    ----------
+    fs : float
+        Sampling rate in Hz.
+    cutoff : float
+        The Butterworth filter's cutoff in Hz (its gain there, run twice: 0.5).
+    order : int
+        The Butterworth filter's order (Kilosort4: 3).
+    tolerance : float
+        Truncation, relative to the largest tap.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 taps, odd length, symmetric about the middle one (zero phase).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.signal import butter, sosfiltfilt
+    >>> from dspk.ops import fir_filter, zero_phase_taps
+    >>> taps = zero_phase_taps(30000.0)
+    >>> len(taps), bool(np.array_equal(taps, taps[::-1]))
+    (629, True)
+    >>> x = np.random.default_rng(0).standard_normal((2, 20000))
+    >>> ref = sosfiltfilt(butter(3, 300.0, btype="highpass", fs=30000.0, output="sos"), x)
+    >>> y = fir_filter(x, taps)                    # away from the edges (filtfilt pads them)
+    >>> bool(np.abs(y - ref)[:, 2000:-2000].max() < 1e-4)
+    True
+    """
     from scipy.signal import butter, sosfilt  # noqa: PLC0415
 
     _check_fs(fs, cutoff)
@@ -199,6 +291,26 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     -------
     array
         [channels, samples − 2·halo], x's dtype and array type.
+
+    Notes
+    -----
+    The output is the convolution with ``taps`` centred on the middle tap:
+    ``y[c, t] = Σ_j taps[j]·x[c, t + (len(taps) − 1)//2 − j]``, zero outside x. Implementations
+    (overlap-add in channel blocks, whole-row real FFTs; on the GPU also a direct kernel) are
+    chosen by the tuner, so results agree within float rounding, not to the bit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import fir_filter
+    >>> x = np.zeros((1, 7), dtype=np.float32)
+    >>> x[0, 3] = 1.0                              # an impulse
+    >>> np.round(fir_filter(x, [1.0, 2.0, 3.0]), 5) + 0.0
+    array([[0., 0., 1., 2., 3., 0., 0.]], dtype=float32)
+    >>> np.round(fir_filter(x, [1.0, 2.0, 3.0], halo=2), 5) + 0.0
+    array([[1., 2., 3.]], dtype=float32)
+    >>> np.round(fir_filter(x, [1.0, 2.0, 3.0], zero_phase=True), 5) + 0.0
+    array([[ 0.,  3.,  8., 14.,  8.,  3.,  0.]], dtype=float32)
     """
     xp = traces(x)
     t = _check_taps(taps, x.shape[1])
@@ -216,10 +328,30 @@ def fir_bank(x: Any, bank: Any) -> Any:
     """Correlate every channel with every filter of ``bank`` [k, taps]: out[c, i, t] =
     Σ_j bank[i, j]·x[c, t + j − taps//2] (zero outside) — Kilosort4's template correlation.
 
+    Parameters
+    ----------
+    x : array
+        [channels, samples], float32 or float64 (NumPy or CuPy).
+    bank : array-like
+        [k, taps] filters (correlated, not convolved: not reversed), at most as long as x.
+
     Returns
     -------
     array
         [channels, k, samples], x's dtype and array type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import fir_bank
+    >>> x = np.zeros((1, 7), dtype=np.float32)
+    >>> x[0, 3] = 1.0
+    >>> out = fir_bank(x, [[1.0, 2.0, 3.0], [0.0, 1.0, 0.0]])
+    >>> out.shape
+    (1, 2, 7)
+    >>> np.round(out[0], 5) + 0.0                  # correlation: the first filter reversed
+    array([[0., 0., 3., 2., 1., 0., 0.],
+           [0., 0., 0., 1., 0., 0., 0.]], dtype=float32)
     """
     xp = traces(x)
     b = np.asarray(bank.get() if hasattr(bank, "get") else bank, dtype=np.float64)

@@ -34,6 +34,20 @@ class PCA:
     [n, taps]; [n, channels, taps] clips share components across channels and give
     [n, channels, k] features.
 
+    Parameters
+    ----------
+    n_components : int
+        Components kept (>= 1; at most the taps and the clips of the fit).
+
+    Attributes
+    ----------
+    mean_ : array
+        [taps], the clips' mean (in their dtype).
+    components_ : array
+        [n_components, taps], unit-norm rows, largest eigenvalue first.
+    explained_variance_ : array
+        [n_components] float64 eigenvalues of the covariance (divisor n − 1).
+
     Examples
     --------
     >>> import numpy as np
@@ -43,6 +57,8 @@ class PCA:
     >>> np.round(np.abs(p.components_), 2)
     array([[1., 0., 0.],
            [0., 1., 0.]])
+    >>> p.transform(clips).shape
+    (500, 2)
     """
 
     def __init__(self, n_components: int):
@@ -54,6 +70,8 @@ class PCA:
         self.explained_variance_: Any = None
 
     def fit(self, clips: Any) -> "PCA":
+        """Fit the components on float32/float64 clips [n, taps] or [n, channels, taps];
+        returns the PCA."""
         xp, x = _clips(clips, "clips")
         n, taps = x.shape
         k = self.n_components
@@ -75,6 +93,8 @@ class PCA:
         return self
 
     def transform(self, clips: Any) -> Any:
+        """Features ``(clips − mean_)·components_ᵀ``: [n, n_components], or
+        [n, channels, n_components] for [n, channels, taps] clips, in the fitted dtype."""
         if self.components_ is None:
             raise RuntimeError("PCA.transform before fit")
         xp, x = _clips(clips, "clips")
@@ -86,4 +106,5 @@ class PCA:
         return feats.reshape(clips.shape[:-1] + (self.n_components,))
 
     def fit_transform(self, clips: Any) -> Any:
+        """``fit(clips).transform(clips)``."""
         return self.fit(clips).transform(clips)

@@ -52,7 +52,33 @@ def _zca(xp: Any, c: Any, eps: float | None, scale: Any) -> Any:
 
 def neighbors(geom: Any, n_neighbors: int | None = None, radius_um: float | None = None) -> list:
     """Per channel, the indices of its neighbourhood (itself first, then by distance): the
-    ``n_neighbors`` nearest channels, or those within ``radius_um`` µm."""
+    ``n_neighbors`` nearest channels, or those within ``radius_um`` µm.
+
+    Parameters
+    ----------
+    geom : array-like
+        [channels, D] contact positions in µm.
+    n_neighbors : int, optional
+        Neighbourhood size, the channel itself included (wins over ``radius_um``).
+    radius_um : float, optional
+        Every channel within this distance (inclusive), itself included.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One int64 index array per channel: the channel itself, then the others by distance
+        (equal distances by channel index).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import neighbors
+    >>> geom = np.c_[np.zeros(4), 20.0 * np.arange(4)]     # a column, 20 µm pitch
+    >>> [h.tolist() for h in neighbors(geom, n_neighbors=2)]
+    [[0, 1], [1, 0], [2, 1], [3, 2]]
+    >>> [h.tolist() for h in neighbors(geom, radius_um=25.0)]
+    [[0, 1], [1, 0, 2], [2, 1, 3], [3, 2]]
+    """
     g = np.asarray(geom, dtype=np.float64)
     d = np.sqrt(probe_sqdist(g))
     ranked = d.copy()
@@ -93,6 +119,29 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
     -------
     array
         W [channels, channels] in cov's dtype (dense; local W has k non-zeros per row).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import covariance, spatial_filter, whitening_matrix
+    >>> rng = np.random.default_rng(0)
+    >>> mix = np.array([[1.0, 0.0, 0.0], [0.9, 0.4, 0.0], [0.5, 0.5, 0.7]])
+    >>> x = (mix @ rng.standard_normal((3, 20000))).astype(np.float32)   # correlated
+    >>> w = whitening_matrix(covariance(x))
+    >>> w.dtype, bool(np.allclose(w, w.T, atol=1e-6))                  # ZCA: symmetric
+    (dtype('float32'), True)
+    >>> np.round(covariance(spatial_filter(w, x)), 3) + 0.0
+    array([[1., 0., 0.],
+           [0., 1., 0.],
+           [0., 0., 1.]], dtype=float32)
+
+    Local whitening, each channel against its 3 nearest:
+
+    >>> geom = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> y = rng.standard_normal((6, 20000)).astype(np.float32)
+    >>> w = whitening_matrix(covariance(y), geometry_um=geom, n_neighbors=3)
+    >>> (w != 0).sum(axis=1)
+    array([3, 3, 3, 3, 3, 3])
     """
     xp = _check_cov(cov)
     dtype = cov.dtype if cov.dtype in FLOATS else np.dtype(np.float64)
@@ -162,6 +211,18 @@ class SpatialFilter:
     (relative 1e-5 in float32, 1e-12 in float64) and keeps the fastest.
 
     W must not be modified while the SpatialFilter is in use (its copies would be stale).
+
+    Parameters
+    ----------
+    w : numpy.ndarray or cupy.ndarray
+        [out_channels, channels], non-empty; x must be of the same array type (and device).
+
+    Attributes
+    ----------
+    sparse : bool
+        Whether W counts as neighbourhood-sparse (so the sparse implementations are tried).
+    chosen : str or None
+        The implementation that computed the last call (``"dense_matmul"``, ``"csr"``, ...).
 
     Examples
     --------
@@ -290,6 +351,27 @@ def spatial_filter(w: Any, x: Any) -> Any:
 
     One call of `SpatialFilter` (see there for the implementations and how one is chosen);
     to apply the same W to many blocks, prepare it once with ``SpatialFilter(W)``.
+
+    Parameters
+    ----------
+    w : array
+        [out_channels, channels], converted to x's dtype; the same array type as x.
+    x : array
+        [channels, samples], float32 or float64.
+
+    Returns
+    -------
+    array
+        [out_channels, samples], x's dtype and array type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import bipolar_matrix, spatial_filter
+    >>> x = np.array([[1.0, 2.0], [0.5, 0.5], [4.0, 0.0]], dtype=np.float32)
+    >>> spatial_filter(bipolar_matrix([[0, 1], [2, 0]], 3), x)
+    array([[ 0.5,  1.5],
+           [ 3. , -2. ]], dtype=float32)
     """
     traces(x)
     return SpatialFilter(w)(x)
@@ -316,6 +398,25 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
     -------
     array
         Same shape and dtype as x.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import common_reference
+    >>> x = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [10.0, 0.0, 0.0]], dtype=np.float32)
+    >>> common_reference(x)                        # minus the median of each sample
+    array([[-1.,  0.,  0.],
+           [ 0.,  2.,  3.],
+           [ 8., -2., -3.]], dtype=float32)
+    >>> common_reference(x, groups=[[0, 1], [2]])   # a median per group of channels
+    array([[-0.5, -1. , -1.5],
+           [ 0.5,  1. ,  1.5],
+           [ 0. ,  0. ,  0. ]], dtype=float32)
+    >>> geom = np.c_[np.zeros(3), 20.0 * np.arange(3)]
+    >>> common_reference(x, geometry_um=geom, local_radius=(0.0, 25.0))   # nearest others
+    array([[-1. , -2. , -3. ],
+           [-3.5,  3. ,  4.5],
+           [ 8. , -4. , -6. ]], dtype=float32)
     """
     xp = traces(x)
     if operator not in ("median", "mean"):
@@ -408,7 +509,29 @@ def _identical(got: Any, ref: Any) -> str | None:
 
 def bipolar_matrix(pairs: Any, n_channels: int, dtype: Any = np.float32) -> np.ndarray:
     """W for bipolar derivations: row r is channel pairs[r][0] minus channel pairs[r][1].
-    Apply with ``spatial_filter(W, x)`` (sparse: two non-zeros per row)."""
+    Apply with ``spatial_filter(W, x)`` (sparse: two non-zeros per row).
+
+    Parameters
+    ----------
+    pairs : array-like
+        [n, 2] channel indices (no channel paired with itself).
+    n_channels : int
+        Channels of the traces W applies to.
+    dtype : numpy dtype
+        Of W (default float32).
+
+    Returns
+    -------
+    numpy.ndarray
+        W [n, n_channels]: +1 and −1 in each row.
+
+    Examples
+    --------
+    >>> from dspk.ops import bipolar_matrix
+    >>> bipolar_matrix([[0, 1], [2, 3]], 4)
+    array([[ 1., -1.,  0.,  0.],
+           [ 0.,  0.,  1., -1.]], dtype=float32)
+    """
     p = np.asarray(pairs, dtype=np.int64)
     if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] == 0:
         raise ValueError(f"pairs: expected [n, 2] channel index pairs, got shape {p.shape}")
@@ -427,7 +550,36 @@ def laplacian_matrix(geometry_um: Any, n_neighbors: int | None = 4,
                      radius_um: float | None = None, dtype: Any = np.float32) -> np.ndarray:
     """W for a spatial Laplacian: each channel minus the mean of its neighbours (its
     ``n_neighbors`` nearest other channels, or the others within ``radius_um``). Apply with
-    ``spatial_filter(W, x)``."""
+    ``spatial_filter(W, x)``.
+
+    Parameters
+    ----------
+    geometry_um : array-like or probeinterface Probe
+        [channels, 2] contact positions in µm.
+    n_neighbors : int, optional
+        Other channels averaged per channel, 1 <= n_neighbors < channels (default 4; ignored
+        when ``radius_um`` is given). Equal distances are taken by channel index.
+    radius_um : float, optional
+        Average every other channel within this distance instead (each channel needs one).
+    dtype : numpy dtype
+        Of W (default float32).
+
+    Returns
+    -------
+    numpy.ndarray
+        W [channels, channels]: 1 on the diagonal, −1/k at each of the k neighbours.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops import laplacian_matrix
+    >>> geom = np.c_[np.zeros(4), 20.0 * np.arange(4)]
+    >>> laplacian_matrix(geom, n_neighbors=2)
+    array([[ 1. , -0.5, -0.5,  0. ],
+           [-0.5,  1. , -0.5,  0. ],
+           [ 0. , -0.5,  1. , -0.5],
+           [ 0. , -0.5, -0.5,  1. ]], dtype=float32)
+    """
     g = geometry(geometry_um, len(np.asarray(getattr(geometry_um, "contact_positions",
                                                      geometry_um))), np)
     n = len(g)
