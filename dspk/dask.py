@@ -261,6 +261,17 @@ def _write_block(block: np.ndarray, path: str, offset: int, shape: tuple, dtype:
     return np.zeros((1, 1), dtype=np.int8)
 
 
+def _new_output(out_path: str, layout: str, overwrite: bool) -> Path:
+    """The output's path, after the checks every writer of this module makes."""
+    out = Path(out_path)
+    if out.exists() and not overwrite:
+        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
+    if layout not in ("samples_channels", "channels_samples"):
+        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
+                         f"{layout!r}")
+    return out
+
+
 def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
             layout: str = "samples_channels", dtype: Any = np.float32,
             overwrite: bool = False, client: Any = None) -> Path:
@@ -311,12 +322,7 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
 
     from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
 
-    out = Path(out_path)
-    if out.exists() and not overwrite:
-        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
-    if layout not in ("samples_channels", "channels_samples"):
-        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
-                         f"{layout!r}")
+    out = _new_output(out_path, layout, overwrite)
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
@@ -415,12 +421,7 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
 
     from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
 
-    out = Path(out_path)
-    if out.exists() and not overwrite:
-        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
-    if layout not in ("samples_channels", "channels_samples"):
-        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
-                         f"{layout!r}")
+    out = _new_output(out_path, layout, overwrite)
     out_dtype = np.dtype(output_dtype)
     if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
         raise ValueError(f"output_dtype: expected float32 or int16, got {out_dtype}")
