@@ -342,10 +342,14 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
     done = darray.map_blocks(_write_block, str(partial), offset, shape, dtype.str, starts,
                              layout == "samples_channels", dtype=np.int8, chunks=(1, 1))
-    if client is not None:
-        client.compute(done).result()
-    else:
-        dask.compute(done)
+    try:
+        if client is not None:
+            client.compute(done).result()
+        else:
+            dask.compute(done)
+    except BaseException:       # a failed block: no file that could pass for an output
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(out)
     return out
 

@@ -486,6 +486,7 @@ def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
     >>> int(clips[0, 0].argmin()), float(clips[0, 0].min())    # the trough at tap 20
     (20, -5.0)
     """
+    geometry = np.asarray(to_numpy(geometry), dtype=np.float64)
     nbr = _neighbourhoods(geometry, n_neighbors, (), None)[0]   # no weights; cached per probe
     nn = nbr.shape[1]
     chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)].reshape(-1, nn)

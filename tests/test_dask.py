@@ -290,3 +290,17 @@ def test_run_split_with_a_killed_worker_ends_with_the_single_process_bytes(tmp_p
         out = dd.run_split(p, path, tmp_path / "split.h5", client=c, spans=2, chunk_s=0.1)
     assert (tmp_path / "killed-once").exists()
     np.testing.assert_array_equal(traces(out), traces(ref))
+
+
+def test_to_hdf5_a_failed_block_leaves_no_output(tmp_path, monkeypatch):
+    import dask
+    import dask.array as da
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(dd, "_write_block", boom)
+    y = da.ones((4, 1000), dtype=np.float32, chunks=(4, 250))
+    with dask.config.set(scheduler="sync"), pytest.raises(OSError, match="disk full"):
+        dd.to_hdf5(y, tmp_path / "o.h5", fs=FS)
+    assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.partial").exists()

@@ -374,6 +374,13 @@ def test_spike_features(whitened):
     np.testing.assert_array_equal(again, feats)
     with pytest.raises(ValueError, match="geometry: expected"):
         spike_features(d["xw"], spikes, d["geometry"][:5], FS)
+    # a geometry given as nested lists gives the same clips as the array
+    from dspk.detect import spike_clips
+
+    clips, ch = spike_clips(d["xw"], spikes[:20], d["geometry"], FS)
+    clips_l, ch_l = spike_clips(d["xw"], spikes[:20], np.asarray(d["geometry"]).tolist(), FS)
+    np.testing.assert_array_equal(clips_l, clips)
+    np.testing.assert_array_equal(ch_l, ch)
 
 
 def test_shanks_are_kept_apart():
