@@ -1138,13 +1138,13 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
     out_path : str
         The output HDF5 file (see `Pipeline.run`).
     highpass, bandpass, reference, whiten, backend :
-        As for `Pipeline.from_options` (its other keywords — ``n_neighbors``, ``dtype``,
-        ``detect`` — are not taken here: the defaults apply).
+        As for `Pipeline.from_options`.
     chunk_s : float
         Chunk length in seconds.
     **run_options
-        The other keywords of `Pipeline.run` (``output_dtype``, ``overwrite``, ``resume``,
-        ``progress``, ...).
+        `Pipeline.from_options`'s other keywords (``n_neighbors``, ``dtype``, ``detect``,
+        ``detect_threshold``) and `Pipeline.run`'s (``output_dtype``, ``overwrite``,
+        ``resume``, ``progress``, ...).
 
     Returns
     -------
@@ -1170,6 +1170,8 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
     >>> tmp.cleanup()
     """
     rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) else recording
+    pipe_keys = {"n_neighbors", "dtype", "detect", "detect_threshold"}
+    pipe_options = {k: run_options.pop(k) for k in pipe_keys & set(run_options)}
     p = Pipeline.from_options(highpass=highpass, bandpass=bandpass, reference=reference,
-                              whiten=whiten, backend=backend)
+                              whiten=whiten, backend=backend, **pipe_options)
     return p.run(rec, out_path, chunk_s=chunk_s, **run_options)

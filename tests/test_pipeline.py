@@ -168,6 +168,18 @@ def test_sample_whitened_noise_has_unit_variance(tmp_path):
     assert np.all(np.abs(var - 1) < 0.1)
 
 
+def test_preprocess_takes_the_pipeline_keywords_too(tmp_path):
+    """n_neighbors and detect reach Pipeline.from_options: the output equals the pipeline's."""
+    out = dspk.preprocess(str(SAMPLE), tmp_path / "a.h5", whiten="local", n_neighbors=8,
+                          detect=True, chunk_s=0.5, progress=False)
+    p = dspk.Pipeline.from_options(whiten="local", n_neighbors=8, detect=True)
+    ref = p.fit(dspk.open_recording(SAMPLE)).run(dspk.open_recording(SAMPLE), tmp_path / "b.h5",
+                                                 chunk_s=0.5, progress=False)
+    np.testing.assert_array_equal(traces(out), traces(ref))
+    with h5py.File(out) as f, h5py.File(ref) as g:
+        np.testing.assert_array_equal(f["spikes"][:], g["spikes"][:])
+
+
 def test_a_failed_write_leaves_no_complete_looking_output(tmp_path, monkeypatch):
     """A full disk (the write raises ENOSPC mid-job): the error reaches the caller, the output
     name does not exist, the partial file is left for --resume, the input is untouched."""
