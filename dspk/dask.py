@@ -25,7 +25,7 @@ import glob
 import logging
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -437,8 +437,7 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
            for s, st in zip(pipeline.steps, pipeline.states)):
         # without a client, the fit's tasks run where the spans will: in this process's
         # threads, not on a global default client
-        with dask.config.set(scheduler="threads" if client is None else
-                             dask.config.get("scheduler", None)):
+        with dask.config.set(scheduler="threads") if client is None else nullcontext():
             fit(pipeline, rec, client=client, **open_options)
     pipeline.fs = rec.fs
     whitened = any(isinstance(s, Whiten) for s in pipeline.steps)
