@@ -40,7 +40,7 @@ def _pieces(x):
     from cupy_backends.cuda.libs import cublas
 
     from dspk.linalg import candidates_int as ci
-    from dspk.linalg.kernels import grid_1d, kernel
+    from dspk.kernels import grid_1d, kernel
 
     c, k = x.shape
     mp = ci._pad16(c)

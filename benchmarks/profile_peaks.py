@@ -19,7 +19,7 @@ import cupy as cp  # noqa: E402
 
 from bench_match import coins_or_none, cut_templates, large_image  # noqa: E402
 from dspk.match import NCC_KERNELS, TemplateBank  # noqa: E402
-from dspk.linalg.kernels import kernel  # noqa: E402
+from dspk.kernels import kernel  # noqa: E402
 
 
 def timed(fn, reps=15):

@@ -10,15 +10,13 @@ the whole batch would have given."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-from .linalg.kernels import kernel
+from .kernels import FLOAT_DTYPES, ctype, kernel
 from .ops import fir_bank
 
-DETECT_KERNELS = Path(__file__).resolve().parent / "kernels" / "detect.cu"
 DS_THREADS, DS_R = 128, 4               # as in detect.cu
 DS_TILE = DS_THREADS * DS_R
 DS_NN_MAX = 64
@@ -27,13 +25,12 @@ S_MAX = 8                               # widths: detect_score<T, S> is compiled
 K_MAX = 127                             # templates: best_k is int8
 #: first guess at the room for peaks (a 2-s batch of 384 channels has a few thousand)
 PEAKS_CAPACITY = 1 << 16
-_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _INT_MAX = 2**31 - 1
 
 
 def fused_reason(x: Any, k: int, widths: int, nn: int, dead: int = 0) -> str | None:
     """Why the fused kernels cannot take these sizes (None if they can)."""
-    if x.dtype not in _CTYPE:
+    if x.dtype not in FLOAT_DTYPES:
         return f"dtype {x.dtype}"
     if not 1 <= widths <= S_MAX:
         return f"{widths} widths (the kernels are compiled for 1 to {S_MAX})"
@@ -70,7 +67,7 @@ def block_samples(c: int, k: int, taps: int, itemsize: int, memory_bytes: int) -
 
 
 def _score_fn(dtype: Any, widths: int) -> Any:
-    return kernel(str(DETECT_KERNELS), f"detect_score<{_CTYPE[np.dtype(dtype)]}, {widths}>")
+    return kernel("detect.cu", f"detect_score<{ctype(dtype)}, {widths}>")
 
 
 def score_block(b: Any, b_off: int, nt: int, nbr: Any, w: Any, score: Any, best_k: Any,
@@ -141,7 +138,7 @@ def peaks(score: Any, nbr: np.ndarray, threshold: float, dead: int,
     C, n = score.shape
     nbr_d = cp.asarray(np.ascontiguousarray(nbr, dtype=np.int32))
     nn = nbr_d.shape[1]
-    fn = kernel(str(DETECT_KERNELS), f"detect_peaks<{_CTYPE[score.dtype]}>")
+    fn = kernel("detect.cu", f"detect_peaks<{ctype(score.dtype)}>")
     thr = score.dtype.type(threshold)          # NumPy compares float32 scores in float32
     cap = max(1, int(capacity))
     count = cp.zeros(1, dtype=np.uint64)

@@ -20,17 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from pathlib import Path
 
 from .backend import array_module, device_properties
 from .linalg import int_matmul
-from .linalg.kernels import FastLaunch, kernel
+from .kernels import FastLaunch, kernel
 from .linalg.matmul import tuner
 
 __all__ = ["ncc", "ncc_direct", "ncc_peaks", "TemplateBank", "PEAK_DTYPE"]
 
 MATCH_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
-NCC_KERNELS = Path(__file__).resolve().parent / "kernels" / "ncc.cu"
 _SMEM = 48 * 1024
 #: im2col rows are materialized in blocks of about this many bytes (CPU/GPU memory bound)
 IM2COL_BLOCK_BYTES = 64 << 20
@@ -340,7 +338,7 @@ class TemplateBank:
         t_sum = xp.empty(self.n, dtype=np.int64)
         t_rs = xp.empty(self.n, dtype=np.float32)
         center = "true" if self.dtype == np.uint8 else "false"
-        fn = kernel(str(NCC_KERNELS), f"ncc_mma_pack<{center}>")
+        fn = kernel("ncc.cu", f"ncc_mma_pack<{center}>")
         fn((tiles * 8,), (128,), (tmpl, np.int32(self.n), np.int32(self.th), np.int32(self.tw),
                                   np.int32(plan["cpr"]), np.int32(plan["KC"]), packed, t_sum,
                                   t_rs))
@@ -359,7 +357,7 @@ class TemplateBank:
         center = "true" if self.dtype == np.uint8 else "false"
         wide = "true" if plan["wide"] else "false"
         mode = "true" if peaks is not None else "false"
-        fn = kernel(str(NCC_KERNELS),
+        fn = kernel("ncc.cu",
                     f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}, {plan['minb']}, "
                     f"{plan['BY']}>")
         if fn.max_dynamic_shared_size_bytes < plan["smem"]:
@@ -427,7 +425,7 @@ class TemplateBank:
             keys, scores = keys[:found], scores[:found]
             order = xp.argsort(keys)
             keys, scores = keys[order], scores[order]
-            fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
+            fn = kernel("ncc.cu", "ncc_peak_check")
             fn((-(-found // 256),), (256,), (keys, scores, np.int32(found), np.int32(ho),
                                              np.int32(wo), np.int32(d), count[1:],
                                              peak_key, peak_score))
@@ -470,10 +468,10 @@ class TemplateBank:
             size = 1 << max(4, (2 * capacity - 1).bit_length())   # >= 2x: short probes
             grid = (-(-capacity // 256),)
             dyn = ("ptr", None)
-            insert = FastLaunch(kernel(str(NCC_KERNELS), "ncc_peak_insert"), grid, (256,),
+            insert = FastLaunch(kernel("ncc.cu", "ncc_peak_insert"), grid, (256,),
                                 [dyn, dyn, dyn, ("i32", capacity), dyn, dyn,
                                  ("u64", size - 1)])
-            check = FastLaunch(kernel(str(NCC_KERNELS), "ncc_peak_check_hash"), grid, (256,),
+            check = FastLaunch(kernel("ncc.cu", "ncc_peak_check_hash"), grid, (256,),
                                [dyn, dyn, dyn, ("i32", capacity), dyn, dyn, ("u64", size - 1),
                                 ("i32", ho), ("i32", wo), ("i32", d), dyn, dyn])
         hit = (cand, insert, check, size)
@@ -492,7 +490,7 @@ class TemplateBank:
         out = xp.empty((n, ho, wo), dtype=np.float32)
         tg = 32 if n >= 32 else 16
         center = self.dtype == np.uint8
-        fn = kernel(str(NCC_KERNELS), f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
+        fn = kernel("ncc.cu", f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
         twq = bank.shape[2]
         fn((-(-wo // 32), -(-ho // 8)), (32, 8),
            (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),

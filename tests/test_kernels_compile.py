@@ -8,7 +8,7 @@ import pytest
 
 from pathlib import Path
 
-from dspk.linalg.kernels import CUDA_SOURCES
+from dspk.kernels import CUDA_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "dspk" / "kernels").glob("*.cu")))

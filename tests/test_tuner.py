@@ -143,3 +143,88 @@ def test_processes_tuning_at_once_keep_every_entry(fresh_cache):
     assert all(p.wait(timeout=300) == 0 for p in procs)
     doc = json.loads(cache_path().read_text())
     assert len(doc["entries"]) == 12  # 4 K classes x 3 M classes, none lost
+
+
+class Raises(Candidate):
+    """A candidate that is available but breaks when run (a kernel source missing from an
+    installed package, say)."""
+
+    name = "fake_raises"
+    summary = "raises FileNotFoundError"
+
+    def unavailable(self, p):
+        return None
+
+    def run(self, p):
+        raise FileNotFoundError("skinny.cu")
+
+
+def test_a_candidate_that_raises_is_rejected_with_a_warning_naming_it(fresh_cache, caplog):
+    t = Tuner(lambda gpu: [Raises(), NumpyMatmul()])
+    p, _ = engine._problem(*operands(), None)
+    with caplog.at_level("WARNING", logger="dspk.linalg.tuner"):
+        choice = t.select(p, run=True)
+    assert choice.candidate.name == "numpy"
+    assert "FileNotFoundError" in choice.rejected["fake_raises"]
+    assert any("fake_raises" in r.getMessage() and "skinny.cu" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_an_unavailable_candidate_drops_out_quietly(fresh_cache, caplog):
+    class Unavailable(Raises):
+        name = "fake_unavailable"
+
+        def unavailable(self, p):
+            return "not on this device"
+
+    t = Tuner(lambda gpu: [Unavailable(), NumpyMatmul()])
+    p, _ = engine._problem(*operands(), None)
+    with caplog.at_level("WARNING", logger="dspk.linalg.tuner"):
+        choice = t.select(p, run=True)
+    assert choice.rejected["fake_unavailable"] == "unavailable: not on this device"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def _other_process_tunes(m, k, n):
+    code = ("import sys, numpy as np, dspk\n"
+            "m, k, n = map(int, sys.argv[1:])\n"
+            "dspk.matmul(np.ones((m, k), np.float32), np.ones((k, n), np.float32))\n")
+    subprocess.run([sys.executable, "-c", code, str(m), str(k), str(n)], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+
+
+def test_a_long_lived_process_sees_what_another_stored_since(fresh_cache):
+    """A miss re-reads the file when it changed: a process that had already read the cache
+    takes the choice another process stored later, instead of tuning it again."""
+    matmul(*operands(8, 300, 5))                  # this process has read (and written) the file
+    _other_process_tunes(3, 40, 2)                # another one adds a key
+    doc = json.loads(cache_path().read_text())
+    assert len(doc["entries"]) == 2
+    a = np.ones((3, 40), np.float32)
+    e = explain(a, np.ones((40, 2), np.float32), tune=False)
+    assert e.choice is not None and e.choice.source == "cache (file)"
+
+
+def test_two_processes_tuning_one_key_keep_the_first_ranking(fresh_cache, monkeypatch):
+    """The first ranking stored wins: a process that tuned the same key a moment later adopts
+    it (and reports it), so processes sharing a cache run the same candidate."""
+    mod = importlib.import_module("dspk.linalg.tuner")
+    a, b = operands(4, 100, 4)
+    p, _ = engine._problem(a, b, None)
+    t = Tuner(lambda gpu: [c for c in engine.tuner.candidates(False)
+                           if c.name in ("numpy", "direct_einsum")])
+    key = t.key_str(t.key(p))
+    stored = {"ranking": ["direct_einsum", "numpy"], "timings_ms": {"numpy": 1.0,
+              "direct_einsum": 0.5}, "rejected": {}, "when": "earlier"}
+    real_merge = mod._merge_into_cache
+
+    def merge_after_another_process(path, k, entry):
+        real_merge(path, key, stored)             # the other process got there first
+        return real_merge(path, k, entry)
+
+    monkeypatch.setattr(mod, "_merge_into_cache", merge_after_another_process)
+    choice = t.select(p, run=True)
+    assert choice.ranking == ["direct_einsum", "numpy"]
+    assert choice.candidate.name == "direct_einsum"
+    assert json.loads(cache_path().read_text())["entries"][key]["when"] == "earlier"
+    np.testing.assert_allclose(p.out.to_array()[0], a.astype(np.float64) @ b, rtol=1e-5)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from .kernels import FastLaunch, ctype, kernel
+from ..kernels import FastLaunch, ctype, kernel
 from .problem import Candidate, Problem, Runner, copy_into, scratch_like
 from .view import INT32_MAX, MatrixView
 

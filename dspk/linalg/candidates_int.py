@@ -29,8 +29,6 @@ CUBLAS_GEMM_DEFAULT = -1
 OP_N, OP_T = 0, 1
 #: longest K one int32 accumulation may take: |sum| <= K*128^2 <= 2^31 - 1, a multiple of 16
 INT8_K_CHUNK = ((2**31 - 1) // 128**2) // 16 * 16
-_CTYPE = {np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char",
-          np.dtype(np.int16): "short"}
 _ONE_I32 = np.ones(1, np.int32)
 _ZERO_I32 = np.zeros(1, np.int32)
 
@@ -113,9 +111,9 @@ def _pack_kernel(v: Any, dt: Any, batches: int) -> tuple:
     """(kernel, elements per thread, whether it takes no K stride) packing view ``v``: the
     16-bytes-per-load kernel when K is contiguous and the rows (and batches, when there are
     several) start 16-byte aligned, the general strided one otherwise."""
-    from .kernels import kernel  # noqa: PLC0415
+    from ..kernels import ctype, kernel  # noqa: PLC0415
 
-    tmpl = (f"<{_CTYPE[dt]}, {'true' if dt == np.uint8 else 'false'}, "
+    tmpl = (f"<{ctype(dt)}, {'true' if dt == np.uint8 else 'false'}, "
             f"{'true' if dt != np.int8 else 'false'}>")
     sb, sr, sk = v.strides
     item = np.dtype(dt).itemsize
@@ -158,7 +156,7 @@ class Int8TensorCore(Candidate):
         from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
 
         from .candidates_gpu import _stream, _Workspace  # noqa: PLC0415
-        from .kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
+        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
 
         M, N, K, dt = p.m, p.n, p.k, p.dtype
         P = 2 if dt == np.int16 else 1
@@ -224,7 +222,7 @@ class Int8TensorCore(Candidate):
         cp = cupy_module()
         from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
 
-        from .kernels import grid_1d, kernel  # noqa: PLC0415
+        from ..kernels import grid_1d, kernel  # noqa: PLC0415
 
         B, M, N, K, dt = p.batches, p.m, p.n, p.k, p.dtype
         P = 2 if dt == np.int16 else 1

@@ -7,7 +7,14 @@ is verified on a zero-mean probe of the same shape (TF32 or any demotion errs ~3
 rejected), and it is timed (warm-up, then the median of several samples, CUDA events on the GPU).
 The ranking of the correct candidates is kept in memory and in a versioned JSON cache
 (``$DSPK_CACHE_DIR``, default ``~/.cache/dspk``), written atomically under a file lock so that
-several processes can tune at once.
+several processes can tune at once. Processes that share the file make the same choices: a miss
+re-reads the file when another process has changed it, and when two processes tune one key at
+once the first ranking stored is the one both keep (a candidate's rounding may differ from
+another's, so a shared choice is what keeps their outputs bit-identical).
+
+A candidate that is unavailable for a problem says why and drops out quietly; one that raises
+is rejected with a logged warning naming it (a missing kernel source in an installed package
+must not pass unnoticed).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
 fixed order; ``readonly`` uses the cache but never times or writes.
@@ -16,6 +23,7 @@ fixed order; ``readonly`` uses the cache but never times or writes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -32,6 +40,8 @@ from .problem import Candidate, Problem, prepared
 from .view import MatrixView
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "precision_tolerance"]
+
+log = logging.getLogger(__name__)
 
 TUNE_MODES = ("on", "off", "readonly")
 CACHE_FORMAT = "dspk-tuner"
@@ -109,7 +119,7 @@ class Tuner:
         self._candidates = candidates
         self._by_name: dict[bool, dict[str, Candidate]] = {}
         self._memory: dict[tuple, dict] = {}
-        self._file_loaded = False
+        self._file_seen: tuple | None = None   # (path, stat signature) of the file last read
         self._file_entries: dict[str, dict] = {}
         self._warned_write = False
 
@@ -233,15 +243,16 @@ class Tuner:
                 timings[c.name] = _median_time(prepared(c, p), p.gpu) * 1e3
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
+                _warn_failed(c.name, self.key_str(key), exc)
         if not timings:
             raise RuntimeError(f"every candidate failed for this product: {rejected}")
         ranking = sorted(timings, key=timings.get)
-        best = names[ranking[0]]
-        best.run(p)  # leave the winner's result in p.out
         entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
                  "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        self._memory[key] = entry
-        self._save(key, entry)
+        entry = self._save(key, entry)
+        ranking = [n for n in entry["ranking"] if n in timings] or ranking
+        best = names[ranking[0]]
+        best.run(p)  # leave the winner's result in p.out
         return Choice(best, self.key_str(key), "tuned now", ranking, entry["timings_ms"], rejected)
 
     # -- generic choices (operations above the product engine) ------------------------------
@@ -274,13 +285,14 @@ class Tuner:
                 timings[name] = _median_time(run, gpu) * 1e3
             except Exception as exc:  # a broken implementation is rejected, not fatal
                 rejected[name] = f"failed: {type(exc).__name__}: {exc}"
+                _warn_failed(name, self.key_str(key), exc)
         ranking = sorted(timings, key=timings.get)
         if not ranking:
             raise RuntimeError(f"every implementation failed: {rejected}")
         entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
                  "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        self._memory[key] = entry
-        self._save(key, entry)
+        entry = self._save(key, entry)
+        ranking = [n for n in entry["ranking"] if n in timings] or ranking
         return ranking[0], "tuned now"
 
     def stamp(self, gpu: bool, device_id: int | None) -> str:
@@ -290,29 +302,51 @@ class Tuner:
 
     # -- the cache file ------------------------------------------------------------------------
     def _from_file(self, key: tuple) -> dict | None:
-        if not self._file_loaded:
-            self._file_entries = _read_cache(cache_path())
-            self._file_loaded = True
+        """The file's entry for ``key``. Called on a miss in memory, so a long-lived process
+        sees what other processes stored since it last looked: the file is read again whenever
+        its stat signature changed (one ``stat`` per miss otherwise)."""
+        path = cache_path()
+        seen = (path, _signature(path))
+        if seen != self._file_seen:
+            self._file_entries = _read_cache(path)
+            self._file_seen = seen
         entry = self._file_entries.get(self.key_str(key))
         if entry is not None:
             self._memory[key] = entry
         return entry
 
-    def _save(self, key: tuple, entry: dict) -> None:
+    def _save(self, key: tuple, entry: dict) -> dict:
+        """Store ``entry`` unless another process stored ``key`` first; returns the entry kept
+        (then also in memory), so that processes sharing the file agree."""
         path = cache_path()
         try:
-            _merge_into_cache(path, {self.key_str(key): entry})
+            entry = _merge_into_cache(path, self.key_str(key), entry)
         except OSError as exc:
             if not self._warned_write:
                 warnings.warn(f"dspk tuner: cannot write its cache {path}: {exc}; choices are "
                               f"kept in memory only", RuntimeWarning, stacklevel=3)
                 self._warned_write = True
+        self._memory[key] = entry
+        return entry
 
     def forget(self) -> None:
         """Drop the in-memory choices (the file is read again on next use)."""
         self._memory.clear()
-        self._file_loaded = False
+        self._file_seen = None
         self._file_entries = {}
+
+
+def _signature(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _warn_failed(name: str, key: str, exc: Exception) -> None:
+    log.warning("dspk tuner: candidate %s raised %s: %s; rejected for %s", name,
+                type(exc).__name__, exc, key)
 
 
 def _valid_cache(doc: Any) -> bool:
@@ -345,9 +379,11 @@ def _read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
     return doc["entries"]
 
 
-def _merge_into_cache(path: Path, new: dict[str, dict]) -> None:
-    """Read-merge-write under an exclusive lock; the write is a rename, so a reader never sees
-    a half-written file and two tuning processes never lose each other's entries."""
+def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
+    """Add ``entry`` under ``key`` unless the file already holds that key (another process
+    tuned it first: its entry is returned and kept). Read-merge-write under an exclusive lock;
+    the write is a rename, so a reader never sees a half-written file and two tuning processes
+    never lose each other's entries."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.with_suffix(path.suffix + ".lock")
     with open(lock_path, "a+") as lock:
@@ -358,7 +394,9 @@ def _merge_into_cache(path: Path, new: dict[str, dict]) -> None:
         except ImportError:  # pragma: no cover - Windows: rename is still atomic
             pass
         entries = _read_cache(path, warn=False)
-        entries.update(new)
+        if key in entries:
+            return entries[key]
+        entries[key] = entry
         doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
                "entries": entries}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -368,6 +406,7 @@ def _merge_into_cache(path: Path, new: dict[str, dict]) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            return entry
         except BaseException:
             try:
                 os.unlink(tmp)

@@ -312,7 +312,7 @@ class MatrixView:
         nb = 1 if (b > 1 and self.strides[0] == 0) else b
         src = MatrixView(self.buffer, (nb, r, c), self.strides, self.offset, self.name)
         if self.is_gpu:
-            from .kernels import gather
+            from ..kernels import gather
 
             buf = gather(src)
         else:

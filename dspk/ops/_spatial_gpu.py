@@ -11,17 +11,14 @@ its groups' columns (the x rows it stages in shared memory).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..backend import device_properties
-from ..linalg.kernels import FastLaunch, kernel
+from ..kernels import FastLaunch, ctype, kernel
 
-SPATIAL_KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "spatial.cu"
 SR_R = 8                       # rows per group, as in spatial.cu
-_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
 def tile_samples(dtype: Any, vpl: int = 2) -> int:
@@ -129,7 +126,7 @@ class SparseRowsPlan:
         launch = self._launches.get(key)
         if launch is None:
             name = "sparse_rows_pipe" if self.pipe else "sparse_rows"
-            fn = kernel(str(SPATIAL_KERNELS), f"{name}<{_CTYPE[self.dtype]}, {self.vpl}>")
+            fn = kernel("spatial.cu", f"{name}<{ctype(self.dtype)}, {self.vpl}>")
             if fn.max_dynamic_shared_size_bytes < self.smem:
                 fn.max_dynamic_shared_size_bytes = self.smem
             d = self._dev

@@ -4,19 +4,16 @@ availability first (``*_reason`` returns why a kernel cannot take the inputs, or
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..backend import device_properties
-from ..linalg.kernels import kernel
+from ..kernels import FLOAT_DTYPES, ctype, kernel
 
-TRACES_KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "traces.cu"
 FIR_R, FIR_THREADS = 16, 128          # as in traces.cu
 FIR_TILE = FIR_R * FIR_THREADS
 CAR_S = 32
-_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _KEY = {np.dtype(np.float32): "unsigned int", np.dtype(np.float64): "unsigned long long"}
 _VPL = (1, 2, 4, 8, 12, 16, 24, 32)   # values per lane compiled for the median kernel
 
@@ -33,7 +30,7 @@ def _fir_smem(nf: int, taps: int, itemsize: int) -> int:
 
 def fir_reason(x: Any, nf: int, taps: int) -> str | None:
     """Why the direct FIR kernel cannot run (None if it can)."""
-    if x.dtype not in _CTYPE:
+    if x.dtype not in FLOAT_DTYPES:
         return f"dtype {x.dtype}"
     if x.shape[0] > 65535:
         return "more than 65535 channels (grid y)"
@@ -52,7 +49,7 @@ def fir_direct(x: Any, weights: Any, center: int) -> Any:
     C, n = xc.shape
     tpad = -(-taps // FIR_R) * FIR_R
     out = cp.empty((C, nf, n), dtype=x.dtype)
-    fn = kernel(str(TRACES_KERNELS), f"fir_direct<{_CTYPE[x.dtype]}>")
+    fn = kernel("traces.cu", f"fir_direct<{ctype(x.dtype)}>")
     smem = _fir_smem(nf, taps, x.itemsize)
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
@@ -69,7 +66,7 @@ def _car_smem(c: int, itemsize: int) -> int:
 
 def car_reason(x: Any) -> str | None:
     """Why the median-reference kernel cannot run (None if it can)."""
-    if x.dtype not in _CTYPE:
+    if x.dtype not in FLOAT_DTYPES:
         return f"dtype {x.dtype}"
     props = device_properties(x.device.id)
     if (props["major"], props["minor"]) < (8, 0):
@@ -89,8 +86,8 @@ def car_median(x: Any) -> Any:
     C, n = xc.shape
     vpl = next(v for v in _VPL if 32 * v >= C)
     out = cp.empty((C, n), dtype=x.dtype)
-    fn = kernel(str(TRACES_KERNELS),
-                f"car_median<{_CTYPE[x.dtype]}, {_KEY[x.dtype]}, {vpl}>")
+    fn = kernel("traces.cu",
+                f"car_median<{ctype(x.dtype)}, {_KEY[x.dtype]}, {vpl}>")
     smem = _car_smem(C, x.itemsize)
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem

@@ -1,5 +1,6 @@
-"""Loading and launching the CUDA kernels in this folder (``*.cu``, compiled by NVRTC through
-``cupy.RawModule`` on first use, cached on disk by CuPy).
+"""Every CUDA source of dspk (``*.cu`` in this folder, shipped as package data), and loading and
+launching their kernels (compiled by NVRTC through ``cupy.RawModule`` on first use, cached on
+disk by CuPy).
 
 Nothing here runs at import time: CuPy is imported, and a kernel compiled, the first time a
 kernel is asked for.
@@ -15,17 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import cupy_module
+from ..backend import cupy_module
 
 KERNEL_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES = tuple(sorted(KERNEL_DIR.glob("*.cu")))
 
-_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+#: CUDA C type names of the dtypes the kernels are instantiated for
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+          np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char",
+          np.dtype(np.int16): "short"}
+#: the float dtypes (the trace kernels take these)
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def ctype(dtype: Any) -> str:
-    """The CUDA C type name of a float dtype."""
-    return _CTYPE[np.dtype(dtype)]
+    """The CUDA C type name of ``dtype`` (KeyError for a type no kernel is compiled for)."""
+    return CTYPES[np.dtype(dtype)]
 
 
 @lru_cache(maxsize=None)
@@ -46,7 +52,7 @@ def _function(device_id: int, filename: str, expression: str) -> Any:
 def kernel(filename: str, expression: str) -> Any:
     """The compiled kernel ``expression`` (a template instance such as
     ``"gram_small<float, float, 4, true>"``) from ``filename`` (in this folder, or an absolute
-    path) for the current device."""
+    path, e.g. a benchmark's own source) for the current device."""
     cp = cupy_module()
     return _function(cp.cuda.runtime.getDevice(), filename, expression)
 
