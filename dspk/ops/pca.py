@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import array_module, is_cupy_array
 from ..linalg import matmul
+from ..linalg.threads import single_threaded_blas
 from ._checks import FLOATS
 
 __all__ = ["PCA"]
@@ -81,7 +82,8 @@ class PCA:
         mean = x.mean(axis=0, dtype=np.float64)
         xc = x - mean.astype(x.dtype)[None]
         cov = matmul(xc.T, xc).astype(np.float64) / max(n - 1, 1)
-        d, e = xp.linalg.eigh(cov)
+        with single_threaded_blas():   # the same components whatever the thread count
+            d, e = xp.linalg.eigh(cov)
         order = xp.argsort(d)[::-1][:k]
         comps = e[:, order].T                                  # [k, taps]
         big = xp.argmax(xp.abs(comps), axis=1)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
+from ..linalg.threads import single_threaded_blas
 from ..linalg.matmul import tuner
 from ._checks import FLOATS, geometry, traces
 from .distance import probe_sqdist
@@ -42,12 +43,14 @@ def _check_cov(cov: Any) -> Any:
 
 def _zca(xp: Any, c: Any, eps: float | None, scale: Any) -> Any:
     """E·diag((d + ε)^-½)·Eᵀ for a stack of symmetric matrices c [..., k, k] (float64), with
-    ε = eps·scale (scale: the mean eigenvalue of each real matrix, [..., 1])."""
-    d, e = xp.linalg.eigh(c)
-    d = xp.maximum(d, 0)
-    base = eps if eps is not None else DEFAULT_EPS
-    floor = xp.where(scale > 0, base * scale, 1.0)  # all-zero covariance: W = I
-    return (e * (1.0 / xp.sqrt(d + floor))[..., None, :]) @ xp.swapaxes(e, -1, -2)
+    ε = eps·scale (scale: the mean eigenvalue of each real matrix, [..., 1]). LAPACK and BLAS
+    on one thread: the same W in every process, whatever its thread count."""
+    with single_threaded_blas():
+        d, e = xp.linalg.eigh(c)
+        d = xp.maximum(d, 0)
+        base = eps if eps is not None else DEFAULT_EPS
+        floor = xp.where(scale > 0, base * scale, 1.0)  # all-zero covariance: W = I
+        return (e * (1.0 / xp.sqrt(d + floor))[..., None, :]) @ xp.swapaxes(e, -1, -2)
 
 
 def neighbors(geom: Any, n_neighbors: int | None = None, radius_um: float | None = None) -> list:
