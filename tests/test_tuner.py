@@ -228,3 +228,25 @@ def test_two_processes_tuning_one_key_keep_the_first_ranking(fresh_cache, monkey
     assert choice.candidate.name == "direct_einsum"
     assert json.loads(cache_path().read_text())["entries"][key]["when"] == "earlier"
     np.testing.assert_allclose(p.out.to_array()[0], a.astype(np.float64) @ b, rtol=1e-5)
+
+
+def test_processes_needing_one_key_at_once_run_the_same_candidate(fresh_cache):
+    """Tuning holds the cache's lock: the processes that need a key another is tuning wait for
+    its ranking instead of timing their own (which could differ, and with it the bits)."""
+    code = (
+        "import numpy as np, dspk\n"
+        "from dspk.linalg import explain\n"
+        "x = np.random.default_rng(0).standard_normal((48, 20000)).astype(np.float32)\n"
+        "dspk.matmul(x, x.T)\n"
+        "e = explain(x, x.T, tune=False)\n"
+        "print(e.candidate, e.choice.source)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len({o[0] for o in outs}) == 1, outs
+    doc = json.loads(cache_path().read_text())
+    (entry,) = doc["entries"].values()
+    assert entry["ranking"][0] == outs[0][0]

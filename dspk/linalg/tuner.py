@@ -8,9 +8,9 @@ rejected), and it is timed (warm-up, then the median of several samples, CUDA ev
 The ranking of the correct candidates is kept in memory and in a versioned JSON cache
 (``$DSPK_CACHE_DIR``, default ``~/.cache/dspk``), written atomically under a file lock so that
 several processes can tune at once. Processes that share the file make the same choices: a miss
-re-reads the file when another process has changed it, and when two processes tune one key at
-once the first ranking stored is the one both keep (a candidate's rounding may differ from
-another's, so a shared choice is what keeps their outputs bit-identical).
+re-reads the file when another process has changed it, and tuning holds the file's lock, so a
+process that needs a key another one is tuning waits and takes its ranking (a candidate's
+rounding may differ from another's: a shared choice is what keeps outputs bit-identical).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
@@ -26,11 +26,13 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -164,7 +166,12 @@ class Tuner:
         if mode == "readonly":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
                                          "choice: first available candidate", run)
-        return self._tune(p, key, names)
+        with _cache_lock(cache_path()):
+            choice = self.cached(p, key)          # another process may have tuned it meanwhile
+            if choice is not None:
+                choice.candidate.run(p)
+                return choice
+            return self._tune(p, key, names)
 
     def cached(self, p: Problem, key: tuple | None = None) -> Choice | None:
         """The cached choice for ``p`` (memory, then the file), or None; never times anything."""
@@ -273,7 +280,16 @@ class Tuner:
                     return name, "cache"
         if mode == "readonly":
             return names[0], "DSPK_TUNE=readonly and no cached choice"
-        ref = runners[names[0]]()
+        with _cache_lock(cache_path()):
+            entry = self._from_file(key)          # another process may have tuned it meanwhile
+            for name in (entry or {}).get("ranking", []):
+                if name in runners:
+                    return name, "cache"
+            return self._choose_now(key, runners, gpu, agree)
+
+    def _choose_now(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                    agree: Callable[[Any, Any], str | None]) -> tuple[str, str]:
+        ref = runners[next(iter(runners))]()
         timings: dict[str, float] = {}
         rejected: dict[str, str] = {}
         for name, run in runners.items():
@@ -379,20 +395,52 @@ def _read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
     return doc["entries"]
 
 
+_process_lock = threading.RLock()
+_lock_depth = 0
+
+
+@contextmanager
+def _cache_lock(path: Path) -> Iterator[None]:
+    """The cache file's exclusive lock, for tuning and writing. Re-entrant within a process (a
+    tuning run may tune a product it needs, and flock on a second descriptor would wait for
+    itself); other threads and processes wait. Without a writable cache folder: no lock."""
+    global _lock_depth
+    with _process_lock:
+        if _lock_depth:
+            _lock_depth += 1
+            try:
+                yield
+            finally:
+                _lock_depth -= 1
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(path.with_suffix(path.suffix + ".lock"), "a+")
+        except OSError:
+            lock = None
+        try:
+            if lock is not None:
+                try:
+                    import fcntl  # noqa: PLC0415 (POSIX only)
+
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+                except ImportError:  # pragma: no cover - Windows: rename is still atomic
+                    pass
+            _lock_depth = 1
+            yield
+        finally:
+            _lock_depth = 0
+            if lock is not None:
+                lock.close()
+
+
 def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
     """Add ``entry`` under ``key`` unless the file already holds that key (another process
-    tuned it first: its entry is returned and kept). Read-merge-write under an exclusive lock;
+    stored it first: its entry is returned and kept). Read-merge-write under the cache lock;
     the write is a rename, so a reader never sees a half-written file and two tuning processes
     never lose each other's entries."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = path.with_suffix(path.suffix + ".lock")
-    with open(lock_path, "a+") as lock:
-        try:
-            import fcntl  # noqa: PLC0415 (POSIX only)
-
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - Windows: rename is still atomic
-            pass
+    with _cache_lock(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
         entries = _read_cache(path, warn=False)
         if key in entries:
             return entries[key]
