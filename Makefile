@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs venv gpu-check clean
+.PHONY: demo test test-blas-threads docs venv gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The suite again with BLAS on 1 and on 2 threads: results promised bit-identical must not
+# depend on the thread count (CI runs this after `make test`, which leaves it unset).
+test-blas-threads: $(STAMP)
+	for n in 1 2; do \
+	  echo "== OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n"; \
+	  OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n $(PY) -m pytest -q -p no:cacheprovider || exit 1; \
+	done
 
 # The API reference from the docstrings (Sphinx), warnings as errors: docs/_build/html/index.html
 docs: $(STAMP)
