@@ -1,5 +1,6 @@
-"""Recordings on disk and in memory (HDF5 datasets, NWB ElectricalSeries, flat binaries,
-arrays), read as [channels, samples]. ``io`` reads and converts to µV; it never computes.
+"""Recordings on disk and in memory (HDF5 datasets, NWB ElectricalSeries, SpikeGLX and Open
+Ephys recordings, flat binaries, arrays), read as [channels, samples], and probe files.
+``io`` reads and converts to µV; it never computes.
 
 >>> import numpy as np
 >>> from dspk.io import open_recording
@@ -17,11 +18,15 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from .layout import to_channels_first
+from .openephys import OEBIN, OpenEphysRecording, find_oebins
+from .probe import read_probe
 from .recording import (MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording, BinaryRecording,
                         Recording, RecordingError, SpikeInterfaceRecording)
+from .spikeglx import SpikeGLXRecording, meta_path
 
-__all__ = ["open_recording", "Recording", "RecordingError", "ArrayRecording",
-           "BinaryRecording", "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
+__all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "ArrayRecording",
+           "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
+           "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
            "to_channels_first",
            "MAX_CHANNELS", "MAX_READ_BYTES"]
 
@@ -32,19 +37,29 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
                    layout: str | None = None, gain_to_uv: Any = None, offset_to_uv: Any = None,
                    geometry: Any = None, n_channels: int | None = None, dtype: Any = None,
                    header_bytes: int = 0, allow_external_links: bool = False) -> Recording:
-    """Open a recording.
+    """Open a recording; the common formats need no options.
 
     Parameters
     ----------
     source : path or array
-        An HDF5 file (a dataset, or an NWB ElectricalSeries found under /acquisition or
-        /processing), a flat binary (``.bin``/``.dat``/``.raw``, or any non-HDF5 file when
-        ``n_channels`` is given: [samples, channels] as Kilosort and SpikeGLX write it), or a
-        NumPy/CuPy array (``fs`` required), or a SpikeInterface recording (its first segment;
-        gains, offsets and channel locations taken from it).
+        One of:
+
+        - a SpikeGLX ``.bin`` (``.ap.bin``, ``.lf.bin``, ``.nidq.bin``, any ``.bin`` with a
+          ``.meta`` of the same stem beside it) or that ``.meta``: rate, µV per bit and
+          geometry from the metadata, the sync/digital words left out (`SpikeGLXRecording`);
+        - an Open Ephys binary-format recording: its ``structure.oebin``, its folder, a
+          folder above it (Record Node, experiment) with exactly one recording below, or a
+          stream's ``continuous.dat``; ADC/AUX channels left out (`OpenEphysRecording`);
+        - an HDF5 file (a dataset, or an NWB ElectricalSeries found under /acquisition or
+          /processing);
+        - a flat binary (``.bin``/``.dat``/``.raw`` without metadata, or any non-HDF5 file
+          when ``n_channels`` is given: [samples, channels] as Kilosort writes it);
+        - a NumPy/CuPy array (``fs`` required), or a SpikeInterface recording (its first
+          segment; gains, offsets and channel locations taken from it).
     dataset : str, optional
-        Path inside the HDF5 file: a 2-D dataset or an ElectricalSeries group. Needed when the
-        file holds several series (the error lists them).
+        Path inside the HDF5 file (a 2-D dataset or an ElectricalSeries group), or the Open
+        Ephys stream (its folder name, or index as a string). Needed when the file holds
+        several series or streams and none is clearly the neural one (the error lists them).
     fs : float, optional
         Sampling rate in Hz; overrides the file's.
     layout : {"samples_channels", "channels_samples"}, optional
@@ -53,10 +68,13 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
     gain_to_uv, offset_to_uv : float or per-channel array, optional
         µV = raw · gain_to_uv + offset_to_uv; override the file's. Unsigned data without an
         offset is centred (uint16: −32768·gain), never cast to a signed type.
-    geometry : [channels, 2] array or probeinterface Probe, optional
-        Contact positions in µm.
+    geometry : [channels, 2] array, probeinterface Probe or ProbeGroup, or a probe file
+        Contact positions in µm, row i for channel i; overrides the file's. A Probe's contacts
+        are ordered by its ``device_channel_indices`` when set; a path is read with
+        `read_probe` (probeinterface JSON, ``.prb``, CSV).
     n_channels, dtype, header_bytes :
-        For flat binaries (dtype default int16).
+        For flat binaries (dtype default int16). Not needed for SpikeGLX and Open Ephys files
+        (refused when they contradict the metadata).
     allow_external_links : bool
         Follow HDF5 external links (refused by default: they can point outside the file).
 
@@ -72,9 +90,15 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         A path that does not exist.
     RecordingError
         A file that is neither HDF5 nor a described binary, a truncated or damaged file, a
-        missing dataset (the datasets found are listed), several ElectricalSeries and no choice,
-        a layout that cannot be told, absurd dimensions, an external link, fewer than 2
-        samples, wrong metadata.
+        missing dataset (the datasets found are listed), several ElectricalSeries or streams
+        and no choice, a folder with no or several Open Ephys recordings (listed), a SpikeGLX
+        ``.meta`` without a tag that is needed (named), a layout that cannot be told, absurd
+        dimensions, an external link, fewer than 2 samples, wrong metadata.
+
+    See Also
+    --------
+    SpikeGLXRecording, OpenEphysRecording : What is read from those formats, with examples.
+    read_probe : Probe files for ``geometry=``.
 
     Examples
     --------
@@ -131,8 +155,26 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
     path = os.fspath(source)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise RecordingError(f"{path}: a directory, not a recording file")
+    oe_stream = _open_ephys_stream(path)
+    if os.path.isdir(path) and not find_oebins(path):
+        raise RecordingError(_not_a_recording_folder(path))
+    if os.path.isdir(path) or os.path.basename(path) == OEBIN or oe_stream is not None:
+        if oe_stream is not None and dataset not in (None, oe_stream[1]):
+            raise RecordingError(f"dataset: {path} is the data of stream {oe_stream[1]!r}, "
+                                 f"not {dataset!r}")
+        rec = OpenEphysRecording(path if oe_stream is None else oe_stream[0],
+                                 dataset if oe_stream is None else oe_stream[1], fs=fs, **meta)
+        _no_flat_options(path, "an Open Ephys recording", n_channels, dtype, header_bytes,
+                         layout, allowed=(rec.n_stored, rec.n_channels))
+        return rec
+    if path.lower().endswith(".meta") or meta_path(path) is not None:
+        if dataset is not None:
+            raise RecordingError(f"dataset: a SpikeGLX file ({path}) holds one stream; "
+                                 f"dataset= does not apply")
+        rec = SpikeGLXRecording(path, fs=fs, **meta)
+        _no_flat_options(path, "a SpikeGLX file", n_channels, dtype, header_bytes, layout,
+                         allowed=(rec.n_stored, rec.n_channels))
+        return rec
     from .hdf5 import HDF5Recording, _h5py  # noqa: PLC0415 (h5py on first use)
 
     if _h5py().is_hdf5(path):
@@ -152,6 +194,48 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         raise RecordingError("layout: flat binaries are [samples, channels]")
     return BinaryRecording(path, n_channels, fs, np.int16 if dtype is None else dtype,
                            header_bytes, **meta)
+
+
+def _open_ephys_stream(path: str) -> tuple[str, str] | None:
+    """(structure.oebin, stream) when ``path`` is an Open Ephys stream's continuous.dat."""
+    if os.path.basename(path) != "continuous.dat":
+        return None
+    stream_dir = os.path.dirname(os.path.abspath(path))
+    oebin = os.path.join(os.path.dirname(os.path.dirname(stream_dir)), OEBIN)
+    return (oebin, os.path.basename(stream_dir)) if os.path.isfile(oebin) else None
+
+
+def _not_a_recording_folder(path: str, most: int = 8) -> str:
+    """The message for a folder that is no Open Ephys recording, naming the SpikeGLX files
+    below it (a run folder is often what users pass)."""
+    sglx = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        sglx += [os.path.relpath(os.path.join(root, f), path) for f in sorted(files)
+                 if f.lower().endswith(".bin") and meta_path(os.path.join(root, f))]
+        if len(sglx) > most:
+            break
+    msg = f"{path}: a directory with no {OEBIN} (Open Ephys) in or below it"
+    if not sglx:
+        return msg + "; pass a recording file"
+    return msg + "; SpikeGLX files below it (open one of them):\n  " + "\n  ".join(sglx[:most])
+
+
+def _no_flat_options(path: str, what: str, n_channels: int | None, dtype: Any,
+                     header_bytes: int, layout: str | None, allowed: tuple = ()) -> None:
+    """The flat-binary options describe what the metadata already say: refused unless they
+    agree (a mismatch means the metadata belong to another file, or a wrong guess)."""
+    if n_channels is not None and int(n_channels) not in allowed:
+        said = f" ({' or '.join(map(str, allowed))})" if allowed else ""
+        raise RecordingError(f"n_channels: {path} is {what} whose metadata give the channel "
+                             f"count{said}; leave n_channels out (got {n_channels})")
+    if dtype is not None and np.dtype(dtype) != np.int16:
+        raise RecordingError(f"dtype: {path} is {what}, int16; got {np.dtype(dtype)}")
+    if header_bytes:
+        raise RecordingError(f"header_bytes: {path} is {what}, with no header; got "
+                             f"{header_bytes}")
+    if layout not in (None, "samples_channels"):
+        raise RecordingError(f"layout: {path} is {what}, stored [samples, channels]")
 
 
 def __getattr__(name: str) -> Any:

@@ -59,8 +59,10 @@ class Recording:
     gain_to_uv, offset_to_uv : float or per-channel array, optional
         µV = raw · gain_to_uv + offset_to_uv (default gain 1; default offset 0, or
         −2^(bits−1)·gain for unsigned samples, which centres them).
-    geometry : [channels, 2] array or probeinterface Probe, optional
-        Contact positions in µm.
+    geometry : [channels, 2] array, probeinterface Probe or ProbeGroup, or a probe file, optional
+        Contact positions in µm, row i for channel i: a Probe's contacts are ordered by its
+        ``device_channel_indices`` when set (unconnected contacts, −1, dropped); a path is
+        read with `dspk.io.read_probe`.
     source : str
         Where the samples come from, for messages and provenance.
 
@@ -137,8 +139,13 @@ class Recording:
         return v
 
     def _geometry(self, geom: Any) -> np.ndarray:
-        if hasattr(geom, "contact_positions"):   # a probeinterface Probe
-            geom = geom.contact_positions
+        if isinstance(geom, (str, os.PathLike)) or hasattr(geom, "contact_positions") or \
+                hasattr(geom, "probes"):
+            # a probe file, or a probeinterface Probe/ProbeGroup: rows in device-channel order
+            from .probe import probe_positions, read_probe  # noqa: PLC0415 (io.probe imports us)
+
+            geom = read_probe(geom, self.n_channels) if isinstance(geom, (str, os.PathLike)) \
+                else probe_positions(geom, self.n_channels)
         g = np.asarray(geom, dtype=np.float64)
         if g.ndim != 2 or g.shape != (self.n_channels, 2):
             raise RecordingError(f"geometry: expected [{self.n_channels}, 2] positions in µm, "
@@ -367,22 +374,36 @@ class ArrayRecording(Recording):
 
 class BinaryRecording(Recording):
     """A flat binary file of interleaved samples, [samples, channels] (Kilosort, SpikeGLX),
-    memory-mapped read-only.
+    memory-mapped read-only; optionally a subset of the stored channels (``columns``), so
+    that stored channels which are not signals (a sync word, digital inputs) stay out of the
+    recording.
 
     Parameters
     ----------
     path : str
         The file; its size after ``header_bytes`` must be a whole number of frames.
     n_channels : int
-        Channels per frame.
+        Channels per stored frame (all of them, including any left out by ``columns``).
     fs : float
         Sampling rate in Hz.
     dtype : numpy dtype
         The sample type (default int16).
     header_bytes : int
         Bytes before the first sample.
+    columns : sequence of int, optional
+        The stored channels (0 to ``n_channels`` − 1, each at most once) that are the
+        recording's channels, in the recording's order: channel i is stored column
+        ``columns[i]``. Default: every stored channel.
     **meta
-        ``gain_to_uv``, ``offset_to_uv``, ``geometry`` (as for `Recording`).
+        ``gain_to_uv``, ``offset_to_uv``, ``geometry`` (as for `Recording`; one value per
+        recording channel).
+
+    Attributes
+    ----------
+    n_stored : int
+        Channels per stored frame.
+    columns : numpy.ndarray
+        The stored column of each recording channel.
 
     Examples
     --------
@@ -401,35 +422,71 @@ class BinaryRecording(Recording):
            [0.5, 2.5],
            [1. , 3. ],
            [1.5, 3.5]], dtype=float32))
+
+    The first three stored channels only (the fourth, say, a sync word):
+
+    >>> rec = BinaryRecording(path, n_channels=4, fs=30000.0, header_bytes=4,
+    ...                       columns=[0, 1, 2])
+    >>> rec.n_channels, rec.read(0, 2, scaled=False)
+    (3, array([[0, 4],
+           [1, 5],
+           [2, 6]], dtype=int16))
     >>> del rec
     >>> tmp.cleanup()
     """
 
     def __init__(self, path: str, n_channels: int, fs: float, dtype: Any = np.int16,
-                 header_bytes: int = 0, **meta: Any) -> None:
+                 header_bytes: int = 0, columns: Any = None, **meta: Any) -> None:
         dtype = np.dtype(dtype)
         size = os.path.getsize(path) - int(header_bytes)
         if n_channels is None or int(n_channels) < 1:
             raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count")
-        frame = int(n_channels) * dtype.itemsize
+        stored = int(n_channels)
+        frame = stored * dtype.itemsize
         if size < 0 or size % frame:
             raise RecordingError(f"{path}: {size} bytes of samples is not a whole number of "
                                  f"{n_channels}-channel {dtype} frames ({frame} bytes): "
                                  f"truncated, or wrong n_channels/dtype/header_bytes")
-        super().__init__(fs=fs, n_channels=int(n_channels), n_samples=size // frame,
+        cols = _stored_columns(columns, stored, str(path))
+        super().__init__(fs=fs, n_channels=len(cols), n_samples=size // frame,
                          dtype=dtype, source=str(path), **meta)
         self._map = np.memmap(path, dtype=dtype, mode="r", offset=int(header_bytes),
-                              shape=(self.n_samples, self.n_channels))
+                              shape=(self.n_samples, stored))
         self.path, self.header_bytes = str(path), int(header_bytes)
+        self.n_stored, self.columns = stored, cols
+        # a run of consecutive columns is a basic slice (a view of the map, no gather); the
+        # common case: signals first, the sync or digital words last
+        consecutive = bool(np.all(np.diff(cols) == 1))
+        self._cols: Any = slice(int(cols[0]), int(cols[-1]) + 1) if consecutive else cols
+        self._all = consecutive and len(cols) == stored
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
-        return _select(self._map[start:stop], idx, self.n_channels, True)
+        if isinstance(self._cols, slice):     # a view of the run of columns: no gather
+            return _select(self._map[start:stop, self._cols], idx, self.n_channels, True)
+        return _select(self._map[start:stop], self.columns[idx], self.n_stored, True)
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
+        block = self._map[start:stop] if self._all else self._map[start:stop, self._cols]
         if out is None:
-            return np.array(self._map[start:stop])
-        np.copyto(out, self._map[start:stop])
+            return np.array(block)
+        np.copyto(out, block)
         return out
+
+
+def _stored_columns(columns: Any, stored: int, source: str) -> np.ndarray:
+    """``columns`` checked: 1-D integers in [0, stored), none twice, at least one."""
+    if columns is None:
+        return np.arange(stored, dtype=np.int64)
+    cols = np.asarray(columns)
+    if cols.ndim != 1 or cols.size == 0 or (cols.dtype.kind not in "iu"):
+        raise RecordingError(f"columns: expected a non-empty 1-D sequence of stored channel "
+                             f"indices for {source}, got {columns!r}")
+    if cols.min() < 0 or cols.max() >= stored:
+        raise RecordingError(f"columns: stored channel indices of {source} must be in "
+                             f"[0, {stored}), got {cols.min()}..{cols.max()}")
+    if len(np.unique(cols)) != len(cols):
+        raise RecordingError(f"columns: a stored channel of {source} is listed twice")
+    return cols.astype(np.int64)
 
 
 class SpikeInterfaceRecording(Recording):

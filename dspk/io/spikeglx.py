@@ -1,0 +1,482 @@
+"""SpikeGLX recordings: a headerless int16 ``.bin`` ([samples, channels]) with its ``.meta``
+(``key=value`` lines) beside it, for imec probe streams (``.ap.bin``, ``.lf.bin``) and the NI-DAQ
+stream (``.nidq.bin``).
+
+The metadata follow SpikeGLX's documented tags (billkarsh.github.io/SpikeGLX, "Metadata"):
+the rate (``imSampRate``/``niSampRate``), the stored channels (``nSavedChans``,
+``snsSaveChanSubset``, ``snsApLfSy``/``snsMnMaXaDw``), the µV per bit (V = i · Vmax / Imax /
+gain) and the probe geometry (``~snsGeomMap``, or ``~snsShankMap`` with the probe's layout).
+Non-signal words (the imec SY sync word, the NI digital words) are stored but are not channels
+of the recording: a preprocessing pipeline must never filter, reference or whiten them.
+
+>>> from dspk.io.spikeglx import parse_channel_list
+>>> parse_channel_list("0:3,768").tolist()
+[0, 1, 2, 3, 768]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from .recording import BinaryRecording, RecordingError
+
+__all__ = ["SpikeGLXRecording"]
+
+#: imec probe types whose every channel has the fixed gain 80 (NP2.0 families: the IMRO
+#: entries have no gain field)
+NP2_TYPES = frozenset({21, 24}) | frozenset(range(2000, 3000))
+#: the 10-bit NP1.0-like probes: default imMaxInt 512 and per-channel gains in the IMRO table
+#: (3A headers carry a serial number: read as type 0)
+NP1_TYPES = frozenset({0}) | (frozenset(range(1000, 2000)) - {1110})
+#: probe layouts for metadata without ~snsGeomMap (older SpikeGLX): ~snsShankMap gives
+#: (shank, col, row) and x = x0[row parity] + col · x_pitch, y = row · y_pitch, shank pitch added
+#: per shank. Values (µm) from the SpikeGLX authors' SGLXMetaToCoords tables, keyed by
+#: imDatPrb_type: (x0 even rows, x0 odd rows, x_pitch, y_pitch, shank_pitch)
+SHANK_LAYOUTS = {
+    0: (27.0, 11.0, 32.0, 20.0, 0.0),                      # NP1.0 (and 3A): staggered
+    21: (27.0, 27.0, 32.0, 15.0, 0.0),                     # NP2.0 single shank
+    24: (27.0, 27.0, 32.0, 15.0, 250.0),                   # NP2.0 four shanks
+    1015: (27.0, 27.0, 32.0, 20.0, 0.0),                   # NHP 10 mm, linear
+    1022: (11.0, 11.0, 103.0, 20.0, 0.0),                  # NHP 25 mm, 125 µm linear
+    1030: (27.0, 11.0, 87.0, 20.0, 0.0),                   # NHP 45 mm, 125 µm staggered
+    1031: (27.0, 11.0, 87.0, 20.0, 0.0),
+    1032: (11.0, 11.0, 103.0, 20.0, 0.0),                  # NHP 45 mm, 125 µm linear
+}
+SHANK_LAYOUTS_BY_PART = {"PRB_1_4_0480_1": 0, "PRB_1_4_0480_1_C": 0, "NP1010": 0,
+                         "NP1011": 0, "NP1012": 0, "NP1013": 0,
+                         "PRB2_1_2_0640_0": 21, "PRB2_1_4_0480_1": 21, "NP2000": 21,
+                         "NP2003": 21, "NP2004": 21,
+                         "PRB2_4_2_0640_0": 24, "PRB2_4_4_0480_1": 24, "NP2010": 24,
+                         "NP2013": 24, "NP2014": 24}
+
+
+def meta_path(path: str) -> str | None:
+    """The ``.meta`` beside a SpikeGLX ``.bin`` (same stem), or None when there is none."""
+    stem, ext = os.path.splitext(path)
+    if ext.lower() != ".bin":
+        return None
+    meta = stem + ".meta"
+    return meta if os.path.isfile(meta) else None
+
+
+def read_meta(path: str) -> dict[str, str]:
+    """The ``key=value`` lines of a ``.meta`` file as strings; the ``~`` of table keys
+    (``~imroTbl``, ``~snsShankMap``, ...) dropped."""
+    out = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            key, sep, value = line.strip().partition("=")
+            if sep and key:
+                out[key.strip().lstrip("~")] = value.strip()
+    return out
+
+
+def parse_channel_list(text: str) -> np.ndarray:
+    """A SpikeGLX printer-like channel list (``"2,4,8,12:150"``; ranges inclusive).
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated channels and ``first:last`` ranges.
+
+    Returns
+    -------
+    numpy.ndarray
+        The channels, int64, in the order listed.
+
+    Examples
+    --------
+    >>> parse_channel_list("2,4,8:10").tolist()
+    [2, 4, 8, 9, 10]
+    """
+    out: list[int] = []
+    for item in text.replace(" ", "").split(","):
+        if not item:
+            continue
+        a, sep, b = item.partition(":")
+        if not a.isdigit() or (sep and not b.isdigit()):
+            raise ValueError(f"not a channel or first:last range: {item!r}")
+        out += list(range(int(a), int(b) + 1)) if sep else [int(a)]
+    return np.asarray(out, dtype=np.int64)
+
+
+def _entries(table: str) -> list[str]:
+    """The ``(...)`` groups of a ~table tag, header first."""
+    return re.findall(r"\(([^()]*)\)", table)
+
+
+class SpikeGLXRecording(BinaryRecording):
+    """A SpikeGLX ``.bin`` read with its ``.meta``: rate, µV per bit per channel and geometry
+    from the metadata; the sync/digital words left out of the channels.
+
+    What is read, and what is assumed where the format leaves a choice:
+
+    - **Channels**: the stored (saved) signal channels in stored order: imec AP then LF
+      channels (``snsApLfSy``), NI-DAQ MN, MA then XA channels (``snsMnMaXaDw``). The imec SY
+      word and the NI XD digital words are stored but excluded (``excluded_columns``).
+    - **µV per bit** = 1e6 · Vmax / Imax / gain. imec: Vmax ``imAiRangeMax``, Imax
+      ``imMaxInt`` (default 512 for NP1.0-like probes, 8192 for NP2.0, when absent: older
+      files), gain per channel from ``~imroTbl`` (NP1.0-like: the AP or LF gain field of the
+      channel's entry, by its acquired channel number; NP2.0 types 21, 24, 20xx: 80; UHD
+      type 1110: the gains of the header). NI-DAQ: ``niAiRangeMax``, ``niMaxInt`` (default
+      32768), gain ``niMNGain`` (MN), ``niMAGain`` (MA), 1 (XA).
+    - **Geometry** (imec only): ``~snsGeomMap`` when present (header ``(part, shanks,
+      shank pitch, shank width)``, entries ``(shank:x:z:used)``; x + shank · pitch, z);
+      else ``~snsShankMap`` entries ``(shank:col:row:used)`` laid out as SpikeGLX's own
+      tools do (NP1.0: x = 27 µm on even rows, 11 µm on odd rows, + 32 µm per column;
+      20 µm rows, so the staggered 27/59, 11/43 µm columns; NP2.0: x = 27 + 32 · col, 15 µm
+      rows, 250 µm between shanks); None for probes whose layout is not known (pass
+      ``geometry=``). Entries marked unused (reference sites) are kept as channels; their
+      flags are in ``used``.
+    - **Size**: the file must be a whole number of ``nSavedChans`` int16 frames and, when
+      the meta has ``fileSizeBytes``, exactly that long.
+
+    Parameters
+    ----------
+    path : str
+        The ``.bin`` (its ``.meta`` has the same stem) or the ``.meta``.
+    fs : float, optional
+        Sampling rate in Hz; overrides the meta's.
+    gain_to_uv, offset_to_uv : float or per-channel array, optional
+        Override the meta's scale (offset default 0).
+    geometry : [channels, 2] array, probeinterface Probe or probe file, optional
+        Overrides the meta's geometry.
+
+    Attributes
+    ----------
+    meta : dict
+        Every ``key=value`` of the ``.meta``, values as strings (``~`` of keys dropped).
+    stream : str
+        ``"imec"`` or ``"nidq"``.
+    saved_channels : numpy.ndarray
+        The probe channel of each recording channel (imec: its index in the IMRO table,
+        0..383 on a NP1.0 probe, for AP and LF channels alike; nidq: the acquired channel
+        number), from ``snsSaveChanSubset``.
+    excluded_columns : numpy.ndarray
+        Stored columns not in the recording (sync and digital words).
+    used : numpy.ndarray or None
+        The geometry map's "used" flag of each channel (False: a reference or disabled site).
+
+    Raises
+    ------
+    RecordingError
+        A tag that is needed and missing or malformed (the message names it and the
+        ``.meta``), a file size that does not match the meta, a probe type whose gains are not
+        known (pass ``gain_to_uv=``).
+
+    Examples
+    --------
+    A NP1.0 AP file of 2 channels plus the sync word (a real one has 384 + 1):
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dspk.io import open_recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> binpath = os.path.join(tmp.name, "run_g0_t0.imec0.ap.bin")
+    >>> data = np.array([[10, -20, 64], [30, 40, 0], [-50, 60, 64]], dtype=np.int16)
+    >>> data.tofile(binpath)                              # 3 samples x (2 + SY)
+    >>> meta = ["typeThis=imec", "imSampRate=30000", "nSavedChans=3",
+    ...         f"fileSizeBytes={data.nbytes}", "snsApLfSy=2,0,1", "acqApLfSy=2,2,1",
+    ...         "snsSaveChanSubset=all", "imAiRangeMax=0.6", "imAiRangeMin=-0.6",
+    ...         "imMaxInt=512", "imDatPrb_type=0",
+    ...         "~imroTbl=(0,2)(0 0 0 500 250 1)(1 0 0 250 250 1)",
+    ...         "~snsShankMap=(1,2,480)(0:0:0:1)(0:1:0:1)"]
+    >>> with open(binpath[:-4] + ".meta", "w") as f:
+    ...     _ = f.write("\\n".join(meta) + "\\n")
+    >>> rec = open_recording(binpath)
+    >>> rec
+    SpikeGLXRecording('...run_g0_t0.imec0.ap.bin', 2 channels x 3 samples int16, 30000 Hz, 0.00 s)
+    >>> rec.gain_to_uv                    # 1e6 * 0.6 V / 512 / gain (500 and 250)
+    array([2.34375, 4.6875 ])
+    >>> rec.geometry
+    array([[27.,  0.],
+           [59.,  0.]])
+    >>> rec.read(scaled=False)            # the sync word is not a channel
+    array([[ 10,  30, -50],
+           [-20,  40,  60]], dtype=int16)
+    >>> del rec
+    >>> tmp.cleanup()
+    """
+
+    def __init__(self, path: str | os.PathLike, fs: float | None = None,
+                 gain_to_uv: Any = None, offset_to_uv: Any = None,
+                 geometry: Any = None) -> None:
+        path = os.fspath(path)
+        if path.lower().endswith(".meta"):
+            meta_file, path = path, path[:-5] + ".bin"
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such file (the data of {meta_file})")
+        else:
+            meta_file = os.path.splitext(path)[0] + ".meta"
+            if not os.path.isfile(meta_file):
+                raise FileNotFoundError(f"{meta_file}: no such file (SpikeGLX keeps the "
+                                        f"metadata of {os.path.basename(path)} there)")
+        self.meta = read_meta(meta_file)
+        self._meta_file = meta_file
+        self.stream = self._stream(path)
+        n_saved = self._int("nSavedChans")
+        if n_saved < 1:
+            raise RecordingError(f"nSavedChans: {meta_file} says {n_saved} channels")
+        self._check_size(path, n_saved)
+        if self.stream == "imec":
+            cols, bands, ids = self._imec_channels(n_saved)
+            rate_key = "imSampRate"
+        else:
+            cols, bands, ids = self._nidq_channels(n_saved)
+            rate_key = "niSampRate"
+        if fs is None:
+            fs = self._float(rate_key)
+        if gain_to_uv is None:
+            gain_to_uv = self._imec_gains(bands, ids) if self.stream == "imec" else \
+                self._nidq_gains(bands)
+        self.used = None
+        if geometry is None and self.stream == "imec":
+            geometry = self._imec_geometry(len(cols))
+        super().__init__(path, n_saved, fs, np.int16, 0, columns=cols,
+                         gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
+        self.saved_channels = ids
+        self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
+
+    # -- metadata access ---------------------------------------------------------------------
+    def _get(self, key: str) -> str:
+        value = self.meta.get(key)
+        if value is None or value == "":
+            raise RecordingError(f"{key}: missing from {self._meta_file} (needed to read the "
+                                 f"SpikeGLX file)")
+        return value
+
+    def _int(self, key: str) -> int:
+        value = self._get(key)               # (RecordingError is a ValueError: not in the try)
+        try:
+            return int(value)
+        except ValueError:
+            raise RecordingError(f"{key}: expected an integer in {self._meta_file}, got "
+                                 f"{value!r}") from None
+
+    def _float(self, key: str) -> float:
+        value = self._get(key)
+        try:
+            return float(value)
+        except ValueError:
+            raise RecordingError(f"{key}: expected a number in {self._meta_file}, got "
+                                 f"{value!r}") from None
+
+    def _counts(self, key: str, n: int) -> list[int]:
+        value = self._get(key)
+        try:
+            counts = [int(v) for v in value.split(",")]
+        except ValueError:
+            counts = []
+        if len(counts) != n or min(counts) < 0:
+            raise RecordingError(f"{key}: expected {n} comma-separated channel counts in "
+                                 f"{self._meta_file}, got {value!r}")
+        return counts
+
+    def _stream(self, path: str) -> str:
+        kind = self.meta.get("typeThis")
+        if not kind:           # older metadata: told by the rate tag, then by the file name
+            kind = "imec" if "imSampRate" in self.meta else \
+                "nidq" if "niSampRate" in self.meta else \
+                "nidq" if ".nidq." in os.path.basename(path).lower() else "imec"
+        if kind not in ("imec", "nidq"):
+            raise RecordingError(f"typeThis: {self._meta_file} describes a {kind!r} stream; "
+                                 f"dspk reads imec (probe) and nidq streams")
+        return kind
+
+    def _check_size(self, path: str, n_saved: int) -> None:
+        size = os.path.getsize(path)
+        expected = self.meta.get("fileSizeBytes")
+        if expected is not None:
+            try:
+                expected_i = int(expected)
+            except ValueError:
+                raise RecordingError(f"fileSizeBytes: expected an integer in "
+                                     f"{self._meta_file}, got {expected!r}") from None
+            if size != expected_i:
+                raise RecordingError(f"{path}: {size} bytes on disk, but its .meta says "
+                                     f"fileSizeBytes={expected_i}: the file is truncated or "
+                                     f"incomplete (or the .meta belongs to another file)")
+        if size % (2 * n_saved):
+            raise RecordingError(f"{path}: {size} bytes is not a whole number of "
+                                 f"{n_saved}-channel int16 frames ({2 * n_saved} bytes, "
+                                 f"nSavedChans={n_saved}): truncated")
+
+    def _saved_ids(self, n_saved: int) -> np.ndarray | None:
+        """The acquired channel numbers of the stored columns, or None when all are saved."""
+        subset = self.meta.get("snsSaveChanSubset", "all").strip()
+        if subset.lower() == "all":
+            return None
+        try:
+            ids = parse_channel_list(subset)
+        except ValueError as e:
+            raise RecordingError(f"snsSaveChanSubset: {e} in {self._meta_file}") from None
+        if len(ids) != n_saved:
+            raise RecordingError(f"snsSaveChanSubset: lists {len(ids)} channels but "
+                                 f"nSavedChans={n_saved} in {self._meta_file}")
+        return ids
+
+    # -- imec --------------------------------------------------------------------------------
+    def _imec_channels(self, n_saved: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stored columns of the AP and LF channels, their band (0 AP, 1 LF) and IMRO index."""
+        n_ap, n_lf, n_sy = self._counts("snsApLfSy", 3)
+        if n_ap + n_lf + n_sy != n_saved:
+            raise RecordingError(f"snsApLfSy: {n_ap}+{n_lf}+{n_sy} stored channels but "
+                                 f"nSavedChans={n_saved} in {self._meta_file}")
+        if n_ap + n_lf == 0:
+            raise RecordingError(f"snsApLfSy: {self._meta_file} stores no AP or LF channel")
+        cols = np.arange(n_ap + n_lf)
+        bands = (cols >= n_ap).astype(np.int64)
+        ids = self._saved_ids(n_saved)
+        if ids is None:                    # all saved: the stored order is the acquired order
+            imro = np.where(bands == 0, cols, cols - n_ap)
+        else:
+            ids = ids[: n_ap + n_lf]
+            # acquired numbering: AP 0..A-1, LF A..A+L-1, then SY; A is needed for LF channels
+            if "acqApLfSy" in self.meta or n_lf:
+                acq_ap = self._counts("acqApLfSy", 3)[0]
+            else:
+                acq_ap = int(ids.max()) + 1
+            imro = np.where(bands == 0, ids, ids - acq_ap)
+            if np.any(imro < 0) or np.any(ids[bands == 0] >= acq_ap):
+                raise RecordingError(f"snsSaveChanSubset: channel numbers that do not match "
+                                     f"snsApLfSy/acqApLfSy in {self._meta_file}")
+        return cols, bands, imro.astype(np.int64)
+
+    def _probe_type(self, header: list[str] | None = None) -> int:
+        raw = self.meta.get("imDatPrb_type")
+        if raw in (None, "") and header:
+            raw = header[0]                  # older metadata: the IMRO header's first field
+        try:
+            t = int(raw) if raw not in (None, "") else 0
+        except ValueError:
+            raise RecordingError(f"imDatPrb_type: expected an integer in {self._meta_file}, "
+                                 f"got {raw!r}") from None
+        return 0 if t > 50000 else t        # 3A: the IMRO header holds a serial number
+
+    def _imec_gains(self, bands: np.ndarray, imro: np.ndarray) -> np.ndarray:
+        vmax = self._float("imAiRangeMax")
+        table = _entries(self._get("imroTbl"))
+        if not table:
+            raise RecordingError(f"imroTbl: no (header)(entries) in {self._meta_file}")
+        header = [v.strip() for v in table[0].split(",")]
+        ptype = self._probe_type(header)
+        if "imMaxInt" in self.meta:
+            imax = self._float("imMaxInt")
+        elif ptype in NP1_TYPES or ptype == 1110:
+            imax = 512.0                     # 10-bit ADC, before SpikeGLX wrote imMaxInt
+        elif ptype in NP2_TYPES:
+            imax = 8192.0                    # 14-bit
+        else:
+            raise RecordingError(f"imMaxInt: missing from {self._meta_file} (probe type "
+                                 f"{ptype}: no default known)")
+        if ptype in NP2_TYPES:
+            gain = np.full(len(bands), 80.0)
+        elif ptype == 1110:                  # UHD with switches: one AP/LF gain in the header
+            try:
+                ap, lf = float(header[3]), float(header[4])
+            except (IndexError, ValueError):
+                raise RecordingError(f"imroTbl: expected the gains in the type-1110 header of "
+                                     f"{self._meta_file}, got ({table[0]})") from None
+            gain = np.where(bands == 0, ap, lf)
+        elif ptype in NP1_TYPES:
+            per_chan = {}
+            for e in table[1:]:
+                f = e.split()
+                try:
+                    per_chan[int(f[0])] = (float(f[3]), float(f[4]))
+                except (IndexError, ValueError):
+                    raise RecordingError(f"imroTbl: expected (channel bank ref apgain lfgain "
+                                         f"...) entries in {self._meta_file}, got ({e})") \
+                        from None
+            missing = sorted(set(imro.tolist()) - set(per_chan))
+            if missing:
+                raise RecordingError(f"imroTbl: no entry for channel(s) {missing[:10]} in "
+                                     f"{self._meta_file}")
+            gain = np.array([per_chan[c][b] for c, b in zip(imro.tolist(), bands.tolist())])
+        else:
+            raise RecordingError(f"imroTbl: probe type {ptype} in {self._meta_file} is not one "
+                                 f"whose gains dspk knows; pass gain_to_uv=")
+        if not np.all(gain > 0):
+            raise RecordingError(f"imroTbl: gains must be positive in {self._meta_file}")
+        return 1e6 * vmax / imax / gain
+
+    def _imec_geometry(self, n: int) -> np.ndarray | None:
+        if self.meta.get("snsGeomMap"):
+            return self._geom_map(n)
+        if self.meta.get("snsShankMap"):
+            return self._shank_map(n)
+        return None
+
+    def _map_entries(self, key: str, n: int, fields: int) -> tuple[list[str], np.ndarray]:
+        table = _entries(self.meta[key])
+        rows = [e.split(":") for e in table[1:]]
+        # entries for saved channels only, signals first (older files add one for SY: ignored)
+        if len(rows) < n or any(len(r) != fields for r in rows[:n]):
+            raise RecordingError(f"{key}: expected {n} (a:b:c:d) entries, one per saved "
+                                 f"channel, in {self._meta_file}; got {len(rows)}")
+        try:
+            values = np.array([[float(v) for v in r] for r in rows[:n]])
+        except ValueError:
+            raise RecordingError(f"{key}: entries must be numbers in {self._meta_file}") \
+                from None
+        return [h.strip() for h in table[0].split(",")], values
+
+    def _geom_map(self, n: int) -> np.ndarray:
+        header, v = self._map_entries("snsGeomMap", n, 4)
+        try:
+            shank_pitch = float(header[2])
+        except (IndexError, ValueError):
+            if np.any(v[:, 0] != 0):         # the pitch matters only with several shanks
+                raise RecordingError(f"snsGeomMap: expected a (part,shanks,shank pitch,shank "
+                                     f"width) header in {self._meta_file}, got "
+                                     f"({','.join(header)})") from None
+            shank_pitch = 0.0
+        self.used = v[:, 3] != 0
+        return np.stack([v[:, 1] + v[:, 0] * shank_pitch, v[:, 2]], axis=1)
+
+    def _shank_map(self, n: int) -> np.ndarray | None:
+        ptype = self._probe_type(None)
+        part = self.meta.get("imDatPrb_pn", "")
+        layout = SHANK_LAYOUTS.get(SHANK_LAYOUTS_BY_PART.get(part, ptype))
+        if layout is None:
+            return None                      # not a layout dspk knows: the user passes one
+        _, v = self._map_entries("snsShankMap", n, 4)
+        x_even, x_odd, x_pitch, y_pitch, shank_pitch = layout
+        shank, col, row = v[:, 0], v[:, 1], v[:, 2]
+        x = np.where(row % 2 == 0, x_even, x_odd) + col * x_pitch + shank * shank_pitch
+        self.used = v[:, 3] != 0
+        return np.stack([x, row * y_pitch], axis=1)
+
+    # -- nidq --------------------------------------------------------------------------------
+    def _nidq_channels(self, n_saved: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stored columns of the MN, MA and XA channels, their type (0 MN, 1 MA, 2 XA) and
+        acquired number; the XD digital words left out."""
+        n_mn, n_ma, n_xa, n_dw = self._counts("snsMnMaXaDw", 4)
+        if n_mn + n_ma + n_xa + n_dw != n_saved:
+            raise RecordingError(f"snsMnMaXaDw: {n_mn}+{n_ma}+{n_xa}+{n_dw} stored channels "
+                                 f"but nSavedChans={n_saved} in {self._meta_file}")
+        n = n_mn + n_ma + n_xa
+        if n == 0:
+            raise RecordingError(f"snsMnMaXaDw: {self._meta_file} stores digital words only, "
+                                 f"no analog channel")
+        cols = np.arange(n)
+        kind = np.repeat([0, 1, 2], [n_mn, n_ma, n_xa])
+        ids = self._saved_ids(n_saved)
+        return cols, kind, (cols if ids is None else ids[:n])
+
+    def _nidq_gains(self, kind: np.ndarray) -> np.ndarray:
+        vmax = self._float("niAiRangeMax")
+        imax = self._float("niMaxInt") if "niMaxInt" in self.meta else 32768.0
+        gain = np.ones(len(kind))
+        if np.any(kind == 0):
+            gain[kind == 0] = self._float("niMNGain")
+        if np.any(kind == 1):
+            gain[kind == 1] = self._float("niMAGain")
+        if not np.all(gain > 0):
+            raise RecordingError(f"niMNGain/niMAGain: gains must be positive in "
+                                 f"{self._meta_file}")
+        return 1e6 * vmax / imax / gain
