@@ -112,14 +112,15 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
     b = fir_bank(xd, bank)
     nbr_d = cp.asarray(nbr.astype(np.int32))
     w_d = cp.asarray(w.astype(np.float32))
+    inv_d = cp.ones((c, bank.shape[0]), dtype=xd.dtype)
     score = cp.empty((c, n), dtype=xd.dtype)
     best_k = cp.empty((c, n), dtype=np.int8)
     t_score = clock.median_ms(
-        lambda: _detect_gpu.score_block(b, 0, n, nbr_d, w_d, score, best_k, 0), 10)
+        lambda: _detect_gpu.score_block(b, 0, n, nbr_d, w_d, inv_d, score, best_k, 0), 10)
     b = None                                   # the bank back to the pool
     t_peaks = clock.median_ms(lambda: _detect_gpu.peaks(score, nbr, THRESHOLD, DEAD), 10)
     bank_t = bank.astype(xd.dtype)
-    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, 128 << 20), 5)
+    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, np.ones((c, bank.shape[0])), 128 << 20), 5)
     t_noise = clock.median_ms(lambda: _noise_check(xd), 5)
     return rows + [dict(part, impl="  part: detect_score kernel (whole-batch bank)", ms=t_score),
                    dict(part, impl="  part: detect_peaks kernel + copy to the host",

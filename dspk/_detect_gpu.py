@@ -70,10 +70,11 @@ def _score_fn(dtype: Any, widths: int) -> Any:
     return kernel("detect.cu", f"detect_score<{ctype(dtype)}, {widths}>")
 
 
-def score_block(b: Any, b_off: int, nt: int, nbr: Any, w: Any, score: Any, best_k: Any,
-                out_off: int) -> None:
+def score_block(b: Any, b_off: int, nt: int, nbr: Any, w: Any, inv_sd: Any, score: Any,
+                best_k: Any, out_off: int) -> None:
     """score/best_k[:, out_off : out_off + nt] from the bank output ``b`` [C, k, L] (samples
-    b_off .. b_off + nt of it): the best width and template per position (detect.cu)."""
+    b_off .. b_off + nt of it), each channel's template outputs scaled by ``inv_sd`` [C, k]:
+    the best width and template per position (detect.cu)."""
     import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
     C, k, L = b.shape
@@ -89,16 +90,17 @@ def score_block(b: Any, b_off: int, nt: int, nbr: Any, w: Any, score: Any, best_
     tiles = -(-nt // DS_TILE)
     fn((P, min(tiles, 65535)), (DS_THREADS,),
        (b, np.int64(b.strides[0] // isz), np.int64(b.strides[1] // isz), np.int64(b_off),
-        np.int32(k), np.int32(nt), nbr, np.int32(nn), w, score, best_k,
+        np.int32(k), np.int32(nt), nbr, np.int32(nn), w, inv_sd, score, best_k,
         np.int64(score.strides[0] // score.itemsize), np.int64(out_off)))
 
 
-def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
+def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, inv_sd: np.ndarray,
            memory_bytes: int) -> tuple:
     """(score [C, n] in x's dtype, best_k [C, n] int8): for every position p and sample t the
-    maximum over widths s and templates i of Σ_j w[p, s, j]·fir_bank(x, bank)[nbr[p, j], i, t]
-    and the template of that maximum, computed time block by time block (the bank output of
-    one block at a time, within ``memory_bytes``).
+    maximum over widths s and templates i of
+    Σ_j w[p, s, j]·fir_bank(x, bank)[nbr[p, j], i, t]·inv_sd[nbr[p, j], i] and the template of
+    that maximum, computed time block by time block (the bank output of one block at a time,
+    within ``memory_bytes``).
 
     Parameters
     ----------
@@ -110,6 +112,8 @@ def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
         [C, nn] neighbour channels of each position (int, in [0, C)).
     w : numpy.ndarray
         [C, S, nn] spatial weights.
+    inv_sd : numpy.ndarray
+        [C, k] the inverse noise SD of each channel's template outputs.
     """
     import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
@@ -117,12 +121,13 @@ def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     k, taps = bank.shape
     nbr_d = cp.asarray(np.ascontiguousarray(nbr, dtype=np.int32))
     w_d = cp.asarray(np.ascontiguousarray(w, dtype=x.dtype))
+    inv_d = cp.asarray(np.ascontiguousarray(inv_sd, dtype=x.dtype))
     score = cp.empty((C, n), dtype=x.dtype)
     best_k = cp.empty((C, n), dtype=np.int8)
     block = block_samples(C, k, taps, x.itemsize, memory_bytes)
     for t0, t1, lo, hi in time_blocks(n, taps, block):
         b = fir_bank(x[:, lo:hi], bank)                        # [C, k, hi - lo]
-        score_block(b, t0 - lo, t1 - t0, nbr_d, w_d, score, best_k, t0)
+        score_block(b, t0 - lo, t1 - t0, nbr_d, w_d, inv_d, score, best_k, t0)
         del b                                                  # back to the pool for the next
     return score, best_k
 

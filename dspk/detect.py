@@ -4,10 +4,20 @@ Each channel is correlated with a small bank of temporal templates (`dspk.fir_ba
 [k, taps]·im2col(x) product without im2col); channels are combined around every position of
 the probe with Gaussian spatial weights of several widths (a batched product through
 `dspk.matmul`: [widths, neighbours] · [neighbours, templates·time] per position); the best
-template and width per position and sample give a score in noise standard deviations
-(whitened data: unit noise per channel, unit-norm templates and weights); spikes are the
-scores above the threshold that are the largest within ±``dead_time`` samples and among the
-neighbouring positions.
+template and width per position and sample give a score in noise standard deviations; spikes
+are the scores above the threshold that are the largest within ±``dead_time`` samples and among
+the neighbouring positions.
+
+**The threshold's unit is the measured noise of each template's output.** Whitening makes the
+noise of every channel unit-variance, not white: after a 300 Hz high-pass its power sits in
+300–6000 Hz, and a unit-norm template passes more of it than of white noise (measured: the
+default bank's outputs have noise SDs of 1.5–1.7 on band-limited noise, up to 2.4 on a
+1/f-tilted spectrum, 1.0 on white noise, so a threshold in channel SDs gave hundreds of false
+spikes per second). Each channel's output of each template is therefore divided by its robust
+noise SD, median |output| / 0.6745 (`template_noise`), measured on the fit chunks in a pipeline
+or on the batch itself in a one-shot call; with unit-norm spatial weights over channels whose
+noise is independent, every combined score has unit noise, and the false-alarm rate of a
+threshold no longer depends on the spectrum.
 
 Positions are the channel positions (one per channel), so the cost is linear in the channel
 count whatever the probe's shape (Kilosort4's regular grid grows with sparse and multi-shank
@@ -45,8 +55,7 @@ from .ops import PCA, fir_bank, pairwise_sqdist
 from .ops.distance import probe_sqdist
 
 __all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
-           "spike_clips",
-           "SPIKE_DTYPE"]
+           "spike_clips", "template_noise", "SPIKE_DTYPE"]
 
 log = logging.getLogger("dspk.detect")
 
@@ -145,11 +154,106 @@ def _noise_check(x: Any) -> None:
                       stacklevel=3)
 
 
+#: the noise of each template's output is measured on this many samples of the batch, evenly
+#: spaced (far enough apart to be nearly independent: the SD to a few per cent)
+NOISE_SAMPLES = 8192
+#: median |output| / MAD_TO_SD is the SD of Gaussian noise
+MAD_TO_SD = 0.6744897501960817
+#: the GPU gathers the windows of the noise samples in channel blocks of at most this many bytes
+NOISE_GATHER_BYTES = 64 << 20
+
+
+def template_noise(x: Any, fs: float, templates: Any = None) -> np.ndarray:
+    """The robust noise SD of every channel's output of every template: median |fir_bank(x,
+    templates)| / 0.6745 over `NOISE_SAMPLES` evenly spaced samples of the batch (all of them
+    when it is shorter). Spikes are rare, so the median sees the noise.
+
+    Parameters
+    ----------
+    x : array
+        Whitened [channels, samples] float32/float64 traces, NumPy or CuPy.
+    fs : float
+        Sampling rate in Hz (for the default templates).
+    templates : array, optional
+        [k, taps] temporal templates (scaled to unit norm, as `detect_spikes` does). Default:
+        `default_templates(fs)`.
+
+    Returns
+    -------
+    numpy.ndarray
+        [channels, k] float64, the noise SD of each channel's output of each template: 1 for
+        white unit-variance noise, more when the noise power sits where the template's does.
+        Pass it as `detect_spikes`'s ``noise`` to detect other batches in the same units.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.detect import template_noise
+    >>> x = np.random.default_rng(0).standard_normal((4, 60000)).astype(np.float32)
+    >>> sd = template_noise(x, 30000.0)
+    >>> sd.shape, bool(np.all(np.abs(sd - 1) < 0.05))
+    ((4, 6), True)
+    """
+    g = np.zeros((x.shape[0], 2)) if getattr(x, "ndim", None) == 2 else None
+    _, bank = _checks(x, g, fs, templates, 1.0)
+    return _template_noise(x, bank)
+
+
+def _noise_samples(n: int, taps: int) -> np.ndarray:
+    """The samples the noise is measured on: evenly spaced, away from the batch's edges (where
+    the filter sees zeros) when the batch is long enough."""
+    half = taps // 2
+    lo, hi = (half, n - half) if n - 2 * half >= NOISE_SAMPLES else (0, n)
+    m = min(NOISE_SAMPLES, hi - lo)
+    return lo + (np.arange(m, dtype=np.int64) * (hi - lo)) // m
+
+
+def _template_noise(x: Any, bank: np.ndarray, b: Any = None) -> np.ndarray:
+    """[C, k] noise SDs of fir_bank(x, bank) at `_noise_samples` (``b``: that output, when the
+    caller has it already). On the GPU only those outputs are computed: each sample's window
+    gathered, times the bank, through the engine ([C·m, taps]·[taps, k])."""
+    xp = array_module(x)
+    c, n = x.shape
+    k, taps = bank.shape
+    idx = _noise_samples(n, taps)
+    if b is None and xp is np:
+        b = fir_bank(x, bank.astype(x.dtype))
+    if b is not None:
+        out = b[:, :, idx]                                        # [C, k, m]
+        med = xp.median(xp.abs(out), axis=2)
+    else:
+        offsets = np.arange(taps) - taps // 2
+        t = idx[:, None] + offsets[None, :]                       # [m, taps]
+        inside = xp.asarray((t >= 0) & (t < n))
+        t = xp.asarray(np.clip(t, 0, n - 1))
+        bank_t = xp.asarray(bank.T.astype(x.dtype))               # [taps, k]
+        rows = max(1, NOISE_GATHER_BYTES // max(1, t.size * x.itemsize))
+        med = xp.empty((c, k), dtype=x.dtype)
+        for c0 in range(0, c, rows):
+            c1 = min(c, c0 + rows)
+            win = xp.where(inside[None], x[c0:c1, t], 0)          # [cb, m, taps], 0 outside
+            out = matmul(win.reshape(-1, taps), bank_t).reshape(c1 - c0, len(idx), k)
+            med[c0:c1] = xp.median(xp.abs(out), axis=1)
+    return np.asarray(to_numpy(med), dtype=np.float64) / MAD_TO_SD
+
+
+def _inverse_noise(noise: Any, c: int, k: int) -> np.ndarray:
+    """1 / noise [C, k] (0 where a channel has no noise: a dead or flat channel adds nothing)."""
+    sd = np.asarray(to_numpy(noise), dtype=np.float64)
+    if sd.shape != (c, k):
+        raise ValueError(f"noise: expected the noise SD of each channel's output of each "
+                         f"template, [{c}, {k}], got shape {sd.shape}")
+    if not np.all(np.isfinite(sd)) or np.any(sd < 0):
+        raise ValueError("noise: expected finite, non-negative noise SDs")
+    with np.errstate(divide="ignore"):
+        return np.where(sd > 0, 1.0 / sd, 0.0)
+
+
 def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
                   threshold: float = 7.0, n_neighbors: int = 10,
                   widths_um: tuple = (10.0, 20.0, 30.0, 40.0, 50.0),
                   dead_time_ms: float = 0.67, memory_bytes: int = 128 << 20,
-                  shank_ids: Any = None) -> np.ndarray:
+                  shank_ids: Any = None, noise: Any = None) -> np.ndarray:
     """Spikes in whitened [channels, samples] traces.
 
     Parameters
@@ -164,7 +268,9 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         [k, taps] temporal templates (odd taps, trough at tap 20 at 30 kHz like the default);
         each is scaled to unit norm. Default: `default_templates(fs)`.
     threshold : float
-        In noise SDs of the combined score (> 0).
+        In noise SDs of the combined score (> 0): each channel's output of each template is
+        divided by its measured noise SD (``noise``) before the channels are combined with
+        unit-norm weights, so the score has unit noise whatever the noise spectrum.
     n_neighbors : int
         Channels combined around each position (the nearest, itself included).
     widths_um : tuple of float
@@ -177,6 +283,9 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     shank_ids : array, optional
         [channels] shank of each channel: channels of other shanks are never combined, and
         a spike on one shank does not suppress one on another.
+    noise : array, optional
+        [channels, k] noise SD of each channel's output of each template (`template_noise`,
+        e.g. measured once on a recording's fit chunks). Default: measured on ``x`` itself.
 
     Returns
     -------
@@ -214,6 +323,8 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
     c, n = x.shape
+    if noise is not None:
+        inv_sd = _inverse_noise(noise, c, bank.shape[0])
     sh = None
     if shank_ids is not None:
         sh = np.asarray(to_numpy(shank_ids))
@@ -231,13 +342,17 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     if reason is None:                                          # CuPy: the fused kernels
         from . import _detect_gpu  # noqa: PLC0415 (GPU-only)
 
-        score, best_k = _detect_gpu.scores(x, bank.astype(dt), nbr, w.astype(dt),
+        if noise is None:
+            inv_sd = _inverse_noise(_template_noise(x, bank), c, k)
+
+        score, best_k = _detect_gpu.scores(x, bank.astype(dt), nbr, w.astype(dt), inv_sd,
                                            memory_bytes)
         p, t = _detect_gpu.peaks(score, nbr, threshold, dead)
     else:
         if xp is not np:
             log.debug("detect_spikes: engine path on the GPU (%s)", reason)
-        score, best_k = _engine_scores(xp, x, bank, nbr, w, memory_bytes)
+        score, best_k = _engine_scores(xp, x, bank, nbr, w, None if noise is None else inv_sd,
+                                       memory_bytes)
         p, t = (to_numpy(v) for v in _local_maxima(xp, score, xp.asarray(nbr), threshold,
                                                      dead))
     order = np.lexsort((p, t))
@@ -292,15 +407,19 @@ def _neighbourhoods_of(g: np.ndarray, n_neighbors: int, widths_um: tuple,
 
 
 def _engine_scores(xp: Any, x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
-                   memory_bytes: int) -> tuple:
-    """(score [P, n], best_k [P, n]) through fir_bank on the whole batch, then per time block
-    a gather of the neighbours and a batched `dspk.matmul` with the weights: the best width,
-    then the best template (NumPy's max/argmax). The CPU path and the reference."""
+                   inv_sd: np.ndarray | None, memory_bytes: int) -> tuple:
+    """(score [P, n], best_k [P, n]) through fir_bank on the whole batch scaled by each
+    channel's inverse noise SD per template (None: measured on this fir_bank output), then per
+    time block a gather of the neighbours and a batched `dspk.matmul` with the weights: the
+    best width, then the best template (NumPy's max/argmax). The CPU path and the reference."""
     c, n = x.shape
     k = bank.shape[0]
     nn, n_widths = nbr.shape[1], w.shape[1]
     dt = x.dtype
-    b = fir_bank(x, bank.astype(dt))                            # [C, k, n] unit-noise scores
+    b = fir_bank(x, bank.astype(dt))                            # [C, k, n]
+    if inv_sd is None:
+        inv_sd = _inverse_noise(_template_noise(x, bank, b), c, k)
+    b *= xp.asarray(inv_sd.astype(dt))[:, :, None]              # unit noise per output
     wd = xp.asarray(w.astype(dt))
     nbr_d = xp.asarray(nbr)
     # the best width and template per position and sample, time block by time block

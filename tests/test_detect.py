@@ -9,7 +9,7 @@ import pytest
 import dspk
 from dspk.detect import SPIKE_DTYPE, default_templates, detect_spikes
 
-from .groundtruth import FS, make, match, probe
+from .groundtruth import FS, SPECTRA, make, match, probe, shaped_noise
 
 
 @pytest.fixture(scope="module")
@@ -220,10 +220,12 @@ def test_gpu_engine_fallback_agrees(whitened, monkeypatch):
     assert abs(len(engine) - len(fused)) <= 2
 
 
-def _reference_scores(x, bank, nbr, w):
+def _reference_scores(x, bank, nbr, w, inv_sd=None):
     """float64 evaluation of the definition: score, best template, the two best template
     maxima (for ties)."""
     b = dspk.fir_bank(np.asarray(x, np.float64), np.asarray(bank, np.float64))   # [C, k, n]
+    if inv_sd is not None:
+        b = b * np.asarray(inv_sd, np.float64)[:, :, None]
     v = np.einsum("psj,pjkt->pskt", np.asarray(w, np.float64), b[nbr])           # [P, S, k, n]
     m = v.max(axis=1)
     return m.max(axis=1), m.argmax(axis=1), np.sort(m, axis=1)
@@ -252,13 +254,15 @@ def test_gpu_scores_match_float64_definition(C, nn, S, k, n, taps, block, dtype)
     bank = rng.standard_normal((k, taps))
     bank = (bank / np.linalg.norm(bank, axis=1, keepdims=True)).astype(dtype)
     x = rng.standard_normal((C, n)).astype(dtype)
+    inv_sd = rng.uniform(0.3, 1.5, (C, k)).astype(dtype)     # each channel's and template's own
+    inv_sd[0, 0] = 0                                          # a dead output contributes nothing
     isz = np.dtype(dtype).itemsize
     mem = 1 << 30 if block is None else C * k * isz * (block + taps - 1)
     if block is not None:
         assert _detect_gpu.block_samples(C, k, taps, isz, mem) == block
-    score, best_k = _detect_gpu.scores(cp.asarray(x), bank, nbr, w.astype(dtype), mem)
+    score, best_k = _detect_gpu.scores(cp.asarray(x), bank, nbr, w.astype(dtype), inv_sd, mem)
     assert score.dtype == dtype and best_k.dtype == np.int8 and score.shape == (C, n)
-    ref, ref_k, two = _reference_scores(x, bank, nbr, w.astype(dtype))
+    ref, ref_k, two = _reference_scores(x, bank, nbr, w.astype(dtype), inv_sd)
     scale = np.abs(ref).max()
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(score.get(), ref, rtol=0, atol=tol * scale)
@@ -266,7 +270,7 @@ def test_gpu_scores_match_float64_definition(C, nn, S, k, n, taps, block, dtype)
     np.testing.assert_array_equal(best_k.get()[clear], ref_k[clear])
     # the same through one whole-batch block (the bank's tuner may choose another method
     # for another size: equal within tolerance, not necessarily bit for bit)
-    whole, _ = _detect_gpu.scores(cp.asarray(x), bank, nbr, w.astype(dtype), 1 << 30)
+    whole, _ = _detect_gpu.scores(cp.asarray(x), bank, nbr, w.astype(dtype), inv_sd, 1 << 30)
     np.testing.assert_allclose(whole.get(), score.get(), rtol=0, atol=tol * scale)
 
 
@@ -404,3 +408,70 @@ def test_shanks_are_kept_apart():
     assert len(merged[np.abs(merged["sample_index"] - 3020) <= 2]) == 1
     with pytest.raises(ValueError, match="shank_ids: expected one shank per channel"):
         detect_spikes(x, geom, FS, shank_ids=shanks[:5])
+
+
+@pytest.mark.parametrize("spectrum", SPECTRA)
+def test_precision_holds_on_any_noise_spectrum(spectrum):
+    """Whitened traces have unit variance per channel but not a white spectrum: on white,
+    band-limited (300–6000 Hz) and 1/f-tilted noise the threshold means the same false-alarm
+    rate, because it is in units of each template output's measured noise."""
+    geom = probe(96)
+    d = make(seconds=3.0, geometry=geom, spectrum=spectrum, noise_um=1e-3, seed=11)
+    spikes = detect_spikes(d["x"], geom, FS)
+    truth_hit, found_hit = match(spikes["sample_index"], d["times"], tolerance=12)
+    strong = np.isin(d["units"], np.flatnonzero(d["snr"] >= 5))
+    assert truth_hit[strong].mean() >= 0.9, truth_hit[strong].mean()
+    assert found_hit.mean() >= 0.95, found_hit.mean()
+    quiet = shaped_noise(384, int(2 * FS), spectrum, seed=12).astype(np.float32)
+    false = detect_spikes(quiet, probe(384), FS)
+    assert len(false) / 2.0 / 3.84 < 1.0, len(false)      # < 1 per second per 100 channels
+
+
+def test_template_noise_measures_each_output():
+    from dspk.detect import template_noise
+
+    white = shaped_noise(8, 60000, "white", seed=3).astype(np.float32)
+    band = shaped_noise(8, 60000, "band", seed=3).astype(np.float32)
+    sd_w, sd_b = template_noise(white, FS), template_noise(band, FS)
+    assert sd_w.shape == (8, 6) and np.all(np.abs(sd_w - 1) < 0.06)
+    # band-limited noise puts more power where a spike's power is: every output noisier
+    assert np.all(sd_b > 1.3)
+    # the measured noise is the template output's SD, robust to spikes (MAD)
+    b = dspk.fir_bank(band.astype(np.float64), default_templates() /
+                      np.linalg.norm(default_templates(), axis=1, keepdims=True))
+    np.testing.assert_allclose(sd_b, b.std(axis=2), rtol=0.05)
+    spiky = band.copy()                                    # 10 big spikes/s on every channel
+    spiky[:, ::3000] += 40.0
+    np.testing.assert_allclose(template_noise(spiky, FS), sd_b, rtol=0.05)
+    assert np.all(spiky.std(axis=1) > 1.05 * band.std(axis=1))   # a plain SD would not be
+
+
+def test_noise_given_is_used_and_checked():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 6000)).astype(np.float32)
+    x[1, 3000:3061] += 9 * default_templates()[0] / np.abs(default_templates()[0]).max()
+    geom = probe(4)
+    from dspk.detect import template_noise
+
+    sd = template_noise(x, FS)
+    np.testing.assert_array_equal(detect_spikes(x, geom, FS, noise=sd),
+                                  detect_spikes(x, geom, FS))
+    assert len(detect_spikes(x, geom, FS, noise=sd * 3)) == 0       # 3x the noise: nothing
+    with pytest.raises(ValueError, match=r"noise: expected .*\[4, 6\]"):
+        detect_spikes(x, geom, FS, noise=np.ones((4, 5)))
+    with pytest.raises(ValueError, match="noise: expected finite"):
+        detect_spikes(x, geom, FS, noise=np.full((4, 6), np.nan))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [3000, 60000])
+def test_gpu_template_noise_equals_cpu(n):
+    """The GPU computes only the sampled outputs (windows gathered, times the bank); the CPU
+    takes them from the whole fir_bank output: the same SDs within float rounding."""
+    import cupy as cp
+
+    from dspk.detect import template_noise
+
+    x = shaped_noise(40, n, "band", seed=4).astype(np.float32)
+    np.testing.assert_allclose(template_noise(cp.asarray(x), FS), template_noise(x, FS),
+                               rtol=2e-5)

@@ -3,9 +3,11 @@
 //
 // detect_score<T, S>: for a block of filter-bank outputs b[c, i, t] (channels c, templates i,
 //   samples t of a time block; element (c, i, t) at b[c*ldb_c + i*ldb_k + b_off + t]) and
-//   per position p (one per channel site) its neighbours nbr[p, 0..nn) and spatial weights
-//   w[p, s, j] (S widths), computes
-//     v[p, s, i, t] = sum_{j = 0..nn-1} w[p, s, j] * b[nbr[p, j], i, t]   (in this order, FMA)
+//   per position p (one per channel site) its neighbours nbr[p, 0..nn), spatial weights
+//   w[p, s, j] (S widths) and the inverse noise SD of each channel's template outputs
+//   inv_sd[c, i] (so that every output has unit noise whatever the noise spectrum), computes
+//     u[c, i, t]    = b[c, i, t] * inv_sd[c, i]
+//     v[p, s, i, t] = sum_{j = 0..nn-1} w[p, s, j] * u[nbr[p, j], i, t]   (in this order, FMA)
 //     m[p, i, t]    = max_s v[p, s, i, t]
 //     score[p, t]   = max_i m[p, i, t],  best_k[p, t] = the first i reaching that maximum
 //   which is NumPy's s.max(axis=widths) then max/argmax over templates (NaN propagates like
@@ -44,18 +46,21 @@ template <typename T, int S>
 __global__ void __launch_bounds__(DS_THREADS)
 detect_score(const T* __restrict__ b, long long ldb_c, long long ldb_k, long long b_off, int k,
              int nt, const int* __restrict__ nbr, int nn, const T* __restrict__ w,
-             T* __restrict__ score, signed char* __restrict__ best_k, long long lds,
-             long long out_off)
+             const T* __restrict__ inv_sd, T* __restrict__ score,
+             signed char* __restrict__ best_k, long long lds, long long out_off)
 {
     __shared__ T ws[DS_NN_MAX * S];               // [j][s]
     __shared__ long long rows[DS_NN_MAX];         // offset of b[nbr[p, j], 0, 0]
+    __shared__ int chans[DS_NN_MAX];              // nbr[p, j]
     const int p = blockIdx.x;
     for (int e = threadIdx.x; e < nn * S; e += DS_THREADS) {
         const int j = e / S, s = e - j * S;
         ws[e] = w[((long long)p * S + s) * nn + j];
     }
-    for (int j = threadIdx.x; j < nn; j += DS_THREADS)
-        rows[j] = (long long)nbr[(long long)p * nn + j] * ldb_c + b_off;
+    for (int j = threadIdx.x; j < nn; j += DS_THREADS) {
+        chans[j] = nbr[(long long)p * nn + j];
+        rows[j] = (long long)chans[j] * ldb_c + b_off;
+    }
     __syncthreads();
     const int ntiles = (nt + DS_TILE - 1) / DS_TILE;
     for (int tile = blockIdx.y; tile < ntiles; tile += gridDim.y) {
@@ -80,9 +85,10 @@ detect_score(const T* __restrict__ b, long long ldb_c, long long ldb_k, long lon
 #pragma unroll 2
             for (int j = 0; j < nn; ++j) {
                 const T* row = bi + rows[j];
+                const T sc = __ldg(inv_sd + (long long)chans[j] * k + i);   // one address: broadcast
                 T v[DS_R];
 #pragma unroll
-                for (int r = 0; r < DS_R; ++r) v[r] = in[r] ? row[r * DS_THREADS] : T(0);
+                for (int r = 0; r < DS_R; ++r) v[r] = in[r] ? row[r * DS_THREADS] * sc : T(0);
 #pragma unroll
                 for (int s = 0; s < S; ++s) {
                     const T wv = ws[j * S + s];
@@ -147,16 +153,16 @@ detect_peaks(const T* __restrict__ score, long long lds, int C, int n,
 
 #ifdef DSPK_COMPILE_CHECK
 template __global__ void detect_score<float, 5>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, float*,
+                                                int, int, const int*, int, const float*, const float*, float*,
                                                 signed char*, long long, long long);
 template __global__ void detect_score<double, 5>(const double*, long long, long long, long long,
-                                                 int, int, const int*, int, const double*,
+                                                 int, int, const int*, int, const double*, const double*,
                                                  double*, signed char*, long long, long long);
 template __global__ void detect_score<float, 1>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, float*,
+                                                int, int, const int*, int, const float*, const float*, float*,
                                                 signed char*, long long, long long);
 template __global__ void detect_score<float, 8>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, float*,
+                                                int, int, const int*, int, const float*, const float*, float*,
                                                 signed char*, long long, long long);
 template __global__ void detect_peaks<float>(const float*, long long, int, int, const int*, int,
                                              float, int, long long*, unsigned long long*,
