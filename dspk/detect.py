@@ -484,7 +484,9 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     Parameters
     ----------
     x : array
-        Whitened [channels, samples] (NumPy or CuPy; the waveforms are gathered on the host).
+        Whitened [channels, samples] (NumPy or CuPy; found, gathered and clustered where it
+        is: on the GPU for CuPy, with one host round trip for the crossings' count and one
+        every few k-means iterations).
     fs : float
         Sampling rate in Hz.
     n_templates : int
@@ -527,21 +529,25 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     >>> (learned @ bank[[0, 5]].T).argmax(axis=1)               # narrow first, then wide
     array([0, 1])
     """
-    from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
-
-    xh = np.asarray(to_numpy(x), dtype=np.float32)
-    if xh.ndim != 2:
-        raise ValueError(f"x: expected [channels, samples], got shape {xh.shape}")
+    xp = array_module(x)
+    if xp is np:
+        from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
+    else:
+        from cupyx.scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
+    if getattr(x, "ndim", None) != 2:
+        raise ValueError(f"x: expected [channels, samples], got shape "
+                         f"{getattr(x, 'shape', None)}")
+    xs = x.astype(np.float32, copy=False)
     iso = max(1, int(round(isolation_ms * 1e-3 * fs)))
-    n = xh.shape[1]
+    n = xs.shape[1]
     # troughs: below -threshold and the channel's minimum within ±iso
-    local = minimum_filter1d(xh, size=2 * iso + 1, axis=1, mode="constant", cval=np.inf)
-    trough = (xh < -threshold) & (xh == local)
+    local = minimum_filter1d(xs, size=2 * iso + 1, axis=1, mode="constant", cval=np.inf)
+    trough = (xs < -threshold) & (xs == local)
     # isolated: no other trough on the channel within ±2·iso
     around = uniform_filter1d(trough.astype(np.float32), size=4 * iso + 1, axis=1,
                               mode="constant") * (4 * iso + 1)
     taps, tr = _window(fs)
-    ch, t = np.nonzero(trough & (np.rint(around) == 1))
+    ch, t = (to_numpy(v) for v in xp.nonzero(trough & (xp.rint(around) == 1)))  # one sync
     keep = (t >= tr) & (t < n - (taps - tr))
     ch, t = ch[keep], t[keep]
     if len(t) < n_templates:
@@ -551,19 +557,41 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     if len(t) > max_spikes:
         pick = np.sort(rng.choice(len(t), max_spikes, replace=False))
         ch, t = ch[pick], t[pick]
-    w = _clips(xh, ch, t, fs)[:, 0]                            # [n, taps]
-    w /= np.linalg.norm(w, axis=1, keepdims=True)
-    centres = w[rng.choice(len(w), n_templates, replace=False)].copy()
-    for _ in range(50):                                       # Lloyd's iterations, seeded
-        label = pairwise_sqdist(w, centres).argmin(axis=1)
-        new = np.stack([w[label == j].mean(axis=0) if np.any(label == j) else centres[j]
-                        for j in range(n_templates)])
-        if np.allclose(new, centres, atol=1e-7):
-            break
-        centres = new
+    w = _clips(xs, ch, t, fs)[:, 0]                            # [n, taps], where x is
+    w /= xp.linalg.norm(w, axis=1, keepdims=True)
+    centres = _kmeans(w, w[xp.asarray(rng.choice(len(w), n_templates, replace=False))])
+    centres = to_numpy(centres).astype(np.float64)
     centres = centres / np.linalg.norm(centres, axis=1, keepdims=True)
     width = (centres < 0.5 * centres.min(axis=1, keepdims=True)).sum(axis=1)
     return centres[np.argsort(width, kind="stable")].astype(np.float64)
+
+
+#: Lloyd's iterations of `learn_templates`, at most; convergence is looked at every
+#: KMEANS_CHECK of them (one host round trip each, not one per iteration)
+KMEANS_ITERATIONS = 50
+KMEANS_CHECK = 5
+
+
+def _kmeans(w: Any, centres: Any) -> Any:
+    """Lloyd's k-means of the rows of ``w`` from ``centres``, where ``w`` is (NumPy or CuPy):
+    labels from `pairwise_sqdist` (the engine), cluster sums as one product with the one-hot
+    labels (onehotᵀ·w, the engine again), an empty cluster keeps its centre. Stops once the
+    centres move by at most 1e-7 (checked every `KMEANS_CHECK` iterations; the further
+    iterations of a converged run change nothing)."""
+    xp = array_module(w)
+    k = centres.shape[0]
+    ids = xp.arange(k)
+    for i in range(KMEANS_ITERATIONS):
+        label = pairwise_sqdist(w, centres).argmin(axis=1)
+        onehot = (label[:, None] == ids[None, :]).astype(w.dtype)          # [n, k]
+        counts = onehot.sum(axis=0)
+        sums = matmul(xp.ascontiguousarray(onehot.T), w)                  # [k, taps]
+        new = xp.where(counts[:, None] > 0, sums / xp.maximum(counts, 1)[:, None], centres)
+        moved = xp.abs(new - centres).max()
+        centres = new
+        if i % KMEANS_CHECK == KMEANS_CHECK - 1 and float(moved) <= 1e-7:
+            break
+    return centres
 
 
 def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,

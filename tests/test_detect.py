@@ -475,3 +475,18 @@ def test_gpu_template_noise_equals_cpu(n):
     x = shaped_noise(40, n, "band", seed=4).astype(np.float32)
     np.testing.assert_allclose(template_noise(cp.asarray(x), FS), template_noise(x, FS),
                                rtol=2e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_learn_templates_equal_cpu(whitened):
+    """Crossings found, waveforms gathered and k-means run on the device: the same templates
+    as on the host within float rounding."""
+    import cupy as cp
+
+    from dspk.detect import learn_templates
+
+    d = whitened
+    cpu = learn_templates(d["xw"], FS, seed=3)
+    gpu = learn_templates(cp.asarray(d["xw"]), FS, seed=3)
+    assert isinstance(gpu, np.ndarray) and gpu.shape == cpu.shape
+    np.testing.assert_allclose(gpu, cpu, atol=1e-5)
