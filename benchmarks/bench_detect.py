@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Spike detection per 2-s batch of 384 channels (issue 6): a Neuropixels 1 geometry (4
-staggered columns, 20 µm rows) and a sparse multi-shank geometry (4 shanks 250 µm apart,
-2 columns at 32 µm, 40 µm rows), whitened noise with injected spikes of known times (peak
-SNR 6-12 on the best channel). Reports time per batch, peak memory of the device pool (GPU)
-and recall/precision against the injected spikes (±0.4 ms). Kilosort4's
-`spikedetect.template_match` is the peer (see `kilosort_peer`): on the same whitened batch,
-timed and measured with torch (CUDA with --backend gpu, CPU torch with --backend cpu);
-reported missing, with the reason, when kilosort or torch cannot be loaded.
+"""Spike detection per 2-s batch of 384 channels (issues 6 and 18): a Neuropixels 1 geometry
+(4 staggered columns, 20 µm rows) and a sparse multi-shank geometry (4 shanks 250 µm apart,
+2 columns at 32 µm, 40 µm rows), unit-variance noise with ~1500 injected spikes of known times
+(peak SNR 5-25 on the best channel). The noise is white, or band-limited to 300-6000 Hz as
+whitened traces after a high-pass are (`tests/groundtruth.shaped_noise`). Reports time per
+batch, peak memory of the device pool (GPU) and recall/precision against the injected spikes
+(±0.4 ms), and `learn_templates` on one batch.
+
+Peers on the same batch, each reported missing with the reason when it cannot be loaded:
+Kilosort4's `spikedetect.template_match` (see `kilosort_peer`; timed and measured with torch,
+CUDA with --backend gpu, CPU torch with --backend cpu) and SpikeInterface's `detect_peaks`
+(`locally_exclusive` and `matched_filtering`, which need numba; `locally_exclusive_torch`
+where torch is; threshold 5 MAD, SpikeInterface's default, radius 50 µm).
 
 Kilosort is a benchmark-only dependency. Its package `__init__` imports faiss (and the GUI
 stack), so only its submodules are loaded, under a stub `kilosort` package, from (in order):
@@ -47,8 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
 from dspk import _detect_gpu  # noqa: E402
 from dspk.detect import (_neighbourhoods, _noise_check, default_templates,  # noqa: E402
-                         detect_spikes)
+                         detect_spikes, learn_templates)
 from dspk.ops import fir_bank  # noqa: E402
+from tests.groundtruth import shaped_noise  # noqa: E402 (the tests' noise generator)
 
 FS = 30000.0
 WIDTHS = (10.0, 20.0, 30.0, 40.0, 50.0)    # detect_spikes' defaults
@@ -69,20 +75,21 @@ def multishank(channels: int = 384, shanks: int = 4) -> tuple:
     return geom, np.repeat(np.arange(shanks), per)
 
 
-def batch(geom: np.ndarray, seconds: float, seed: int = 0) -> tuple:
-    """Whitened-like noise (unit variance) with spikes injected at known times."""
+def batch(geom: np.ndarray, seconds: float, seed: int = 0, spectrum: str = "white") -> tuple:
+    """Whitened-like noise (unit variance, the given spectrum) with spikes injected at known
+    times: ~750 per second, at least 1.3 ms apart, peak SNR 5-25 on the nearest channel."""
     rng = np.random.default_rng(seed)
     c, n = len(geom), int(seconds * FS)
-    x = rng.standard_normal((c, n), dtype=np.float32)
+    x = shaped_noise(c, n, spectrum, seed=seed + 1).astype(np.float32)
     wave = default_templates()[2]
     wave = wave / np.abs(wave).max()
-    slots = np.arange(100, n - 100, 90)                  # spikes >= 3 ms apart in time
-    times = np.sort(rng.choice(slots, size=min(len(slots), int(150 * seconds)),
+    slots = np.arange(100, n - 100, 40)                  # spikes >= 1.3 ms apart in time
+    times = np.sort(rng.choice(slots, size=min(len(slots), int(750 * seconds)),
                                replace=False))
     for t in times:
         ch = int(rng.integers(0, c))
         d = np.sqrt(((geom - geom[ch]) ** 2).sum(-1))
-        amp = rng.uniform(6, 12) * np.exp(-d / 25.0)
+        amp = rng.uniform(5, 25) * np.exp(-d / 25.0)
         near = np.flatnonzero(amp > 0.2)
         x[near, t - 20:t + 41] -= (amp[near, None] * -wave[None, :]).astype(np.float32)
     return x, times
@@ -120,7 +127,9 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
     b = None                                   # the bank back to the pool
     t_peaks = clock.median_ms(lambda: _detect_gpu.peaks(score, nbr, THRESHOLD, DEAD), 10)
     bank_t = bank.astype(xd.dtype)
-    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, np.ones((c, bank.shape[0])), 128 << 20), 5)
+    ones = np.ones((c, bank.shape[0]))
+    t_blocks = clock.median_ms(lambda: _detect_gpu.scores(xd, bank_t, nbr, w, ones, 128 << 20),
+                               5)
     t_noise = clock.median_ms(lambda: _noise_check(xd), 5)
     return rows + [dict(part, impl="  part: detect_score kernel (whole-batch bank)", ms=t_score),
                    dict(part, impl="  part: detect_peaks kernel + copy to the host",
@@ -473,6 +482,59 @@ def kilosort_peer(ks, x: np.ndarray, times: np.ndarray, geom: np.ndarray, shanks
     return rows
 
 
+# --- the peer: SpikeInterface's detect_peaks ---------------------------------------------------
+
+SI_METHODS = ("locally_exclusive", "locally_exclusive_torch", "matched_filtering")
+
+
+def spikeinterface_peer(x: np.ndarray, times: np.ndarray, geom: np.ndarray, case: str,
+                        gpu: bool, clock, notes: list) -> list:
+    """Rows `peer SpikeInterface detect_peaks (<method>)` on the same batch (a NumpyRecording
+    of it with the geometry as a dummy probe; one job, one chunk of the whole batch): median
+    ms of 3 calls, recall/precision. A method that cannot run becomes a note."""
+    try:
+        import spikeinterface
+        import spikeinterface.core as si
+        from spikeinterface.sortingcomponents.peak_detection import detect_peaks
+    except Exception as e:                                  # noqa: BLE001
+        notes.append(f"peer SpikeInterface missing: {type(e).__name__}: {e}")
+        return []
+    rec = si.NumpyRecording([np.ascontiguousarray(x.T)], sampling_frequency=FS)
+    rec.set_dummy_probe_from_locations(geom)
+    seconds = x.shape[1] / FS
+    jobs = dict(n_jobs=1, chunk_duration=f"{seconds}s", progress_bar=False)
+    proto = default_templates()[2]
+    common = dict(peak_sign="neg", detect_threshold=5.0, radius_um=50.0,
+                  exclude_sweep_ms=0.67)
+    rows = []
+    for method in SI_METHODS:
+        kw = dict(common)
+        if method == "matched_filtering":
+            kw.update(prototype=proto / np.abs(proto).max(), ms_before=20 / FS * 1e3)
+        if method == "locally_exclusive_torch" and gpu:
+            kw["device"] = "cuda"
+        try:
+            def call():
+                return detect_peaks(rec, method=method, method_kwargs=kw, job_kwargs=jobs)
+
+            peaks = call()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                peaks = call()
+            ms = (time.perf_counter() - t0) / 3 * 1e3
+            found = np.sort(peaks["sample_index"].astype(np.int64))
+            recall, precision = score(found, times, int(0.4e-3 * FS))
+            rows.append(dict(case=case, peer=True, ms=ms, recall=recall,
+                             precision=precision, peak_mib=float("nan"), spikes=len(found),
+                             injected=len(times),
+                             impl=f"peer SpikeInterface {spikeinterface.__version__} "
+                                  f"detect_peaks ({method}{', cuda' if 'device' in kw else ''})"))
+        except Exception as e:                              # noqa: BLE001
+            notes.append(f"peer SpikeInterface detect_peaks ({method}) missing on {case}: "
+                         f"{type(e).__name__}: {str(e)[:160]}")
+    return rows
+
+
 def versus(ours: dict, peer: list, label: str, gpu: bool, notes: list) -> None:
     """A note comparing dspk's row with the peer's first (the same templates) against the
     issue's targets."""
@@ -495,8 +557,10 @@ def run(backend: str, small: bool) -> tuple:
     rows, notes = [], []
     seconds = 0.5 if small else 2.0
     ks = load_kilosort(gpu, notes)
-    for label, (geom, shanks) in (("Neuropixels 1", np1()), ("4 shanks, sparse", multishank())):
-        x, times = batch(geom, seconds)
+    cases = (("Neuropixels 1", np1(), "white"), ("Neuropixels 1", np1(), "band"),
+             ("4 shanks, sparse", multishank(), "white"))
+    for label, (geom, shanks), spectrum in cases:
+        x, times = batch(geom, seconds, spectrum=spectrum)
         xd = xp.asarray(x)
         spikes = detect_spikes(xd, geom, FS, shank_ids=shanks)
         recall, precision = score(spikes["sample_index"], times, int(0.4e-3 * FS))
@@ -507,7 +571,8 @@ def run(backend: str, small: bool) -> tuple:
             detect_spikes(xd, geom, FS, shank_ids=shanks)
             peak = pool.total_bytes() / 2**20      # the pool holds what the call needed
         t = clock.median_ms(lambda: detect_spikes(xd, geom, FS, shank_ids=shanks), 5)
-        case = f"{label}, 384 ch x {seconds:g} s"
+        noise = "white noise" if spectrum == "white" else "300-6000 Hz noise"
+        case = f"{label}, {noise}, 384 ch x {seconds:g} s"
         nbr, w = _neighbourhoods(geom, NEIGHBOURS, WIDTHS, shanks)
         bank = default_templates(FS).astype(np.float32)
         reason = _detect_gpu.fused_reason(xd, len(bank), w.shape[1], nbr.shape[1], DEAD) \
@@ -518,10 +583,18 @@ def run(backend: str, small: bool) -> tuple:
                     spikes=len(spikes), injected=len(times))
         rows.append(ours)
         rows.extend(split(xd, bank, nbr, w, t, case, reason is None, clock))
+        if spectrum == "white" and shanks is None:
+            learn = clock.median_ms(lambda: learn_templates(xd, FS), 5)
+            rows.append(dict(case=case, impl="dspk.learn_templates (one batch, 6 templates)",
+                             ms=learn, recall=float("nan"), precision=float("nan"),
+                             peak_mib=float("nan"), spikes=None, injected=None))
+        peer = []
         if ks is not None:
             peer = kilosort_peer(ks, x, times, geom, shanks, case, notes)
             rows.extend(peer)
-            versus(ours, peer, label, gpu, notes)
+            versus(ours, peer, f"{label}, {noise}", gpu, notes)
+        if shanks is None:
+            rows.extend(spikeinterface_peer(x, times, geom, case, gpu, clock, notes))
     return rows, notes
 
 
@@ -536,6 +609,8 @@ def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
         whole = r["spikes"] is not None
         target = "≤ 8 ms (2-s batch, H200)" if backend == "gpu" and whole and \
             not r.get("peer") else "-"
+        if backend == "gpu" and r["impl"].startswith("dspk.learn_templates"):
+            target = "≤ 50 ms (H200)"
         counts = f"{r['spikes']} / {r['injected']}" if whole else "-"
         lines.append(f"| {r['case']} | {r['impl']} | {r['ms']:.2f} | {num(r['recall'], '.3f')} "
                      f"| {num(r['precision'], '.3f')} | {num(r['peak_mib'], '.0f')} | {counts} "
