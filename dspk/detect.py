@@ -14,10 +14,10 @@ noise of every channel unit-variance, not white: after a 300 Hz high-pass its po
 default bank's outputs have noise SDs of 1.5–1.7 on band-limited noise, up to 2.4 on a
 1/f-tilted spectrum, 1.0 on white noise, so a threshold in channel SDs gave hundreds of false
 spikes per second). Each channel's output of each template is therefore divided by its robust
-noise SD, median |output| / 0.6745 (`template_noise`), measured on the fit chunks in a pipeline
-or on the batch itself in a one-shot call; with unit-norm spatial weights over channels whose
-noise is independent, every combined score has unit noise, and the false-alarm rate of a
-threshold no longer depends on the spectrum.
+noise SD, the median absolute output / 0.6745 (`template_noise`), measured on the fit chunks in
+a pipeline or on the batch itself in a one-shot call; with unit-norm spatial weights over
+channels whose noise is independent, every combined score has unit noise, and the false-alarm
+rate of a threshold no longer depends on the spectrum.
 
 Positions are the channel positions (one per channel), so the cost is linear in the channel
 count whatever the probe's shape (Kilosort4's regular grid grows with sparse and multi-shank
@@ -164,9 +164,9 @@ NOISE_GATHER_BYTES = 64 << 20
 
 
 def template_noise(x: Any, fs: float, templates: Any = None) -> np.ndarray:
-    """The robust noise SD of every channel's output of every template: median |fir_bank(x,
-    templates)| / 0.6745 over `NOISE_SAMPLES` evenly spaced samples of the batch (all of them
-    when it is shorter). Spikes are rare, so the median sees the noise.
+    """The robust noise SD of every channel's output of every template: the median absolute
+    value of ``fir_bank(x, templates)`` / 0.6745 over `NOISE_SAMPLES` evenly spaced samples (all
+    of them in a shorter batch). Spikes are rare, so the median sees the noise.
 
     Parameters
     ----------
