@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 
-from .backend import array_module, device_properties
+from .backend import array_module, device_properties, is_cupy_array
 from .linalg import int_matmul
 from .kernels import FastLaunch, kernel
 from .linalg.matmul import tuner
+from .linalg.prepared import PreparedCache
 
 __all__ = ["ncc", "ncc_direct", "ncc_peaks", "TemplateBank", "PEAK_DTYPE"]
 
@@ -543,7 +544,17 @@ def _signature(image: Any) -> tuple:
 
 
 def _bank(templates: Any) -> TemplateBank:
-    return templates if isinstance(templates, TemplateBank) else TemplateBank(templates)
+    """The prepared bank: the caller's, or the one kept for these templates' content (a
+    one-shot `ncc` in a loop does not re-pack the bank every call)."""
+    if isinstance(templates, TemplateBank):
+        return templates
+    if isinstance(templates, np.ndarray) or is_cupy_array(templates):
+        return _PREPARED_BANKS.get(templates)
+    return TemplateBank(templates)
+
+
+#: the TemplateBanks of the template arrays ncc and ncc_peaks were called with lately
+_PREPARED_BANKS = PreparedCache(TemplateBank)
 
 
 def _agree(got: Any, ref: Any) -> str | None:

@@ -11,6 +11,7 @@ from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
 from ..linalg.matmul import tuner
+from ..linalg.prepared import PreparedCache
 from ._checks import FLOATS, geometry, traces
 from .distance import probe_sqdist
 from ._parallel import blocks
@@ -352,8 +353,11 @@ class SpatialFilter:
 def spatial_filter(w: Any, x: Any) -> Any:
     """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
 
-    One call of `SpatialFilter` (see there for the implementations and how one is chosen);
-    to apply the same W to many blocks, prepare it once with ``SpatialFilter(W)``.
+    One call of `SpatialFilter` (see there for the implementations and how one is chosen).
+    The prepared filter is kept for the next call with the same W (recognised by its content,
+    so a W modified in place is prepared again; the last 8 matrices are kept): calling this
+    in a loop costs a fingerprint of W per call over ``SpatialFilter(W)(x)``, not W's analysis
+    and the sparse kernel's plan.
 
     Parameters
     ----------
@@ -377,7 +381,14 @@ def spatial_filter(w: Any, x: Any) -> Any:
            [ 3. , -2. ]], dtype=float32)
     """
     traces(x)
-    return SpatialFilter(w)(x)
+    if not (isinstance(w, np.ndarray) or is_cupy_array(w)):
+        raise ValueError(f"w: expected a 2-D [out_channels, channels] array, got "
+                         f"{type(w).__name__}")
+    return _PREPARED_FILTERS.get(w)(x)
+
+
+#: the SpatialFilters of the matrices spatial_filter was called with lately
+_PREPARED_FILTERS = PreparedCache(SpatialFilter)
 
 
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
