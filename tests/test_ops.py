@@ -359,3 +359,20 @@ def test_cpu_median_by_sorting_is_numpys_median(dtype, channels):
     got, want = _median_by_sorting(x), np.median(x, axis=0)
     np.testing.assert_array_equal(got, want)
     assert got.dtype == want.dtype
+
+
+def test_int16_covariance_exact_at_the_largest_n_of_the_static_bound(xp):
+    """n = 2^16 − 1 samples at ±32768: n·S − s·sᵀ reaches ~2^62 and must still be exact
+    (the int64 path is taken from n alone, with no look at the data)."""
+    from fractions import Fraction
+
+    n = 2**16 - 1
+    x = np.full((2, n), -32768, dtype=np.int16)
+    x[1, ::2] = 32767
+    got = to_numpy(dspk.covariance(xp.asarray(x)))
+    a = x.astype(object)
+    for i in range(2):
+        for j in range(2):
+            s_ij = int((a[i] * a[j]).sum())
+            exact = Fraction(n * s_ij - int(a[i].sum()) * int(a[j].sum()), n * (n - 1))
+            assert got[i, j] == float(exact)

@@ -162,7 +162,13 @@ class CovarianceAccumulator:
             if not self.center:
                 return self._int.astype(np.float64) / (n - self.ddof)
             s = self._s
-            bound = int(abs(self._int).max()) * n + int(abs(s).max()) ** 2
+            # |S| <= n·2^30 and |s| <= n·2^15 for int16, so n·S − s·sᵀ fits int64 whenever
+            # n < 2^16 (2 s at 30 kHz): known from n alone, with no look at the data (on the
+            # GPU that look cost two host round trips, more than the product's combine)
+            if n < 2**16:
+                bound = 0
+            else:
+                bound = int(abs(self._int).max()) * n + int(abs(s).max()) ** 2
             if bound < 2**63:
                 num = n * self._int - xp.outer(s, s)      # exact in int64
                 return num.astype(np.float64) / (n * (n - self.ddof))
