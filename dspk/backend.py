@@ -197,7 +197,7 @@ def resolve_backend(backend: str | None = None) -> str:
         return "gpu"
     if reason is not None:
         if not _fallback_logged:
-            log.info("dspk: no GPU (%s); using the CPU backend", reason)
+            log.info("no GPU (%s); using the CPU backend", reason)   # the logger names dspk
             _fallback_logged = True
         return "cpu"
     return "gpu"

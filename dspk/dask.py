@@ -261,11 +261,14 @@ def _write_block(block: np.ndarray, path: str, offset: int, shape: tuple, dtype:
     return np.zeros((1, 1), dtype=np.int8)
 
 
-def _new_output(out_path: str, layout: str, overwrite: bool) -> Path:
-    """The output's path, after the checks every writer of this module makes."""
+def _new_output(out_path: str, layout: str, overwrite: bool, rec: Any = None) -> Path:
+    """The output's path, after the checks every writer of this module makes (those of
+    `Pipeline.run`: not the input, not an existing file unless ``overwrite``, a folder that
+    exists and is writable)."""
+    from .pipeline import _check_output  # noqa: PLC0415
+
     out = Path(out_path)
-    if out.exists() and not overwrite:
-        raise PipelineError(f"{out}: exists; pass overwrite=True to replace it")
+    _check_output(out, rec, overwrite)
     if layout not in ("samples_channels", "channels_samples"):
         raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
                          f"{layout!r}")
@@ -318,9 +321,8 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     >>> tmp.cleanup()
     """
     import dask  # noqa: PLC0415
-    import h5py  # noqa: PLC0415
 
-    from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
+    from .io.rawio import create_contiguous, new_file, raw_offset  # noqa: PLC0415
 
     out = _new_output(out_path, layout, overwrite)
     dtype = np.dtype(dtype)
@@ -330,7 +332,7 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     shape = (n, c) if layout == "samples_channels" else (c, n)
     partial = out.with_name(out.name + ".partial")
     partial.unlink(missing_ok=True)
-    with h5py.File(partial, "w") as f:
+    with new_file(partial) as f:
         dset = create_contiguous(f, "traces", shape, dtype)
         dset.attrs["layout"] = layout
         fs = fs or getattr(darray, "fs", None)
@@ -421,18 +423,18 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     >>> tmp.cleanup()
     """
     import dask  # noqa: PLC0415
-    import h5py  # noqa: PLC0415
 
-    from .io.rawio import create_contiguous, raw_offset  # noqa: PLC0415
+    from .io.rawio import create_contiguous, new_file, raw_offset  # noqa: PLC0415
 
-    out = _new_output(out_path, layout, overwrite)
+    rec = open_recording(recording, **open_options) if isinstance(
+        recording, (str, os.PathLike)) else recording
+    out = _new_output(out_path, layout, overwrite, rec)
     out_dtype = np.dtype(output_dtype)
     if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
         raise ValueError(f"output_dtype: expected float32 or int16, got {out_dtype}")
     if pipeline._detector() is not None:
         raise PipelineError("run_split: the Detect step writes spikes; use preprocess_many")
-    rec = open_recording(recording, **open_options) if isinstance(
-        recording, (str, os.PathLike)) else recording
+    pipeline.check(rec)
     if any(isinstance(s, Whiten) and "W" not in st
            for s, st in zip(pipeline.steps, pipeline.states)):
         # without a client, the fit's tasks run where the spans will: in this process's
@@ -453,7 +455,7 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     t0 = time.perf_counter()
     partial = out.with_name(out.name + ".partial")
     partial.unlink(missing_ok=True)
-    with h5py.File(partial, "w") as f:
+    with new_file(partial) as f:
         shape = (n, c) if layout == "samples_channels" else (c, n)
         dset = create_contiguous(f, "traces", shape, out_dtype)
         pipeline._save_metadata(f, rec, pipeline._job_record(rec, chunk, out_dtype, scale,

@@ -15,8 +15,12 @@ row for row, ``/features`` [spikes, neighbours, components] (PCA of each spike's
 its neighbour channels, the PCA fitted on the fit chunks' spikes) and ``/feature_channels``
 [spikes, neighbours]; written to ``OUT.partial`` and renamed when complete; ``resume=True``
 continues a job that was killed from the last chunk it recorded as written (the progress is
-kept next to the partial file and written only after the chunk's data is flushed), giving the
-same samples as a job that never stopped. The input is opened read-only and never written.
+kept next to the partial file and written only after the chunk's data is flushed), with the
+fitted state stored in the partial file, giving the same bytes as a job that never stopped
+(no HDF5 object times are stored: two runs of a job write the same file). The output is
+checked (not the input, not an existing file without ``overwrite``, a folder that exists) and
+so is what the steps need of the recording (`Pipeline.check`) before anything is fitted or
+written. The input is opened read-only and never written.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ import numpy as np
 from . import __version__
 from .backend import array_module, blocked_transpose, resolve_backend, to_numpy
 from .io import Recording, open_recording
-from .io.rawio import RawDatasetWriter, create_contiguous, raw_offset
+from .io.rawio import (RawDatasetWriter, create_contiguous, create_dataset, new_file,
+                       raw_offset)
 from .ops import (CovarianceAccumulator, bandpass_taps, common_reference, fir_filter,
                   highpass_taps, SpatialFilter, whitening_matrix)
 
@@ -170,7 +175,12 @@ class Reference:
         return 0
 
     def apply(self, x: Any, fs: float, state: dict) -> Any:
-        """The reference subtracted from a block x [channels, samples]."""
+        """The reference subtracted from a block x [channels, samples]; `PipelineError` for
+        one channel (its own reference: the output would be zeros)."""
+        if x.shape[0] < 2:
+            raise PipelineError(f"reference={self.operator!r}: the traces have 1 channel; a "
+                                f"common reference across channels would subtract it from "
+                                f"itself (all zeros). Use reference='none' (--reference none)")
         return common_reference(x, self.operator)
 
 
@@ -430,7 +440,9 @@ class Pipeline:
     def fit(self, recording: Recording, seed: int = 0, n_chunks: int = FIT_CHUNKS,
             chunk_s: float = FIT_CHUNK_S) -> "Pipeline":
         """Fit the whitening steps on ``n_chunks`` chunks of ``chunk_s`` seconds at seeded
-        positions spread over the recording (each chunk passed through the steps before)."""
+        positions spread over the recording (each chunk passed through the steps before).
+        `check` first: a recording the steps cannot process is refused before any work."""
+        self.check(recording)
         self.fs = recording.fs
         xp = self._xp()
         for k, step in enumerate(self.steps):
@@ -478,6 +490,7 @@ class Pipeline:
         that they are in the tuner's cache file before any job starts: processes that share
         the cache then make the same choices (the same bits; a resumed job's fitted matrices
         match the killed one's)."""
+        self.check(recording)
         self.fit(recording)
         xp = self._xp()
         fs, n = recording.fs, recording.n_samples
@@ -574,10 +587,20 @@ class Pipeline:
             overwrite: bool = False, resume: bool = False, progress: bool = True) -> Path:
         """Process a recording chunk by chunk into an HDF5 file.
 
+        Everything that can be checked is checked first — the output (it exists and
+        ``overwrite`` is not set; it is the input, under any spelling or link; its folder is
+        missing or not writable), the options, and what the steps need of the recording
+        (geometry for local whitening and detection, more than one channel for a common
+        reference) — so a refused job has fitted nothing and created no file. Then the
+        pipeline is fitted unless it is already (or unless a resumed job's partial file holds
+        its fitted state), and the chunks are written to ``OUT.partial``, renamed ``OUT``
+        when complete. Two runs of one job write the same bytes (no HDF5 object times are
+        stored), and so do a resumed job and one that never stopped.
+
         Parameters
         ----------
         recording : Recording or path
-            Opened with `dspk.open_recording` when a path.
+            Opened with `dspk.open_recording` when a path (and closed before returning).
         out_path : str
             The output file; refused if it exists unless ``overwrite``.
         chunk_s : float
@@ -587,8 +610,13 @@ class Pipeline:
             the noise's standard deviation — else 0.1 µV), clipped to the int16 range.
         layout : {"samples_channels", "channels_samples"}
         compression : None, "gzip" or "lzf"
-        overwrite, resume : bool
-            Replace an existing output; continue a killed job from its partial file.
+        overwrite : bool
+            Replace an existing output.
+        resume : bool
+            Continue a killed job from its partial file, with the fitted state stored there
+            (no refit), when the partial job is this one (steps, recording, chunk, output
+            type); otherwise start over. Without ``resume`` a partial file found is discarded
+            (logged).
         progress : bool
             A tqdm progress bar with × real time (when tqdm is installed).
 
@@ -596,149 +624,151 @@ class Pipeline:
         -------
         pathlib.Path
             The completed output.
+
+        Raises
+        ------
+        PipelineError
+            A refused output or option, or a recording the steps cannot process (before any
+            work).
+        RecordingError, OSError
+            From reading the input or writing the output during the job. An error that a
+            resume could get past (an interruption, an OSError such as a full disk) keeps
+            ``OUT.partial`` for ``resume=True``; any other (a non-finite or damaged input
+            sample, say) deletes it.
         """
-        rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) \
-            else recording
-        if any((isinstance(s, Whiten) and "W" not in st) or
-               (isinstance(s, Detect) and s.features > 0 and "pca_fitted" not in st)
-               for s, st in zip(self.steps, self.states)):
-            self.fit(rec)
-        self.fs = rec.fs
+        opened = isinstance(recording, (str, os.PathLike))
+        rec = open_recording(recording) if opened else recording
+        try:
+            return self._run(rec, out_path, chunk_s, output_dtype, output_scale, layout,
+                             compression, overwrite, resume, progress)
+        finally:
+            if opened:
+                _close(rec)
+
+    def check(self, recording: Recording) -> None:
+        """Refuse, before any work, a recording the steps cannot process as asked.
+
+        Local whitening and detection need the recording's geometry; a common reference
+        needs more than one channel (the reference of one channel is the channel itself:
+        its output would be zeros). `fit`, `tune` and `run` call it first.
+
+        Parameters
+        ----------
+        recording : Recording
+            The recording the pipeline is to be fitted on or run over.
+
+        Raises
+        ------
+        PipelineError
+            Naming the step, what it needs and what to pass instead.
+
+        Examples
+        --------
+        >>> import numpy as np, dspk
+        >>> rec = dspk.open_recording(np.zeros((3000, 1), np.int16), fs=30000.0)
+        >>> dspk.Pipeline.from_options(whiten="global").check(rec)   # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dspk.pipeline.PipelineError: reference='median': the recording has 1 channel; ...
+        """
+        for step in self.steps:
+            if isinstance(step, Reference) and recording.n_channels < 2:
+                raise PipelineError(
+                    f"reference={step.operator!r}: the recording has 1 channel; a common "
+                    f"reference across channels would subtract it from itself (all zeros). "
+                    f"Use reference='none' (--reference none)")
+            if recording.geometry is None and (isinstance(step, Detect) or
+                                               (isinstance(step, Whiten) and
+                                                step.mode == "local")):
+                what = "detect=True" if isinstance(step, Detect) else "whiten='local'"
+                alt = "" if isinstance(step, Detect) else \
+                    ", or use whiten='global' (--whiten global)"
+                raise PipelineError(
+                    f"{what} needs the recording's geometry (channel positions in µm), and "
+                    f"{getattr(recording, 'source', '') or 'the recording'} has none: pass "
+                    f"geometry= to dspk.open_recording (--probe FILE on the command line)"
+                    f"{alt}")
+
+    def _fitted(self) -> bool:
+        """Whether every step that is fitted has been (`fit`, `load`, or a resumed job)."""
+        return not any((isinstance(s, Whiten) and "W" not in st) or
+                       (isinstance(s, Detect) and s.features > 0 and "pca_fitted" not in st)
+                       for s, st in zip(self.steps, self.states))
+
+    def _run(self, rec: Recording, out_path: str, chunk_s: float, output_dtype: Any,
+             output_scale: float | None, layout: str, compression: str | None,
+             overwrite: bool, resume: bool, progress: bool) -> Path:
         out = Path(out_path)
         partial = out.with_name(out.name + ".partial")
         progress_file = out.with_name(out.name + ".progress.json")
-        if out.exists() and not overwrite:
-            raise PipelineError(f"{out}: exists; pass overwrite=True (--overwrite) to replace "
-                                f"it")
-        if hasattr(rec, "path") and Path(rec.path).resolve() == out.resolve():
-            raise PipelineError(f"{out}: is the input; the input is never written")
+        # -- every check before any work: nothing fitted, no file created when one fails
+        _check_output(out, rec, overwrite)
         out_dtype = np.dtype(output_dtype)
         if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
             raise PipelineError(f"output_dtype: expected float32 or int16, got {out_dtype}")
         if layout not in ("samples_channels", "channels_samples"):
             raise PipelineError(f"layout: expected 'samples_channels' or 'channels_samples', "
                                 f"got {layout!r}")
+        if compression not in (None, "gzip", "lzf"):
+            raise PipelineError(f"compression: expected None, 'gzip' or 'lzf', got "
+                                f"{compression!r}")
+        if not (chunk_s > 0):
+            raise PipelineError(f"chunk_s: expected a positive chunk length in seconds, got "
+                                f"{chunk_s}")
+        self.check(rec)
         whitened = any(isinstance(s, Whiten) for s in self.steps)
         scale = float(output_scale or (0.01 if whitened else 0.1)) \
             if out_dtype == np.int16 else 1.0
         chunk = max(1, int(round(chunk_s * rec.fs)))
-        n, c = rec.n_samples, rec.n_channels
+        n = rec.n_samples
+        done = state_spikes = 0
+        if resume:
+            done, state_spikes = self._resume_point(rec, partial, progress_file, chunk,
+                                                    out_dtype, scale, layout, compression)
+        elif partial.exists():
+            log.warning("%s: discarding the partial output of an earlier job (resume=True, "
+                        "--resume on the command line, continues it instead)", partial)
+        if not self._fitted():
+            self.fit(rec)
+        self.fs = rec.fs
         job = self._job_record(rec, chunk, out_dtype, scale, layout, compression)
-        done = 0
-        state_spikes = 0
-        if resume and partial.exists() and progress_file.exists():
-            try:
-                state = json.loads(progress_file.read_text())
-                if {k: state.get(k) for k in job} == job:
-                    done = int(state["done"])
-                    state_spikes = int(state.get("spikes", 0))
-                else:
-                    log.warning("%s: a partial job with other parameters; starting over",
-                                partial)
-            except (OSError, ValueError, KeyError):
-                log.warning("%s: unreadable progress; starting over", progress_file)
         import h5py  # noqa: PLC0415
 
         if done == 0:
             for p in (partial, progress_file):
                 p.unlink(missing_ok=True)
         try:
-            f = h5py.File(partial, "a" if done else "w")
+            f = h5py.File(partial, "a") if done else new_file(partial)
             if done and "traces" not in f:
+                f.close()
                 raise OSError("no traces dataset")
         except OSError:
             log.warning("%s: cannot be reopened; starting over", partial)
             partial.unlink(missing_ok=True)
+            progress_file.unlink(missing_ok=True)
             done = state_spikes = 0
-            f = h5py.File(partial, "w")
+            f = new_file(partial)
         xp = self._xp()
         decompress0 = getattr(rec, "decompress_s", 0.0)
         bar = _progress(progress, n, done, rec.fs)
         t0 = time.perf_counter()
-        with f:
-            if done == 0:
-                shape = (n, c) if layout == "samples_channels" else (c, n)
-                # uncompressed: contiguous, each chunk's write lands directly; compressed: HDF5
-                # chunks of the job's chunk length, so no write touches part of a chunk (a
-                # partial chunk is read back, modified and rewritten)
-                rows = min(n, chunk)
-                chunks = None if compression is None else \
-                    ((rows, c) if layout == "samples_channels" else (c, rows))
-                if compression is None:
-                    create_contiguous(f, "traces", shape, out_dtype)
-                else:
-                    f.create_dataset("traces", shape=shape, dtype=out_dtype, chunks=chunks,
-                                     compression=compression)
-                self._save_metadata(f, rec, job)
-            dset = f["traces"]
-            # uncompressed output: written with os.pwrite, outside the GIL (dspk.io.rawio)
-            raw_out = RawDatasetWriter(str(partial), dset) if raw_offset(dset) is not None \
-                else None
-            m = self.margin(rec.fs)
-            det = self._detector()
-            md = det.margin(rec.fs) if det is not None else 0
-            feat_pca = None
-            if det is not None:
-                if rec.geometry is None:
-                    raise PipelineError("Detect: needs the recording's geometry")
-                from .detect import SPIKE_DTYPE  # noqa: PLC0415
-
-                if "spikes" not in f:
-                    f.create_dataset("spikes", shape=(0,), maxshape=(None,),
-                                     dtype=SPIKE_DTYPE, chunks=(65536,))
-                f["spikes"].resize((int(state_spikes),))   # drop spikes past the last flush
-                feat_pca = det.pca(self.states[-1])
-                if feat_pca is not None:
-                    nn = min(det.n_neighbors, c)
-                    if "features" not in f:
-                        # row i: spike i's PCA features on its neighbour channels
-                        f.create_dataset("features", shape=(0, nn, det.features),
-                                         maxshape=(None, nn, det.features), dtype=np.float32,
-                                         chunks=(4096, nn, det.features))
-                        f.create_dataset("feature_channels", shape=(0, nn),
-                                         maxshape=(None, nn), dtype=np.int32,
-                                         chunks=(4096, nn))
-                    f["features"].resize(int(state_spikes), axis=0)
-                    f["feature_channels"].resize(int(state_spikes), axis=0)
-            starts = list(range(done, n, chunk))
-            timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
-            lock = threading.Lock()
-            # the GPU moves raw integer samples as stored (half of float32's bytes for int16)
-            # through pinned buffers and transposes, scales, quantizes on the device
-            ahead = READ_AHEAD_COMPRESSED if getattr(rec, "compressed", False) else READ_AHEAD
-            staging = _Staging(rec, chunk + 2 * m, ahead + 2, (min(n, chunk), c),
-                               out_dtype, layout) if _native(rec, xp) else None
-
-            read = self._reader(rec, staging, n, chunk, m, timing, lock)
-            write_traces = _trace_writer(raw_out, dset, staging, layout)
-
-            def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None,
-                      feats: tuple | None) -> None:
-                t = time.perf_counter()
-                write_traces(s0, s1, y)
-                total = 0
-                if spikes is not None:
-                    sd = f["spikes"]
-                    total = sd.shape[0] + len(spikes)
-                    sd.resize((total,))
-                    sd[total - len(spikes):] = spikes
-                    if feats is not None:
-                        for name, values in zip(("features", "feature_channels"), feats):
-                            f[name].resize(total, axis=0)
-                            f[name][total - len(spikes):] = values
-                f.flush()
-                _write_json(progress_file, {**job, "done": s1, "spikes": total})
-                timing["write_s"] += time.perf_counter() - t
-                _hook_after_chunk(s1)
-                if bar is not None:
-                    bar.update(s1 - s0)
-
-            self._chunk_loop(rec, starts, n, chunk, m, xp, staging, ahead, read, write,
-                             out_dtype, scale, timing, det, md, feat_pca)
-            if raw_out is not None:
-                raw_out.close()
-        if bar is not None:
-            bar.close()
+        try:
+            with f:
+                timing, staging = self._write_job(f, rec, job, partial, progress_file, done,
+                                                  state_spikes, chunk, out_dtype, scale,
+                                                  layout, compression, xp, bar)
+        except BaseException as exc:
+            # an interruption or an OSError (a full disk, say) may pass on a resume: the
+            # partial file is kept for it (when a chunk was recorded as written); anything
+            # else (a non-finite or damaged input sample, ...) would stop the resumed job at
+            # the same place: no partial file is left behind
+            if not (_resumable(exc) and progress_file.exists()):
+                for p in (partial, progress_file):
+                    p.unlink(missing_ok=True)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
         partial.replace(out)
         progress_file.unlink(missing_ok=True)
         dt = time.perf_counter() - t0
@@ -752,6 +782,142 @@ class Pipeline:
                  "write %.2f s, overlapped)", out, n - done, dt, self.last_run["x_real_time"],
                  timing["read_s"], timing["compute_s"], timing["write_s"])
         return out
+
+    def _resume_point(self, rec: Recording, partial: Path, progress_file: Path, chunk: int,
+                      out_dtype: Any, scale: float, layout: str,
+                      compression: str | None) -> tuple:
+        """(samples done, spikes written) of the partial job that this job continues, or
+        (0, 0) to start over. An unfitted pipeline takes the fitted state stored in the
+        partial file (no refit) when the partial job's record, fingerprint included, is the
+        one this job would make with that state."""
+        if not partial.exists():
+            return 0, 0
+        if not progress_file.exists():
+            log.warning("%s: no progress record next to it; starting over", partial)
+            return 0, 0
+        try:
+            state = json.loads(progress_file.read_text())
+            states = self.states if self._fitted() else self._states_in(partial)
+            trial = Pipeline(self.steps, backend=self.backend, dtype=self.dtype,
+                             states=states)
+            job = trial._job_record(rec, chunk, out_dtype, scale, layout, compression)
+            if {k: state.get(k) for k in job} != job or not trial._fitted():
+                log.warning("%s: a partial job with other parameters; starting over", partial)
+                return 0, 0
+            done, spikes = int(state["done"]), int(state.get("spikes", 0))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable partial job (%s); starting over", partial, exc)
+            return 0, 0
+        if states is not self.states:
+            self.states = states
+            log.info("%s: resuming at sample %d with the fitted state stored there", partial,
+                     done)
+        return done, spikes
+
+    def _states_in(self, path: Path) -> list:
+        """The fitted state that `_save_metadata` stored in an output (or partial) file, one
+        dict per step."""
+        import h5py  # noqa: PLC0415
+
+        states: list = [{} for _ in self.steps]
+        with h5py.File(path, "r") as f:
+            for k, step in enumerate(self.steps):
+                group = f.get(f"fitted/step{k}_{type(step).__name__}")
+                for key in FITTED:
+                    if group is not None and key in group:
+                        states[k][key] = np.asarray(group[key][()], dtype=np.float64)
+                if isinstance(step, Detect):
+                    states[k]["pca_fitted"] = True
+        return states
+
+    def _write_job(self, f: Any, rec: Recording, job: dict, partial: Path,
+                   progress_file: Path, done: int, state_spikes: int, chunk: int,
+                   out_dtype: Any, scale: float, layout: str, compression: str | None,
+                   xp: Any, bar: Any) -> tuple:
+        """The job's datasets (made when ``done`` is 0) and its chunks from ``done`` on, into
+        the open partial file ``f``; returns (timings, GPU staging or None)."""
+        n, c = rec.n_samples, rec.n_channels
+        if done == 0:
+            shape = (n, c) if layout == "samples_channels" else (c, n)
+            # uncompressed: contiguous, each chunk's write lands directly; compressed: HDF5
+            # chunks of the job's chunk length, so no write touches part of a chunk (a
+            # partial chunk is read back, modified and rewritten)
+            rows = min(n, chunk)
+            chunks = None if compression is None else \
+                ((rows, c) if layout == "samples_channels" else (c, rows))
+            if compression is None:
+                create_contiguous(f, "traces", shape, out_dtype)
+            else:
+                create_dataset(f, "traces", shape=shape, dtype=out_dtype, chunks=chunks,
+                               compression=compression)
+            self._save_metadata(f, rec, job)
+        dset = f["traces"]
+        # uncompressed output: written with os.pwrite, outside the GIL (dspk.io.rawio)
+        raw_out = RawDatasetWriter(str(partial), dset) if raw_offset(dset) is not None \
+            else None
+        m = self.margin(rec.fs)
+        det = self._detector()
+        md = det.margin(rec.fs) if det is not None else 0
+        feat_pca = None
+        if det is not None:
+            from .detect import SPIKE_DTYPE  # noqa: PLC0415
+
+            if "spikes" not in f:
+                create_dataset(f, "spikes", shape=(0,), maxshape=(None,), dtype=SPIKE_DTYPE,
+                               chunks=(65536,))
+            f["spikes"].resize((int(state_spikes),))   # drop spikes past the last flush
+            feat_pca = det.pca(self.states[-1])
+            if feat_pca is not None:
+                nn = min(det.n_neighbors, c)
+                if "features" not in f:
+                    # row i: spike i's PCA features on its neighbour channels
+                    create_dataset(f, "features", shape=(0, nn, det.features),
+                                   maxshape=(None, nn, det.features), dtype=np.float32,
+                                   chunks=(4096, nn, det.features))
+                    create_dataset(f, "feature_channels", shape=(0, nn), maxshape=(None, nn),
+                                   dtype=np.int32, chunks=(4096, nn))
+                f["features"].resize(int(state_spikes), axis=0)
+                f["feature_channels"].resize(int(state_spikes), axis=0)
+        starts = list(range(done, n, chunk))
+        timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
+        lock = threading.Lock()
+        # the GPU moves raw integer samples as stored (half of float32's bytes for int16)
+        # through pinned buffers and transposes, scales, quantizes on the device
+        ahead = READ_AHEAD_COMPRESSED if getattr(rec, "compressed", False) else READ_AHEAD
+        staging = _Staging(rec, chunk + 2 * m, ahead + 2, (min(n, chunk), c),
+                           out_dtype, layout) if _native(rec, xp) else None
+
+        read = self._reader(rec, staging, n, chunk, m, timing, lock)
+        write_traces = _trace_writer(raw_out, dset, staging, layout)
+
+        def write(s0: int, s1: int, y: np.ndarray, spikes: np.ndarray | None,
+                  feats: tuple | None) -> None:
+            t = time.perf_counter()
+            write_traces(s0, s1, y)
+            total = 0
+            if spikes is not None:
+                sd = f["spikes"]
+                total = sd.shape[0] + len(spikes)
+                sd.resize((total,))
+                sd[total - len(spikes):] = spikes
+                if feats is not None:
+                    for name, values in zip(("features", "feature_channels"), feats):
+                        f[name].resize(total, axis=0)
+                        f[name][total - len(spikes):] = values
+            f.flush()
+            _write_json(progress_file, {**job, "done": s1, "spikes": total})
+            timing["write_s"] += time.perf_counter() - t
+            _hook_after_chunk(s1)
+            if bar is not None:
+                bar.update(s1 - s0)
+
+        try:
+            self._chunk_loop(rec, starts, n, chunk, m, xp, staging, ahead, read, write,
+                             out_dtype, scale, timing, det, md, feat_pca)
+        finally:
+            if raw_out is not None:
+                raw_out.close()
+        return timing, staging
 
     def _job_record(self, rec: Recording, chunk: int, out_dtype: Any, scale: float,
                     layout: str, compression: str | None) -> dict:
@@ -786,11 +952,18 @@ class Pipeline:
         several processes may fill disjoint spans of one file at once (`dspk.dask.run_split`).
         The chunk loop of `run` (reads ahead, writes behind); ``s0`` a multiple of the chunk
         gives the bytes `run` writes there. Returns the span's timings."""
-        from .io.rawio import RawDatasetWriter  # noqa: PLC0415
+        opened = isinstance(recording, (str, os.PathLike))
+        rec = open_recording(recording) if opened else recording
+        try:
+            return self._run_span(rec, path, offset, s0, s1, chunk_s, output_dtype, scale,
+                                  layout)
+        finally:
+            if opened:
+                _close(rec)
 
+    def _run_span(self, rec: Recording, path: str, offset: int, s0: int, s1: int,
+                  chunk_s: float, output_dtype: Any, scale: float, layout: str) -> dict:
         t0 = time.perf_counter()
-        rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) \
-            else recording
         if self._detector() is not None:
             raise PipelineError("run_span: the Detect step writes spikes; use run")
         if any(isinstance(s, Whiten) and "W" not in st for s, st in zip(self.steps, self.states)):
@@ -889,15 +1062,16 @@ class Pipeline:
         traces.attrs["gain_to_uv"] = job["scale"]
         if rec.geometry is not None:
             f["traces"].attrs["geometry"] = rec.geometry
-            f.create_dataset("geometry", data=rec.geometry)
+            create_dataset(f, "geometry", data=rec.geometry)
+        # the fitted state (a resumed job reads it back: `_states_in`)
         for k, (step, st) in enumerate(zip(self.steps, self.states)):
             for key in FITTED:
                 if key in st:
-                    f.create_dataset(f"fitted/step{k}_{type(step).__name__}/{key}",
-                                     data=st[key])
+                    create_dataset(f, f"fitted/step{k}_{type(step).__name__}/{key}",
+                                   data=st[key])
             if isinstance(step, HighPass):
-                f.create_dataset(f"fitted/step{k}_{type(step).__name__}/taps",
-                                 data=step.taps(rec.fs))
+                create_dataset(f, f"fitted/step{k}_{type(step).__name__}/taps",
+                               data=step.taps(rec.fs))
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -1073,6 +1247,49 @@ def _fit_chunks(n: int, fs: float, seed: int, n_chunks: int, chunk_s: float) -> 
     return [(s, s + length) for s in starts]
 
 
+def _close(rec: Recording) -> None:
+    """Close a recording this module opened (sources that hold a file have ``close``)."""
+    close = getattr(rec, "close", None)
+    if close is not None:
+        close()
+
+
+def _check_output(out: Path, rec: Recording, overwrite: bool) -> None:
+    """Refuse an output path before any work: the input itself (any spelling, a symbolic or
+    hard link), a directory, an existing file without ``overwrite``, a missing or read-only
+    folder."""
+    source = getattr(rec, "path", None)
+    if source is not None and _same_file(source, out):
+        raise PipelineError(f"{out}: is the input ({source}); the input is never written")
+    if out.is_dir():
+        raise PipelineError(f"{out}: is a directory; expected an output file name")
+    if out.exists() and not overwrite:
+        raise PipelineError(f"{out}: exists; pass overwrite=True (--overwrite) to replace it")
+    folder = out.parent
+    if not folder.is_dir():
+        raise PipelineError(f"{out}: its folder {folder} does not exist (create it first)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PipelineError(f"{out}: its folder {folder} is not writable")
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    """Whether two paths name one file: the same real path (links and ``..`` resolved), or
+    the same inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:     # one of them does not exist
+        return False
+
+
+def _resumable(exc: BaseException) -> bool:
+    """Whether a job stopped by ``exc`` could get further when resumed: an interruption, or an
+    OSError (a full disk, a lost mount) or MemoryError that need not happen again — not an
+    error of the input's samples or of the pipeline, which would stop it at the same place."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit, OSError, MemoryError))
+
+
 def _write_json(path: Path, obj: dict) -> None:
     """Atomically: a progress record is either the old one or the new one."""
     tmp = path.with_name(path.name + ".tmp")
@@ -1134,7 +1351,8 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
     Parameters
     ----------
     recording : Recording or path
-        Opened with `dspk.open_recording` (no options) when a path.
+        Opened with `dspk.open_recording` (no options) when a path, and closed before
+        returning (or raising).
     out_path : str
         The output HDF5 file (see `Pipeline.run`).
     highpass, bandpass, reference, whiten, backend :
@@ -1169,9 +1387,8 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
     (['fitted', 'geometry', 'traces'], (30000, 6), dtype('int16'), 0.01)
     >>> tmp.cleanup()
     """
-    rec = open_recording(recording) if isinstance(recording, (str, os.PathLike)) else recording
     pipe_keys = {"n_neighbors", "dtype", "detect", "detect_threshold"}
     pipe_options = {k: run_options.pop(k) for k in pipe_keys & set(run_options)}
     p = Pipeline.from_options(highpass=highpass, bandpass=bandpass, reference=reference,
                               whiten=whiten, backend=backend, **pipe_options)
-    return p.run(rec, out_path, chunk_s=chunk_s, **run_options)
+    return p.run(recording, out_path, chunk_s=chunk_s, **run_options)   # closes what it opens

@@ -8,6 +8,7 @@ filter pipeline is. Other filters (lzf, hdf5plugin's) go through h5py.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -86,6 +87,59 @@ def _datasets(f: Any) -> list[str]:
 
     f.visititems(visit)   # visititems does not follow external links
     return found
+
+
+def contents(f: Any) -> list[tuple]:
+    """Every dataset of an open file, whatever its rank or type: (path, shape, dtype), sorted
+    by path (external links are not followed).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.io.hdf5 import contents
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> with h5py.File(os.path.join(tmp.name, "out.h5"), "w") as f:
+    ...     _ = f.create_dataset("traces", data=np.zeros((100, 4), np.float32))
+    ...     _ = f.create_dataset("spikes", data=np.zeros(3, [("sample_index", "<i8")]))
+    ...     [(name, shape, dtype.names) for name, shape, dtype in contents(f)]
+    [('/spikes', (3,), ('sample_index',)), ('/traces', (100, 4), None)]
+    >>> tmp.cleanup()
+    """
+    h5py = _h5py()
+    found: list[tuple] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.append(("/" + name, obj.shape, obj.dtype))
+
+    f.visititems(visit)
+    return sorted(found, key=lambda item: item[0])
+
+
+def pipeline_steps(f: Any) -> list[str] | None:
+    """The steps that wrote a dspk output, in order (its ``pipeline`` attribute: "HighPass",
+    "Reference", "Whiten", "Detect", ...), or None for a file that dspk did not write.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py
+    >>> from dspk.io.hdf5 import pipeline_steps
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> with h5py.File(os.path.join(tmp.name, "out.h5"), "w") as f:
+    ...     f.attrs["pipeline"] = '[{"step": "HighPass"}, {"step": "Whiten"}]'
+    ...     pipeline_steps(f)
+    ['HighPass', 'Whiten']
+    >>> tmp.cleanup()
+    """
+    raw = f.attrs.get("pipeline")
+    if raw is None:
+        return None
+    try:
+        return [str(step["step"]) for step in json.loads(_text(raw))]
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def electrical_series(f: Any) -> list[str]:
@@ -262,7 +316,8 @@ class HDF5Recording(Recording):
 
     def _gzip_reader(self) -> "GzipReader":
         if self._gzip_io is None:
-            self._gzip_io = GzipReader(self._dset, self._gzip, self._threads)
+            self._gzip_io = GzipReader(self._dset, self._gzip, self._threads,
+                                       samples_axis=0 if self._samples_first else 1)
         return self._gzip_io
 
     def close(self) -> None:
@@ -286,12 +341,18 @@ class HDF5Recording(Recording):
         sel = (slice(start, stop), slice(None)) if self._samples_first else \
             (slice(None), slice(start, stop))
         if self._gzip is not None and stop > start:
-            return self._gzip_reader().read(sel, out)
-        if out is None:
-            return self._dset[sel]
-        if stop > start:
-            self._dset.read_direct(out, source_sel=sel)
-        return out
+            return self._gzip_reader().read(sel, out)   # names a damaged chunk itself
+        try:
+            if out is None:
+                return self._dset[sel]
+            if stop > start:
+                self._dset.read_direct(out, source_sel=sel)
+            return out
+        except OSError as exc:    # h5py: a chunk its filters cannot decode, a short file, ...
+            where = _failing_chunk(self._dset, start, stop, self._samples_first) or \
+                f"samples {start}..{stop - 1}"
+            raise RecordingError(f"{self.path}:{self.dataset}: {where} cannot be read "
+                                 f"({exc}): the file is damaged or truncated") from exc
 
 
 def _with_chunk_cache(f: Any, dset: Any) -> Any:
@@ -308,6 +369,22 @@ def _with_chunk_cache(f: Any, dset: Any) -> Any:
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_chunk_cache(max(521, 8 * across + 1), nbytes, 0.75)
     return h5py.Dataset(h5py.h5d.open(dset.file.id, dset.name.encode(), dapl))
+
+
+def _failing_chunk(dset: Any, start: int, stop: int, samples_first: bool) -> str | None:
+    """"the chunk of samples a..b" of the first chunk in [start, stop) that h5py cannot read
+    (a read that failed, retried chunk by chunk to name the damaged one), else None."""
+    if dset.chunks is None:
+        return None
+    axis = 0 if samples_first else 1
+    step, n = dset.chunks[axis], dset.shape[axis]
+    for a in range(start // step * step, stop, step):
+        b = min(n, a + step)
+        try:
+            dset[a:b] if samples_first else dset[:, a:b]
+        except OSError:
+            return f"the chunk of samples {a}..{b - 1}"
+    return None
 
 
 # -- metadata ---------------------------------------------------------------------------------
@@ -412,8 +489,9 @@ class GzipReader:
     speed of about two) — and the inflated chunks of the last requests kept (a pipeline's
     reads overlap by their halos, and two reads in flight share the chunk between them)."""
 
-    def __init__(self, dset: Any, plan: dict, threads: int, keep_rows: int = 3) -> None:
-        self.dset, self.plan = dset, plan
+    def __init__(self, dset: Any, plan: dict, threads: int, keep_rows: int = 3,
+                 samples_axis: int = 0) -> None:
+        self.dset, self.plan, self.samples_axis = dset, plan, samples_axis
         self.pool = ThreadPoolExecutor(max_workers=threads)
         across = -(-dset.shape[1] // plan["chunks"][1])
         self.capacity = max(1, keep_rows * across)
@@ -443,10 +521,22 @@ class GzipReader:
         t = time.perf_counter()
         raw = self._pread(offset, size) if self._fd is not None else \
             self.dset.id.read_direct_chunk(coord)[1]
-        chunk = _inflate(raw, self.plan["shuffle"], self.dset.dtype, self.plan["chunks"])
+        try:
+            chunk = _inflate(raw, self.plan["shuffle"], self.dset.dtype, self.plan["chunks"])
+        except (zlib.error, ValueError) as exc:    # bad deflate data, or the wrong length
+            raise RecordingError(f"{self.dset.file.filename}:{self.dset.name}: "
+                                 f"{self._chunk_name(coord)} cannot be decompressed ({exc}): "
+                                 f"the file is damaged") from exc
         with self._lock:
             self.seconds += time.perf_counter() - t
         return chunk
+
+    def _chunk_name(self, coord: tuple) -> str:
+        """"the gzip chunk of samples a..b (channels c..d)" of the chunk at ``coord``."""
+        spans = [(c0, min(c0 + step, n) - 1)
+                 for c0, step, n in zip(coord, self.plan["chunks"], self.dset.shape)]
+        (s0, s1), (c0, c1) = spans[self.samples_axis], spans[1 - self.samples_axis]
+        return f"the gzip chunk of samples {s0}..{s1} (channels {c0}..{c1})"
 
     def _chunk(self, coord: tuple) -> Any:
         """A future of the inflated chunk at ``coord``, or None when h5py must read it (not

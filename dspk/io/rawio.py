@@ -8,6 +8,12 @@ with a gzip input). A contiguous, unfiltered dataset's samples are one block of 
 fixed file offset, allocated when the dataset is created; ``os.pwrite`` puts a chunk there
 with the GIL released. HDF5 keeps no copy of those bytes (it never reads or writes this
 dataset's data itself), so the file stays consistent.
+
+The writers here store no object times (HDF5 records a creation and a modification time in
+the header of every group and dataset unless told not to): a job's output is the same bytes
+every time it is written, and a resumed job's output the same bytes as one that never stopped.
+`new_file`, `require_group`, `create_dataset` and `create_contiguous` are the only ways the
+jobs create HDF5 objects.
 """
 
 from __future__ import annotations
@@ -17,17 +23,62 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["create_contiguous", "raw_offset", "RawDatasetWriter"]
+__all__ = ["new_file", "require_group", "create_dataset", "create_contiguous", "raw_offset",
+           "RawDatasetWriter"]
+
+
+def new_file(path: Any) -> Any:
+    """A new (truncated) HDF5 file, open for writing, whose root group stores no times.
+
+    h5py >= 3.15 takes ``track_times=False``; before it, the file is created through a file
+    creation property list that says so (HDF5's default records times, and the groups created
+    in the file inherit that)."""
+    import h5py  # noqa: PLC0415
+
+    try:
+        return h5py.File(path, "w", track_times=False)
+    except TypeError:
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        fcpl.set_obj_track_times(False)
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)   # as h5py opens files
+        return h5py.File(h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_TRUNC, fcpl=fcpl,
+                                         fapl=fapl))
+
+
+def require_group(parent: Any, path: str) -> Any:
+    """The group at ``path`` under ``parent`` (``"a/b"``), each missing level created without
+    times."""
+    import h5py  # noqa: PLC0415
+
+    group = parent
+    for part in (p for p in path.split("/") if p):
+        if part not in group:
+            gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+            gcpl.set_obj_track_times(False)
+            h5py.h5g.create(group.id, part.encode(), gcpl=gcpl)
+        group = group[part]
+    return group
+
+
+def create_dataset(parent: Any, name: str, **kwargs: Any) -> Any:
+    """``parent.create_dataset(name, **kwargs)`` without times, its groups (``"a/b/name"``)
+    made by `require_group`."""
+    head, _, tail = name.rpartition("/")
+    group = require_group(parent, head) if head else parent
+    return group.create_dataset(tail, track_times=False, **kwargs)
 
 
 def create_contiguous(group: Any, name: str, shape: tuple, dtype: Any) -> Any:
     """A contiguous dataset whose storage is allocated now and never filled: every sample is
-    written by the job (an unfinished output is never renamed to its final name)."""
+    written by the job (an unfinished output is never renamed to its final name). No times
+    are stored."""
     import h5py  # noqa: PLC0415
 
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)
     space = h5py.h5s.create_simple(tuple(int(v) for v in shape))
     h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(np.dtype(dtype)), space,
                     dcpl=dcpl)

@@ -308,12 +308,14 @@ def _select(block: Any, idx: np.ndarray, n_channels: int, samples_first: bool) -
 
 def _layout(layout: str | None, shape: tuple, source: str) -> str:
     """The layout given, or told from the shape: channels are the shorter axis when the other
-    is at least twice as long; otherwise the caller must say."""
+    is at least twice as long (an empty axis is the samples); otherwise the caller must say."""
     if layout is not None:
         if layout not in LAYOUTS:
             raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         return layout
     a, b = shape
+    if 0 in (a, b):     # no samples: reported as such, not as "0 channels"
+        return "samples_channels" if a == 0 else "channels_samples"
     if max(a, b) >= 2 * min(a, b):
         return "samples_channels" if a > b else "channels_samples"
     raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "
