@@ -1,13 +1,23 @@
-"""The ``dspk`` command.
+"""dspk: preprocessing of extracellular recordings for spike sorting, on the GPU or the CPU.
 
-    dspk info              backend, devices and the tuner cache
-    dspk info IN           what a recording file holds (series, shape, rate, gains, geometry)
-    dspk preprocess IN OUT [--highpass HZ | --bandpass LO HI] [--reference median|mean|none]
-                   [--whiten global|local|none] [--detect] [--chunk SECONDS]
-                   [--backend auto|cpu|gpu] [--resume] [--overwrite]
-    dspk tune IN [pipeline options]   pre-tune the products and kernels a recording will need
-    dspk tune-cache show   the tuned choices stored on disk
-    dspk tune-cache clear  forget them (re-tuned on next use)
+commands:
+  dspk info                       backend, devices and the tuner cache
+  dspk info IN                    what a recording or output file holds (series, datasets,
+                                  shape, rate, units, geometry)
+  dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file
+  dspk preprocess-many GLOB DIR   the same for many recordings on a Dask cluster
+  dspk tune IN                    pre-tune the products and kernels a recording will need
+  dspk tune-cache show|clear      the tuned choices stored on disk
+
+IN is an HDF5/NWB file, a SpikeGLX .bin (with its .meta), an Open Ephys recording, or a flat
+binary: [samples, channels] with --n-channels and --fs (--dtype, --gain-to-uv, --header-bytes
+as it needs). Local whitening and --detect need the channel positions: from the file, or
+--probe FILE (probeinterface JSON, .prb, CSV of x,y in µm). For example:
+
+  dspk preprocess raw.bin out.h5 --n-channels 384 --fs 30000 --gain-to-uv 2.34375 \\
+      --probe probe.json --detect
+
+`dspk COMMAND --help` lists each command's options and their defaults.
 """
 
 from __future__ import annotations
@@ -15,9 +25,45 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
+from typing import Any
 
 from . import __version__
 from .backend import gpu_unavailable_reason, resolve_backend
+
+#: the raw sample types a flat binary may hold
+RAW_DTYPES = ("int16", "uint16", "int32", "float32", "float64", "int8", "uint8")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
+                     argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written (the module docstring's layout); every option's default
+    shown, except where there is none (None, or an off switch: the help says what that
+    means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def _close(rec: Any) -> None:
+    close = getattr(rec, "close", None)
+    if close is not None:
+        close()
+
+
+def _open(args: argparse.Namespace, dataset: str | None = None) -> Any:
+    """The input recording, with the geometry of ``--probe`` and the flat-binary options."""
+    from .io import open_recording, read_probe  # noqa: PLC0415
+
+    geometry = None
+    if args.probe is not None:
+        geometry = read_probe(args.probe, n_channels=args.n_channels)
+    return open_recording(args.input, dataset=dataset if dataset is not None else args.dataset,
+                          fs=args.fs, n_channels=args.n_channels, dtype=args.dtype,
+                          header_bytes=args.header_bytes, gain_to_uv=args.gain_to_uv,
+                          geometry=geometry)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -41,47 +87,72 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
+    if dtype.names is not None and len(shape) == 1:     # a table: /spikes
+        return f"{name}: {shape[0]} rows ({', '.join(dtype.names)})"
+    dims = " x ".join(str(v) for v in shape) or "scalar"
+    return f"{name} [{dims}] {dtype}"
+
+
 def _info_file(args: argparse.Namespace) -> int:
+    import os  # noqa: PLC0415
+
     import numpy as np  # noqa: PLC0415
 
-    from .io import open_recording  # noqa: PLC0415
+    from .io.hdf5 import _h5py, contents, electrical_series, pipeline_steps  # noqa: PLC0415
 
     path = args.input
-    series = []
-    try:
-        from .io.hdf5 import _h5py, _datasets, electrical_series  # noqa: PLC0415
-
-        if _h5py().is_hdf5(path):
-            with _h5py().File(path, "r") as f:
-                series = electrical_series(f)
-                others = [d for d in _datasets(f) if not any(d.startswith(s + "/")
-                                                             for s in series)]
-            print(f"{path}: HDF5")
-            for name in series:
-                print(f"  ElectricalSeries {name}")
-            for name in others:
-                print(f"  dataset {name}")
-    except OSError:
-        pass
+    series: list = []
+    steps = None
+    if os.path.isfile(path) and _h5py().is_hdf5(path):
+        with _h5py().File(path, "r") as f:
+            series = electrical_series(f)
+            datasets = contents(f)
+            steps = pipeline_steps(f)
+        print(f"{path}: HDF5")
+        for name in series:
+            print(f"  ElectricalSeries {name}")
+        for name, shape, dtype in datasets:
+            if not any(name.startswith(s + "/") for s in series):
+                print(f"  dataset {_dataset_line(name, shape, dtype)}")
+        if steps is not None:
+            print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
     names = series if (series and args.dataset is None) else [args.dataset]
     for name in names:
-        rec = open_recording(path, dataset=name, fs=args.fs, n_channels=args.n_channels)
-        print(f"{rec.source}")
-        print(f"  {rec.n_channels} channels x {rec.n_samples} samples {rec.dtype}, "
-              f"{rec.fs:g} Hz, {rec.duration_s:.3f} s")
-        g, o = rec.gain_to_uv, rec.offset_to_uv
-        same = np.all(g == g[0]) and np.all(o == o[0])
-        print(f"  µV = raw x {g[0]:g} + {o[0]:g}" if same else
-              f"  µV = raw x gain + offset, per channel: gain {g.min():g}..{g.max():g}, "
-              f"offset {o.min():g}..{o.max():g}")
-        if rec.geometry is None:
-            print("  geometry: none")
-        else:
-            lo, hi = rec.geometry.min(axis=0), rec.geometry.max(axis=0)
-            print(f"  geometry: x {lo[0]:g}..{hi[0]:g} µm, y {lo[1]:g}..{hi[1]:g} µm")
-        if hasattr(rec, "close"):
-            rec.close()
+        rec = _open(args, dataset=name)
+        try:
+            print(f"{rec.source}")
+            print(f"  {rec.n_channels} channels x {rec.n_samples} samples {rec.dtype}, "
+                  f"{rec.fs:g} Hz, {rec.duration_s:.3f} s")
+            # a whitened dspk output is in units of the noise's standard deviation, not µV
+            whitened = steps is not None and "Whiten" in steps and \
+                getattr(rec, "dataset", None) == "/traces"
+            unit = "noise SDs" if whitened else "µV"
+            g, o = rec.gain_to_uv, rec.offset_to_uv
+            same = np.all(g == g[0]) and np.all(o == o[0])
+            print(f"  {unit} = raw x {g[0]:g} + {o[0]:g}" if same else
+                  f"  {unit} = raw x gain + offset, per channel: gain {g.min():g}..{g.max():g}, "
+                  f"offset {o.min():g}..{o.max():g}")
+            if whitened:
+                print("  (whitened: units of the noise's standard deviation, not µV)")
+            if rec.geometry is None:
+                print("  geometry: none (pass --probe FILE for local whitening and --detect)")
+            else:
+                lo, hi = rec.geometry.min(axis=0), rec.geometry.max(axis=0)
+                print(f"  geometry: x {lo[0]:g}..{hi[0]:g} µm, y {lo[1]:g}..{hi[1]:g} µm")
+        finally:
+            _close(rec)
     return 0
+
+
+def _pipeline(args: argparse.Namespace, **extra: Any) -> Any:
+    from .pipeline import Pipeline  # noqa: PLC0415
+
+    return Pipeline.from_options(
+        highpass=args.highpass or None,
+        bandpass=tuple(args.bandpass) if args.bandpass else None,
+        reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
+        backend=args.backend or "auto", **extra)
 
 
 def _preprocess(args: argparse.Namespace) -> int:
@@ -90,30 +161,26 @@ def _preprocess(args: argparse.Namespace) -> int:
 
     import numpy as np  # noqa: PLC0415
 
-    from .io import open_recording  # noqa: PLC0415
-    from .pipeline import Pipeline  # noqa: PLC0415
-
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    rec = open_recording(args.input, dataset=args.dataset, fs=args.fs,
-                         n_channels=args.n_channels)
-    pipe = Pipeline.from_options(
-        highpass=None if not args.highpass else args.highpass,
-        bandpass=tuple(args.bandpass) if args.bandpass else None,
-        reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
-        backend=args.backend or "auto", detect=args.detect, detect_threshold=args.threshold)
-    print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
-          f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
-    print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
-    t0 = time.perf_counter()
-    out = pipe.run(rec, args.output, chunk_s=args.chunk,
-                   output_dtype=np.int16 if args.int16 else np.float32,
-                   overwrite=args.overwrite, resume=args.resume,
-                   compression=None if args.compression == "none" else args.compression,
-                   layout="channels_samples" if args.channels_first else "samples_channels",
-                   progress=not args.quiet)
-    dt = time.perf_counter() - t0
-    print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
-          f"{'gpu' if pipe._xp().__name__ == 'cupy' else 'cpu'} backend)")
+    pipe = _pipeline(args, detect=args.detect, detect_threshold=args.threshold)
+    rec = _open(args)
+    try:
+        print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
+              f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
+        print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
+        t0 = time.perf_counter()
+        out = pipe.run(rec, args.output, chunk_s=args.chunk,
+                       output_dtype=np.int16 if args.int16 else np.float32,
+                       overwrite=args.overwrite, resume=args.resume,
+                       compression=None if args.compression == "none" else args.compression,
+                       layout="channels_samples" if args.channels_first else
+                       "samples_channels",
+                       progress=not args.quiet)
+        dt = time.perf_counter() - t0
+        print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
+              f"{'gpu' if pipe._xp().__name__ == 'cupy' else 'cpu'} backend)")
+    finally:
+        _close(rec)
     return 0
 
 
@@ -121,18 +188,23 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     import numpy as np  # noqa: PLC0415
 
     from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
+    from .io import read_probe  # noqa: PLC0415
 
     backend = args.backend or "auto"
-    client = cluster_client(args.scheduler, args.workers, gpu=backend == "gpu")
     options = dict(highpass=None if not args.highpass else args.highpass,
                    bandpass=tuple(args.bandpass) if args.bandpass else None,
                    reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
                    backend=backend, chunk_s=args.chunk,
                    output_dtype=np.int16 if args.int16 else np.float32,
                    overwrite=args.overwrite)
-    for key in ("dataset", "fs", "n_channels"):
+    for key in ("dataset", "fs", "n_channels", "dtype", "gain_to_uv"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
+    if args.header_bytes:
+        options["header_bytes"] = args.header_bytes
+    if args.probe is not None:      # one probe for every recording
+        options["geometry"] = read_probe(args.probe, n_channels=args.n_channels)
+    client = cluster_client(args.scheduler, args.workers, gpu=backend == "gpu")
     try:
         results = preprocess_many(args.pattern, args.outdir, client=client, **options)
     finally:
@@ -153,38 +225,61 @@ def _tune(args: argparse.Namespace) -> int:
     (products, FIR and reference implementations) is taken now and stored in the cache."""
     import time  # noqa: PLC0415
 
-    from .io import open_recording  # noqa: PLC0415
     from .linalg.tuner import cache_path  # noqa: PLC0415
-    from .pipeline import Pipeline  # noqa: PLC0415
 
-    rec = open_recording(args.input, dataset=args.dataset, fs=args.fs,
-                         n_channels=args.n_channels)
-    pipe = Pipeline.from_options(highpass=args.highpass or None,
-                                 bandpass=tuple(args.bandpass) if args.bandpass else None,
-                                 reference=args.reference, whiten=args.whiten,
-                                 n_neighbors=args.neighbors, backend=args.backend or "auto")
-    t0 = time.perf_counter()
-    pipe.tune(rec, args.chunk)
-    chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
-    print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
-          f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
+    pipe = _pipeline(args)
+    rec = _open(args)
+    try:
+        t0 = time.perf_counter()
+        pipe.tune(rec, args.chunk)
+        chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
+        print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
+              f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
+    finally:
+        _close(rec)
     return 0
+
+
+def _input_options(p: argparse.ArgumentParser) -> None:
+    """How to open IN: which series, and what a flat binary does not say about itself."""
+    p.add_argument("--dataset", default=None,
+                   help="the HDF5 dataset or NWB ElectricalSeries path, or the Open Ephys "
+                        "stream (needed when the file holds several)")
+    p.add_argument("--fs", type=float, default=None, metavar="HZ",
+                   help="sampling rate in Hz (required for flat binaries; overrides the "
+                        "file's)")
+    p.add_argument("--n-channels", type=int, default=None, metavar="N",
+                   help="channels per frame of a flat binary")
+    p.add_argument("--dtype", default=None, choices=RAW_DTYPES,
+                   help="sample type of a flat binary (when not given: int16)")
+    p.add_argument("--header-bytes", type=int, default=0, metavar="BYTES",
+                   help="bytes before the first sample of a flat binary")
+    p.add_argument("--gain-to-uv", type=float, default=None, metavar="UV",
+                   help="µV per raw unit (overrides the file's; when neither gives one: 1, "
+                        "the samples taken as µV)")
+    p.add_argument("--probe", default=None, metavar="FILE",
+                   help="channel positions in µm: probeinterface JSON, .prb, CSV/TSV (x,y or "
+                        "channel,x,y per line) or .npy; overrides the file's (needed by local "
+                        "whitening and --detect when the file has none)")
+    p.add_argument("--backend", default=None, metavar="auto|cpu|gpu",
+                   help="where to compute (when not given: $DSPK_BACKEND, else auto)")
 
 
 def _pipeline_options(p: argparse.ArgumentParser) -> None:
     band = p.add_mutually_exclusive_group()
     band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
-                      help="FIR high-pass cutoff (default 300 Hz; 0: none)")
-    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"))
-    p.add_argument("--reference", default="median", choices=("median", "mean", "none"))
-    p.add_argument("--whiten", default="local", choices=("global", "local", "none"))
-    p.add_argument("--neighbors", type=int, default=32,
-                   help="channels per neighbourhood for local whitening (default 32)")
-    p.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS")
-    p.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
-    p.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
-    p.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
-    p.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
+                      help="FIR high-pass cutoff in Hz (0: none)")
+    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"),
+                      help="FIR band-pass edges in Hz, instead of the high-pass")
+    p.add_argument("--reference", default="median", choices=("median", "mean", "none"),
+                   help="common reference across channels")
+    p.add_argument("--whiten", default="local", choices=("global", "local", "none"),
+                   help="ZCA whitening: local needs channel positions (--probe)")
+    p.add_argument("--neighbors", type=int, default=32, metavar="N",
+                   help="channels per neighbourhood for local whitening")
+    p.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS",
+                   help="chunk length (the output does not depend on it)")
+    _input_options(p)
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -210,58 +305,89 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dspk", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"dspk {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_info = sub.add_parser("info", help="backend, devices and tuner cache; or what a "
-                                         "recording file holds")
-    p_info.add_argument("input", nargs="?", default=None, help="a recording file")
-    p_info.add_argument("--dataset", default=None, help="dataset or ElectricalSeries path")
-    p_info.add_argument("--fs", type=float, default=None, help="sampling rate (Hz)")
-    p_info.add_argument("--n-channels", type=int, default=None, help="for flat binaries")
-    p_info.add_argument("--backend", default=None, help="auto, cpu or gpu ($DSPK_BACKEND)")
+def parser() -> argparse.ArgumentParser:
+    """The ``dspk`` command's argument parser (its help: the module docstring)."""
+    top = argparse.ArgumentParser(prog="dspk", description=__doc__,
+                                  formatter_class=_HelpFormatter)
+    top.add_argument("--version", action="version", version=f"dspk {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary,
+                              description=textwrap.fill(description or summary, 79),
+                              formatter_class=_HelpFormatter)
+
+    p_info = command("info", "backend, devices and tuner cache; or what a recording or "
+                             "output file holds",
+                     "Without IN: the backend, the GPUs and the tuner's cache. With IN: its "
+                     "series and datasets (/spikes and /features of a dspk output with their "
+                     "lengths), shape, rate, units (µV, or noise SDs for a whitened output) "
+                     "and geometry.")
+    p_info.add_argument("input", nargs="?", default=None, metavar="IN",
+                        help="a recording or a dspk output")
+    _input_options(p_info)
     p_info.set_defaults(func=_info)
-    p_pre = sub.add_parser("preprocess", help="filter, reference and whiten a recording into "
-                                              "an HDF5 file")
-    p_pre.add_argument("input", help="HDF5/NWB file or flat binary")
-    p_pre.add_argument("output", help="output HDF5 file (traces [samples, channels])")
+    p_pre = command("preprocess", "filter, reference and whiten a recording into an HDF5 file",
+                    "High-pass (or band-pass) FIR, common reference and whitening, chunk by "
+                    "chunk into OUT (/traces, and /spikes and /features with --detect), "
+                    "written as OUT.partial and renamed when complete. OUT is refused before "
+                    "any work if it exists (without --overwrite), is IN, or its folder is "
+                    "missing; a killed job continues with --resume.")
+    p_pre.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
+    p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file")
     _pipeline_options(p_pre)
-    p_pre.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_pre.add_argument("--int16", action="store_true",
+                       help="scaled int16 output (else float32)")
     p_pre.add_argument("--detect", action="store_true",
-                       help="also detect spikes (written to /spikes of the output)")
-    p_pre.add_argument("--threshold", type=float, default=7.0,
-                       help="detection threshold in noise SDs (default 7)")
+                       help="also detect spikes (/spikes and /features of the output; needs "
+                            "channel positions)")
+    p_pre.add_argument("--threshold", type=float, default=7.0, metavar="SDS",
+                       help="detection threshold in noise SDs")
     p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
                        help="HDF5 compression of the output")
     p_pre.add_argument("--channels-first", action="store_true",
-                       help="write traces as [channels, samples] (default [samples, channels])")
-    p_pre.add_argument("--resume", action="store_true", help="continue a killed job")
-    p_pre.add_argument("--overwrite", action="store_true", help="replace an existing output")
+                       help="write traces as [channels, samples] (else [samples, channels])")
+    p_pre.add_argument("--resume", action="store_true",
+                       help="continue a killed job from OUT.partial with its fitted state "
+                            "(else a partial file is discarded)")
+    p_pre.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
-    p_many = sub.add_parser("preprocess-many", help="preprocess many recordings on a Dask "
-                                                    "cluster (needs dspk[dask])")
-    p_many.add_argument("pattern", help="a glob of recording files (quote it)")
-    p_many.add_argument("outdir", help="outputs OUTDIR/<recording name>.h5")
+    p_many = command("preprocess-many", "preprocess many recordings on a Dask cluster (needs "
+                                        "dspk[dask])",
+                     "Every recording matching GLOB into OUTDIR/<its name>.h5, in parallel; a "
+                     "failed recording is reported without stopping the others. The input "
+                     "options (--probe, --gain-to-uv, ...) apply to every recording.")
+    p_many.add_argument("pattern", metavar="GLOB", help="a glob of recording files (quote it)")
+    p_many.add_argument("outdir", metavar="OUTDIR", help="outputs OUTDIR/<recording name>.h5")
     where = p_many.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="a running dask.distributed scheduler")
+                       help="a running dask.distributed scheduler (else a local cluster)")
     where.add_argument("--workers", type=int, default=None,
-                       help="local worker processes (default: one per core; with "
+                       help="local worker processes (when not given: one per core; with "
                             "--backend gpu and dask-cuda, one per GPU)")
     _pipeline_options(p_many)
-    p_many.add_argument("--int16", action="store_true", help="scaled int16 output")
+    p_many.add_argument("--int16", action="store_true",
+                        help="scaled int16 output (else float32)")
     p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p_many.set_defaults(func=_preprocess_many)
-    p_tune = sub.add_parser("tune", help="pre-tune what preprocessing a recording needs")
-    p_tune.add_argument("input", help="HDF5/NWB file or flat binary")
+    p_tune = command("tune", "pre-tune what preprocessing a recording needs",
+                     "Fit the pipeline on IN and push a chunk through it, so that every "
+                     "tuner decision a job will need is in the cache before it starts.")
+    p_tune.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
     _pipeline_options(p_tune)
     p_tune.set_defaults(func=_tune)
-    p_cache = sub.add_parser("tune-cache", help="show or clear the tuner's stored choices")
-    p_cache.add_argument("action", choices=("show", "clear"))
+    p_cache = command("tune-cache", "show or clear the tuner's stored choices")
+    p_cache.add_argument("action", choices=("show", "clear"),
+                         help="list the stored choices, or forget them (re-tuned on next use)")
     p_cache.set_defaults(func=_cache)
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``dspk`` command; returns its exit status (0 done, 1 some recordings of
+    preprocess-many failed, 2 an error, printed on one line as ``dspk: error: ...``)."""
+    args = parser().parse_args(argv)
     try:
         return args.func(args)
     except Exception as exc:  # a clear one-line error for the command line
