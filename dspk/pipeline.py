@@ -55,7 +55,7 @@ log = logging.getLogger("dspk.pipeline")
 #: chunks drawn (seeded) over the recording to fit whitening, and their length in seconds
 FIT_CHUNKS, FIT_CHUNK_S = 16, 0.5
 #: the fitted arrays a step's state may hold (saved, written to the output, fingerprinted)
-FITTED = ("W", "pca_mean", "pca_components")
+FITTED = ("W", "pca_mean", "pca_components", "noise")
 
 
 class PipelineError(ValueError):
@@ -272,11 +272,14 @@ class Detect:
     def apply(self, x: Any, fs: float, state: dict) -> Any:
         return x                     # traces pass through; spikes are taken by Pipeline.run
 
-    def spikes(self, x: Any, fs: float, geometry: Any) -> np.ndarray:
+    def spikes(self, x: Any, fs: float, geometry: Any, state: dict) -> np.ndarray:
+        """The spikes of x, the threshold in units of the noise measured on the fit chunks
+        (``state["noise"]``; on x itself before the fit)."""
         from .detect import detect_spikes  # noqa: PLC0415
 
         return detect_spikes(x, geometry, fs, threshold=self.threshold,
-                             n_neighbors=self.n_neighbors, dead_time_ms=self.dead_time_ms)
+                             n_neighbors=self.n_neighbors, dead_time_ms=self.dead_time_ms,
+                             noise=state.get("noise"))
 
     def pca(self, state: dict) -> Any:
         """The fitted feature PCA (None when features are off or nothing was fitted)."""
@@ -463,8 +466,8 @@ class Pipeline:
                     acc.add(x[:, m:m + (s1 - s0)])
             self._set_whitening(k, acc, recording)
         det = self._detector()
-        if det is not None and det.features > 0:
-            self._fit_features(recording, det, xp, seed, n_chunks, chunk_s)
+        if det is not None:
+            self._fit_detector(recording, det, xp, seed, n_chunks, chunk_s)
         return self
 
     def _detector(self) -> "Detect | None":
@@ -503,17 +506,19 @@ class Pipeline:
             full = self._block(recording, s0, s1, xp, margin=m)
             if det is not None:
                 near = full[:, m - md:m + (s1 - s0) + md]
-                spikes = det.spikes(near, fs, recording.geometry)
+                spikes = det.spikes(near, fs, recording.geometry, self.states[-1])
                 pca = det.pca(self.states[-1])
                 if pca is not None:
                     det.features_of(near, spikes, fs, recording.geometry, pca)
         return self
 
-    def _fit_features(self, recording: Recording, det: "Detect", xp: Any, seed: int,
+    def _fit_detector(self, recording: Recording, det: "Detect", xp: Any, seed: int,
                       n_chunks: int, chunk_s: float) -> None:
-        """The feature PCA, fitted on the clips of the spikes detected in the fit chunks (the
-        same chunks as the whitening, through every step)."""
-        from .detect import spike_clips  # noqa: PLC0415
+        """On the fit chunks (the same as the whitening's, through every step): the noise of
+        each channel's output of each template (the threshold's unit, `template_noise` on the
+        chunks side by side), then the feature PCA on the clips of the spikes detected in
+        them."""
+        from .detect import spike_clips, template_noise  # noqa: PLC0415
         from .ops import PCA  # noqa: PLC0415
 
         if recording.geometry is None:
@@ -521,20 +526,29 @@ class Pipeline:
         fs = recording.fs
         m, md = self.margin(fs), det.margin(fs)
         state = self.states[-1]
-        for key in ("pca_mean", "pca_components"):
+        for key in ("pca_mean", "pca_components", "noise", "pca_fitted"):
             state.pop(key, None)
-        state["pca_fitted"] = True
         spans = _fit_chunks(recording.n_samples, fs, seed, n_chunks, chunk_s)
-        clips = []
+        nears = []
         with ThreadPoolExecutor(READ_AHEAD_COMPRESSED) as pool:
             raws = pool.map(lambda sp: self._read_block(recording, sp[0], sp[1], m), spans)
             for (s0, s1), raw in zip(spans, raws):
                 full = self._compute(raw, recording, s0, s1, m, xp)
-                near = full[:, m - md:m + (s1 - s0) + md]
-                spikes = det.spikes(near, fs, recording.geometry)
-                if len(spikes):
-                    clips.append(spike_clips(near, spikes, recording.geometry, fs,
-                                             det.n_neighbors)[0])
+                nears.append(full[:, m - md:m + (s1 - s0) + md])
+        state["noise"] = template_noise(
+            xp.concatenate([near[:, md:near.shape[1] - md] for near in nears], axis=1), fs)
+        log.info("measured the detection noise on %d fit chunks: template output SDs %.2f to "
+                 "%.2f (median %.2f)", len(nears), state["noise"].min(), state["noise"].max(),
+                 float(np.median(state["noise"])))
+        if det.features <= 0:
+            return
+        state["pca_fitted"] = True
+        clips = []
+        for near in nears:
+            spikes = det.spikes(near, fs, recording.geometry, state)
+            if len(spikes):
+                clips.append(spike_clips(near, spikes, recording.geometry, fs,
+                                         det.n_neighbors)[0])
         total = sum(len(c) for c in clips)
         if total * min(det.n_neighbors, recording.n_channels) <= det.features:
             log.warning("Detect: %d spikes in the fit chunks, too few for %d PCA components: "
@@ -692,7 +706,8 @@ class Pipeline:
     def _fitted(self) -> bool:
         """Whether every step that is fitted has been (`fit`, `load`, or a resumed job)."""
         return not any((isinstance(s, Whiten) and "W" not in st) or
-                       (isinstance(s, Detect) and s.features > 0 and "pca_fitted" not in st)
+                       (isinstance(s, Detect) and ("noise" not in st or
+                                                   (s.features > 0 and "pca_fitted" not in st)))
                        for s, st in zip(self.steps, self.states))
 
     def _run(self, rec: Recording, out_path: str, chunk_s: float, output_dtype: Any,
@@ -1028,7 +1043,7 @@ class Pipeline:
                     # the exact part of the traces around the chunk: [s0 - md, s1 + md);
                     # keep the spikes whose detection sample lies in [s0, s1)
                     near = full[:, m - md:m + (s1 - s0) + md]
-                    spikes = det.spikes(near, rec.fs, rec.geometry)
+                    spikes = det.spikes(near, rec.fs, rec.geometry, self.states[-1])
                     at = spikes["sample_index"] + _detect_lag(rec.fs) - md
                     spikes = spikes[(at >= 0) & (at < s1 - s0)]
                     if feat_pca is not None:

@@ -328,3 +328,31 @@ def test_last_run_splits_the_time(tmp_path):
     t = p.last_run
     assert t["decompress_s"] > 0 and t["transfer_s"] == 0
     assert {"read_s", "compute_s", "write_s", "wall_s", "x_real_time"} <= set(t)
+
+
+def test_detection_runs_in_units_of_the_noise_fitted_on_the_fit_chunks(tmp_path):
+    """Detect's fit measures each channel's template-output noise on the fit chunks; every
+    chunk is then detected in those units (not its own), the state is saved with the output,
+    and band-limited noise gives no flood of threshold crossings."""
+    from dspk.detect import detect_spikes, template_noise
+    from dspk.pipeline import Pipeline
+
+    from .groundtruth import FS, make, match, probe
+
+    geom = probe(32)
+    d = make(seconds=6.0, geometry=geom, spectrum="band", noise_um=1e-3, seed=5)
+    rec = dspk.open_recording(d["x"], fs=FS, geometry=geom, layout="channels_samples")
+    pipe = Pipeline.from_options(highpass=None, reference="none", whiten="none", detect=True,
+                                 backend="cpu").fit(rec)
+    noise = pipe.states[-1]["noise"]
+    assert noise.shape == (32, 6) and np.all(noise > 1.2)      # band-limited: noisier outputs
+    np.testing.assert_allclose(noise, template_noise(d["x"], FS), rtol=0.1)
+    out = pipe.run(rec, tmp_path / "out.h5", chunk_s=1.0, progress=False)
+    with h5py.File(out, "r") as f:
+        spikes = f["spikes"][:]
+    whole = detect_spikes(d["x"], geom, FS, noise=noise)
+    np.testing.assert_array_equal(spikes["sample_index"], whole["sample_index"])
+    truth_hit, found_hit = match(spikes["sample_index"], d["times"], tolerance=12)
+    assert found_hit.mean() >= 0.95
+    strong = np.isin(d["units"], np.flatnonzero(d["snr"] >= 5))
+    assert truth_hit[strong].mean() >= 0.9
