@@ -85,7 +85,8 @@ with h5py.File(root / "data" / "sample.nwb", "r") as f:
     truth = f["analysis/ground_truth/sample_index"][:]
 truth = truth[(truth > 100) & (truth < 60000 - 100)]
 found = np.abs(spikes["sample_index"][None, :] - truth[:, None]).min(axis=1) <= 15
-print(f"{found.mean():.0%} of {len(truth)} known spikes found")'''),
+print(f"{found.mean():.0%} of {len(truth)} known spikes found")
+assert found.mean() >= 0.9, "fewer than 90% of the known spikes found"'''),
 ]
 
 ENGINE = [
@@ -111,13 +112,15 @@ float32 accumulation (~1e-7 relative), not TF32's ~1e-3."""),
 
 ref = to_host(x).astype(np.float64) @ to_host(x).astype(np.float64).T
 err = np.linalg.norm(to_host(c) - ref) / np.linalg.norm(ref)
-print(f"relative error vs float64: {err:.2e}")'''),
+print(f"relative error vs float64: {err:.2e}")
+assert err < 1e-5, "not float32 accuracy"'''),
     ("md", """Integers are multiplied bit-exactly: raw int16 traces give the int64 product (on
 the GPU through INT8 tensor cores, int16 split in two int8 planes)."""),
     ("code", '''raw = xp.asarray(rng.integers(-2000, 2000, (32, 30000), dtype=np.int16))
 g = dspk.int_matmul(raw, raw.T)
 exact = to_host(raw).astype(np.int64) @ to_host(raw).astype(np.int64).T
-print(g.dtype, "bit-exact:", bool((to_host(g) == exact).all()))'''),
+print(g.dtype, "bit-exact:", bool((to_host(g) == exact).all()))
+assert (to_host(g) == exact).all(), "the integer product is not exact"'''),
     ("md", """**Views instead of copies.** A `MatrixView` is shape `(batches, rows, cols)` with
 element strides and an offset over a 1-D buffer: transposes and column ranges cost nothing,
 and every view is bounds-checked before a kernel runs."""),
@@ -126,7 +129,9 @@ and every view is bounds-checked before a kernel runs."""),
 v = MatrixView.of(x).cols(1000, 2000)          # a 1000-sample window, no copy
 w = xp.asarray(rng.standard_normal((8, 64), dtype=np.float32))
 y = dspk.matmul(w, v)                           # a spatial filter on the window
-print(y.shape, np.allclose(to_host(y), to_host(w) @ to_host(x)[:, 1000:2000], rtol=1e-4, atol=1e-3))'''),
+close = np.allclose(to_host(y), to_host(w) @ to_host(x)[:, 1000:2000], rtol=1e-4, atol=1e-3)
+print(y.shape, close)
+assert close, "the product on a view differs from NumPy's on a copy"'''),
     ("md", """Bad input is refused, never converted: here float32 times float64."""),
     ("code", '''try:
     dspk.matmul(x, x.astype(np.float64).T)
@@ -184,7 +189,8 @@ num = Fraction(int((w * t).sum())) - Fraction(int(w.sum()) * int(t.sum()), K)
 var_w = Fraction(int((w * w).sum())) - Fraction(int(w.sum()) ** 2, K)
 var_t = Fraction(int((t * t).sum())) - Fraction(int(t.sum()) ** 2, K)
 exact = float(num) / math.sqrt(float(var_w) * float(var_t))
-print(f"exact {exact:.7f}  dspk {float(peaks[0]['score']):.7f}")'''),
+print(f"exact {exact:.7f}  dspk {float(peaks[0]['score']):.7f}")
+assert abs(exact - float(peaks[0]["score"])) < 1e-6, "the score is not the exact one"'''),
     ("md", """`TemplateBank` prepares a bank once (its sums, its matrix for the engine, its packed
 words for the fused GPU kernel) for many images; `ncc_direct` is the slow reference the tests
 compare with."""),
@@ -192,8 +198,9 @@ compare with."""),
 same = np.array_equal(np.asarray(tb.ncc(xp.asarray(img)).get() if gpu else tb.ncc(img)),
                       np.asarray(maps.get() if gpu else maps))
 ref = dspk.match.ncc_direct(img[:120, :160], bank)
-print("bank reused, same maps:", same, "| max |engine - direct| on a crop:",
-      float(np.abs(np.asarray(dspk.match.ncc(img[:120, :160], bank)) - ref).max()))'''),
+worst = float(np.abs(np.asarray(dspk.match.ncc(img[:120, :160], bank)) - ref).max())
+print("bank reused, same maps:", same, "| max |engine - direct| on a crop:", worst)
+assert same and worst < 1e-5, "the prepared bank or the engine disagrees with the reference"'''),
 ]
 
 DASK = [
@@ -236,7 +243,9 @@ bit:"""),
 dspk.preprocess(str(work / "session0.h5"), single, highpass=300.0, reference="median",
                 whiten="global", progress=False)
 with h5py.File(results[str(work / "session0.h5")]) as a, h5py.File(single) as b:
-    print("identical:", np.array_equal(a["traces"][:], b["traces"][:]))'''),
+    identical = np.array_equal(a["traces"][:], b["traces"][:])
+print("identical:", identical)
+assert identical, "the cluster's output differs from the single process's"'''),
     ("md", """One recording as a lazy dask array (blocks along time read through `dspk.io`) and the
 pipeline as a graph with halos (`map_overlap`):"""),
     ("code", '''from dspk.dask import apply, fit, to_dask
@@ -246,8 +255,9 @@ arr = to_dask(rec, chunk=15000)
 pipe = fit(dspk.Pipeline.from_options(highpass=300.0, whiten="global", backend="cpu"), rec)
 y = apply(pipe, arr)
 print(arr)
-print("graph == transform:", np.allclose(y.compute(scheduler="threads"),
-                                          pipe.transform(rec.read()), atol=1e-4))'''),
+same = np.allclose(y.compute(scheduler="threads"), pipe.transform(rec.read()), atol=1e-4)
+print("graph == transform:", same)
+assert same, "the dask graph differs from Pipeline.transform"'''),
     ("md", """Measured overhead (`python benchmarks/bench_dask.py`): on a 2-core machine, and one
 GPU worker against the single process on an H200."""),
     ("code", '''res = sorted((root / "benchmarks" / "results").glob("bench_dask-gpu-h200-*.json"))[-1]

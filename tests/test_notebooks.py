@@ -1,5 +1,6 @@
 """The notebooks run top to bottom (executed with nbclient in a fresh kernel, on the CPU here
-and on the GPU where CuPy sees one) without an error output, and draw their figures."""
+and on the GPU where CuPy sees one) without an error output, their own checks hold, and they
+draw their figures."""
 
 import os
 import sys
@@ -15,10 +16,23 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FIGURES = {"01_quickstart.ipynb": 5, "02_engine.ipynb": 2, "03_template_matching.ipynb": 1,
            "04_dask_batch.ipynb": 1}
+#: what each notebook shows a reader is checked by ``assert`` in its cells (recall against the
+#: ground truth, exactness, the cluster's output identical to the single process's, ...): a
+#: failed check is an error output, so the run below fails on it
+CHECKS = {"01_quickstart.ipynb": 1, "02_engine.ipynb": 3, "03_template_matching.ipynb": 2,
+          "04_dask_batch.ipynb": 2}
 
 
 def test_the_four_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == sorted(FIGURES)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_asserts_what_it_shows(path):
+    nb = nbformat.read(path, as_version=4)
+    asserts = [line for c in nb.cells if c.cell_type == "code"
+               for line in c.source.splitlines() if line.lstrip().startswith("assert ")]
+    assert len(asserts) >= CHECKS[path.name], f"{path.name}: {len(asserts)} checks"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -44,6 +58,9 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors, f"{path.name}: {errors[0].ename}: {errors[0].evalue}"
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.outputs if o.output_type == "stream" and o.name == "stdout")
+    assert "False" not in printed, f"{path.name}: a check printed False:\n{printed}"
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if "data" in o and "image/png" in o.data]
     assert len(images) >= FIGURES[path.name], f"{path.name}: {len(images)} figures"
