@@ -4,8 +4,7 @@ Every heavy operation lowers to one exact, tuned matrix-product engine, `dspk.li
 Importing dspk is cheap: CuPy is imported, and CUDA kernels compiled, only when first used.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from . import backend, io, linalg  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
 from .io import open_recording  # noqa: E402

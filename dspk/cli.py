@@ -28,7 +28,7 @@ import sys
 import textwrap
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .backend import gpu_unavailable_reason, resolve_backend
 
 #: the raw sample types a flat binary may hold

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .backend import array_module, blocked_transpose, resolve_backend, to_numpy
 from .io import Recording, open_recording
 from .io.rawio import (RawDatasetWriter, create_contiguous, create_dataset, new_file,

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..backend import cupy_module, device_name
 from .problem import Candidate, Problem, prepared
 from .view import MatrixView
