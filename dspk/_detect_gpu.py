@@ -132,6 +132,31 @@ def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, inv_sd: np.
     return score, best_k
 
 
+RM_THREADS = 256                       # as in detect.cu
+#: a row of row_abs_median sits in (default, not opted-in) shared memory
+RM_MAX_BYTES = 48 * 1024
+
+
+def row_abs_median(a: Any, steps: int) -> Any:
+    """[rows] the median of |a[r, :]| for a [rows, m] float array with m odd and
+    m·itemsize <= `RM_MAX_BYTES` (detect.cu: each row in shared memory, bisection on the
+    value)."""
+    import cupy as cp  # noqa: PLC0415 (GPU-only module)
+
+    rows, m = a.shape
+    if m % 2 == 0 or m * a.itemsize > RM_MAX_BYTES:
+        raise ValueError(f"row_abs_median: rows of odd length up to {RM_MAX_BYTES} bytes, got "
+                         f"{m} x {a.itemsize} bytes")
+    if a.strides[1] != a.itemsize:
+        a = cp.ascontiguousarray(a)
+    out = cp.empty(rows, dtype=a.dtype)
+    if rows:
+        kernel("detect.cu", f"row_abs_median<{ctype(a.dtype)}>")(
+            (rows,), (RM_THREADS,), (a, np.int64(a.strides[0] // a.itemsize), np.int32(m),
+                                     np.int32(steps), out), shared_mem=m * a.itemsize)
+    return out
+
+
 def peaks(score: Any, nbr: np.ndarray, threshold: float, dead: int,
           capacity: int = PEAKS_CAPACITY) -> tuple:
     """(positions, samples) as host int64 arrays, unordered: the score >= threshold and the

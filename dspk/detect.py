@@ -162,8 +162,9 @@ NOISE_SAMPLES = 8191
 MAD_TO_SD = 0.6744897501960817
 #: the GPU filters the batch for the noise in channel blocks of at most this many bytes
 NOISE_BLOCK_BYTES = 128 << 20
-#: bisection steps of the GPU's median: float32 brackets meet (adjacent values) well before
-MEDIAN_BISECTIONS = 40
+#: bisection steps of the GPU's median from [0, max]: the brackets meet (adjacent values, so the
+#: result is the middle value itself) within 64 halvings unless max / median > 2^11 (float64)
+MEDIAN_BISECTIONS = 64
 
 
 def template_noise(x: Any, fs: float, templates: Any = None) -> np.ndarray:
@@ -208,6 +209,8 @@ def _noise_samples(n: int, taps: int) -> np.ndarray:
     half = taps // 2
     lo, hi = (half, n - half) if n - 2 * half >= NOISE_SAMPLES else (0, n)
     m = min(NOISE_SAMPLES, hi - lo)
+    if m > 1 and m % 2 == 0:
+        m -= 1                                    # odd: the median is one of the samples
     return lo + (np.arange(m, dtype=np.int64) * (hi - lo)) // m
 
 
@@ -232,9 +235,15 @@ def _abs_median(xp: Any, a: Any) -> Any:
     """The median of |a| along the last axis (odd length). NumPy's; on the GPU by bisection on
     the value (a count per row and step, `MEDIAN_BISECTIONS` steps, no sort: CuPy's sort of
     2 304 rows of 8 191 took 6.3 ms on an H200), which ends on the middle value itself or its
-    float neighbour."""
+    float neighbour: in one kernel with each row in shared memory when it fits
+    (`dspk._detect_gpu.row_abs_median`), else with CuPy array operations."""
     if xp is np:
         return np.median(np.abs(a), axis=-1)
+    from ._detect_gpu import RM_MAX_BYTES, row_abs_median  # noqa: PLC0415 (GPU-only)
+
+    if a.shape[-1] * a.itemsize <= RM_MAX_BYTES:             # each row in shared memory
+        flat = a.reshape(-1, a.shape[-1])
+        return row_abs_median(flat, MEDIAN_BISECTIONS).reshape(a.shape[:-1])
     a = xp.abs(a)
     half = (a.shape[-1] + 1) // 2
     lo = xp.zeros(a.shape[:-1], dtype=a.dtype)

@@ -490,3 +490,20 @@ def test_gpu_learn_templates_equal_cpu(whitened):
     gpu = learn_templates(cp.asarray(d["xw"]), FS, seed=3)
     assert isinstance(gpu, np.ndarray) and gpu.shape == cpu.shape
     np.testing.assert_allclose(gpu, cpu, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, m", [(np.float32, 8191), (np.float32, 1), (np.float64, 2999),
+                                      (np.float64, 8191), (np.float32, 20001)])
+def test_gpu_abs_median_is_numpys(dtype, m):
+    """The bisection (in shared memory, or with array operations for rows that do not fit)
+    lands on the middle value itself."""
+    import cupy as cp
+
+    from dspk.detect import _abs_median
+
+    a = np.random.default_rng(m).standard_normal((5, 7, m)).astype(dtype)
+    a[0, 0] = 0.0                                              # a flat row
+    a[1, 1, : m // 2] = 3.0                                    # ties at the middle
+    np.testing.assert_array_equal(_abs_median(cp, cp.asarray(a)).get(),
+                                  np.median(np.abs(a), axis=-1))

@@ -151,6 +151,70 @@ detect_peaks(const T* __restrict__ score, long long lds, int C, int n,
     }
 }
 
+// row_abs_median<T>: out[r] = the median of |a[r, 0..m)| for odd m (rows r = blockIdx.x, row
+//   stride ld): the smallest v with #{i : |a[r, i]| <= v} >= (m + 1) / 2, found by bisection on
+//   the value from [0, max |a[r, :]|], `steps` halvings (float32 brackets meet after ~30), so
+//   it ends on the middle value itself or its float neighbour. The row sits in shared memory
+//   (m·sizeof(T) bytes, dynamic): one read of the data, then every count from shared memory,
+//   a block-wide sum per step. No sort (CuPy's sort of 2 304 rows of 8 191 took 6.3 ms).
+constexpr int RM_THREADS = 256;
+
+template <typename T>
+__device__ __forceinline__ T block_max(T v, T* scratch)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const T u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T m = scratch[0];
+    for (int w = 1; w < RM_THREADS / 32; ++w) m = scratch[w] > m ? scratch[w] : m;
+    __syncthreads();
+    return m;
+}
+
+__device__ __forceinline__ int block_count(int c, int* scratch)
+{
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = c;
+    __syncthreads();
+    int total = 0;
+    for (int w = 0; w < RM_THREADS / 32; ++w) total += scratch[w];
+    __syncthreads();
+    return total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(RM_THREADS)
+row_abs_median(const T* __restrict__ a, long long ld, int m, int steps, T* __restrict__ out)
+{
+    extern __shared__ __align__(16) unsigned char rm_smem[];
+    T* v = reinterpret_cast<T*>(rm_smem);
+    __shared__ T max_scratch[RM_THREADS / 32];
+    __shared__ int count_scratch[RM_THREADS / 32];
+    const T* row = a + (long long)blockIdx.x * ld;
+    T mx = T(0);
+    for (int i = threadIdx.x; i < m; i += RM_THREADS) {
+        const T x = row[i] < T(0) ? -row[i] : row[i];
+        v[i] = x;
+        mx = x > mx ? x : mx;
+    }
+    T hi = block_max(mx, max_scratch);           // also orders the writes of v before reads
+    T lo = T(0);
+    const int half = (m + 1) / 2;
+    for (int s = 0; s < steps; ++s) {
+        const T mid = (lo + hi) * T(0.5);
+        int c = 0;
+        for (int i = threadIdx.x; i < m; i += RM_THREADS) c += v[i] <= mid ? 1 : 0;
+        if (block_count(c, count_scratch) >= half)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = hi;
+}
+
 #ifdef DSPK_COMPILE_CHECK
 template __global__ void detect_score<float, 5>(const float*, long long, long long, long long,
                                                 int, int, const int*, int, const float*, const float*, float*,
@@ -170,4 +234,6 @@ template __global__ void detect_peaks<float>(const float*, long long, int, int, 
 template __global__ void detect_peaks<double>(const double*, long long, int, int, const int*,
                                               int, double, int, long long*,
                                               unsigned long long*, long long);
+template __global__ void row_abs_median<float>(const float*, long long, int, int, float*);
+template __global__ void row_abs_median<double>(const double*, long long, int, int, double*);
 #endif
