@@ -4,8 +4,6 @@ stored fitted state, byte-identical outputs, degenerate and damaged inputs, and 
 import filecmp
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -16,6 +14,8 @@ import dspk
 import dspk.pipeline as pl
 from dspk.io import RecordingError
 from dspk.pipeline import Pipeline, PipelineError
+
+from .killable import run_killable_job
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample.nwb"
@@ -190,15 +190,9 @@ def test_an_interrupted_job_keeps_its_partial_file_and_resumes(tmp_path, monkeyp
 
 # -- resuming, reproducible bytes --------------------------------------------------------------
 def run_job(tmp_path, out, kill_after=None):
-    code = ("import dspk\n"
-            f"p = dspk.Pipeline.from_options(whiten='local', n_neighbors=8, detect=True, "
-            f"backend='cpu')\n"
-            f"p.run({str(SAMPLE)!r}, {str(out)!r}, chunk_s=0.5, resume=True, progress=False)\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if kill_after is not None:
-        env["DSPK_KILL_AFTER_SAMPLES"] = str(kill_after)
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
-                          capture_output=True, text=True).returncode
+    return run_killable_job(tmp_path, out,
+                            "whiten='local', n_neighbors=8, detect=True, backend='cpu'",
+                            kill_after, by_path=True)
 
 
 def test_resume_uses_the_stored_fit_and_gives_the_same_bytes(tmp_path, monkeypatch):

@@ -4,9 +4,6 @@ complete, never touches its input; the steps equal the ops they wrap."""
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -14,6 +11,8 @@ import numpy as np
 import pytest
 
 import dspk
+
+from .killable import run_killable_job
 from dspk.pipeline import HighPass, Pipeline, PipelineError, Reference, Whiten
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,16 +85,8 @@ def test_int16_output_and_channels_first_layout(tmp_path):
 
 
 def run_job(tmp_path, out, kill_after=None, backend="cpu"):
-    code = ("import sys, numpy as np, dspk\n"
-            f"rec = dspk.open_recording({str(SAMPLE)!r})\n"
-            f"p = dspk.Pipeline.from_options(whiten='global', detect=True, "
-            f"backend={backend!r})\n"
-            f"p.run(rec, {str(out)!r}, chunk_s=0.5, resume=True, progress=False)\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if kill_after is not None:
-        env["DSPK_KILL_AFTER_SAMPLES"] = str(kill_after)
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
-                          capture_output=True, text=True).returncode
+    return run_killable_job(tmp_path, out, f"whiten='global', detect=True, backend={backend!r}",
+                            kill_after)
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
