@@ -16,10 +16,10 @@ gives 0.0.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
-
 
 from .backend import array_module, device_properties, is_cupy_array
 from .linalg import int_matmul
@@ -186,16 +186,38 @@ class TemplateBank:
         if th == 0 or tw == 0:
             raise ValueError(f"templates: empty template shape {th}x{tw}")
         self.xp = xp
-        self.templates = xp.array(templates, copy=True)
+        self.templates = xp.array(templates, copy=True, order="C")
         self.n, self.th, self.tw = n, th, tw
         self.dtype = templates.dtype
         self._cache: dict = {}
         self._bound: dict = {}   # image signature -> bound implementation
+        self._repack: dict = {}  # cache name -> launch that packs self.templates in place
 
     def _get(self, name: str, make: Any) -> Any:
         if name not in self._cache:
             self._cache[name] = make()
         return self._cache[name]
+
+    def _reload(self, templates: Any) -> None:
+        """Take the values of ``templates`` (same shape, dtype and device as the bank's) for
+        the next calls on the current stream: copied over the bank's own, the tensor-core
+        words packed again into the same buffers (so every bound launch stays valid), the
+        sums and matrices of the other paths dropped (made again when used). Two launches,
+        no host wait: what a one-shot `ncc` does instead of reading the content to look it
+        up (the pack of a 32 x 16² bank is a few µs of GPU time; the content hash cost a
+        device-to-host copy, that is, a wait for all the work queued before)."""
+        xp = self.xp
+        src = templates if templates.ndim == 3 else templates[None]
+        stream = xp.cuda.get_current_stream().ptr
+        if src.flags.c_contiguous:
+            xp.cuda.runtime.memcpyAsync(self.templates.data.ptr, src.data.ptr, src.nbytes,
+                                        xp.cuda.runtime.memcpyDeviceToDevice, stream)
+        else:
+            self.templates[...] = src
+        for name in [k for k in self._cache if k in _CONTENT_CACHES]:
+            del self._cache[name]
+        for launch in self._repack.values():
+            launch(stream)
 
     @property
     def sums(self) -> tuple:
@@ -339,10 +361,12 @@ class TemplateBank:
         t_sum = xp.empty(self.n, dtype=np.int64)
         t_rs = xp.empty(self.n, dtype=np.float32)
         center = "true" if self.dtype == np.uint8 else "false"
-        fn = kernel("ncc.cu", f"ncc_mma_pack<{center}>")
-        fn((tiles * 8,), (128,), (tmpl, np.int32(self.n), np.int32(self.th), np.int32(self.tw),
-                                  np.int32(plan["cpr"]), np.int32(plan["KC"]), packed, t_sum,
-                                  t_rs))
+        pack = FastLaunch(kernel("ncc.cu", f"ncc_mma_pack<{center}>"), (tiles * 8,), (128,),
+                          [("u64", tmpl), ("i32", self.n), ("i32", self.th), ("i32", self.tw),
+                           ("i32", plan["cpr"]), ("i32", plan["KC"]), ("u64", packed),
+                           ("u64", t_sum), ("u64", t_rs)])
+        pack(xp.cuda.get_current_stream().ptr)
+        self._repack[f"mma-{variant}"] = pack
         return plan, packed, t_sum, t_rs
 
     def _mma_launch(self, image: Any, peaks: tuple | None,
@@ -534,7 +558,7 @@ def ncc(image: Any, templates: Any) -> Any:
     >>> m.shape, int(m[0, 0].argmax())
     ((1, 1, 181), 50)
     """
-    return _bank(templates).ncc(image)
+    return _with_bank(templates, lambda bank: bank.ncc(image))
 
 
 def _signature(image: Any) -> tuple:
@@ -543,18 +567,75 @@ def _signature(image: Any) -> tuple:
             getattr(image, "strides", None), getattr(device, "id", None))
 
 
-def _bank(templates: Any) -> TemplateBank:
-    """The prepared bank: the caller's, or the one kept for these templates' content (a
-    one-shot `ncc` in a loop does not re-pack the bank every call)."""
+def _with_bank(templates: Any, work: Any) -> Any:
+    """``work(bank)`` with the prepared bank of ``templates``: the caller's `TemplateBank`;
+    on the GPU, the bank kept for this shape, dtype, device and stream with these templates
+    loaded into it (`_OneShotBanks`); on the CPU, the one kept for these templates' content
+    (a one-shot `ncc` in a loop does not prepare the bank every call)."""
     if isinstance(templates, TemplateBank):
-        return templates
-    if isinstance(templates, np.ndarray) or is_cupy_array(templates):
-        return _PREPARED_BANKS.get(templates)
-    return TemplateBank(templates)
+        return work(templates)
+    if is_cupy_array(templates) and templates.ndim in (2, 3) and templates.size and \
+            templates.dtype in MATCH_DTYPES:
+        return _ONE_SHOT_BANKS.run(templates, work)
+    if isinstance(templates, np.ndarray):
+        return work(_PREPARED_BANKS.get(templates))
+    return work(TemplateBank(templates))
 
 
-#: the TemplateBanks of the template arrays ncc and ncc_peaks were called with lately
+class _OneShotBanks:
+    """One `TemplateBank` per (template shape, dtype, device, stream) for one-shot GPU calls,
+    reloaded with the caller's templates on every call (`TemplateBank._reload`): the bank's
+    buffers, plans and bound launches are reused, and nothing reads the templates back to the
+    host. Per stream, because a reload overwrites the buffers the previous call's kernels read
+    (stream order makes that safe; another stream could still be reading them). The bank's
+    lock is held from the reload to the call's last launch: two threads on one stream do not
+    interleave."""
+
+    MAX_BANKS = 16
+
+    def __init__(self) -> None:
+        self._banks: dict = {}
+        self._lock = threading.Lock()
+        self.built = 0
+
+    def run(self, templates: Any, work: Any) -> Any:
+        import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+        with templates.device:
+            key = (templates.shape, templates.strides, templates.dtype.str,
+                   templates.device.id, cp.cuda.get_current_stream().ptr)
+            with self._lock:
+                entry = self._banks.get(key)
+            fresh = entry is None
+            if fresh:
+                entry = (TemplateBank(templates), threading.Lock())
+                with self._lock:
+                    if len(self._banks) >= self.MAX_BANKS:
+                        self._banks.pop(next(iter(self._banks)))
+                    self.built += 1
+                    got = self._banks.setdefault(key, entry)
+                fresh = got is entry
+                entry = got
+            bank, lock = entry
+            with lock:
+                if not fresh:
+                    bank._reload(templates)
+                return work(bank)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._banks.clear()
+
+    def __len__(self) -> int:
+        return len(self._banks)
+
+
+#: the TemplateBanks of the NumPy template arrays ncc and ncc_peaks were called with lately
 _PREPARED_BANKS = PreparedCache(TemplateBank)
+#: the reloadable banks of one-shot GPU calls
+_ONE_SHOT_BANKS = _OneShotBanks()
+#: the bank caches computed from the templates' values (dropped by a reload)
+_CONTENT_CACHES = ("sums", "matrix", "dp4a")
 
 
 def _agree(got: Any, ref: Any) -> str | None:
@@ -662,7 +743,7 @@ def ncc_direct(image: Any, templates: Any) -> Any:
     >>> bool(np.array_equal(ncc_direct(img, t), ncc(img, t)))
     True
     """
-    bank = _bank(templates)
+    bank = templates if isinstance(templates, TemplateBank) else TemplateBank(templates)
     xp = _validate(image, bank)
     n, th, tw = bank.n, bank.th, bank.tw
     H, W = image.shape
@@ -732,15 +813,20 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
         raise ValueError(f"threshold: expected a score in [-1, 1], got {threshold}")
     if int(min_distance) < 1:
         raise ValueError(f"min_distance: expected an integer >= 1, got {min_distance}")
-    bank = _bank(templates)
+    return _with_bank(templates, lambda bank: _peaks(image, bank, float(threshold),
+                                                     int(min_distance), maps))
+
+
+def _peaks(image: Any, bank: TemplateBank, threshold: float, min_distance: int,
+           maps: Any) -> np.ndarray:
     xp = _validate(image, bank)
-    size = 2 * int(min_distance) + 1
+    size = 2 * min_distance + 1
     if maps is not None:
-        return _peaks_of(xp, maps, 0, float(threshold), size)
+        return _peaks_of(xp, maps, 0, threshold, size)
     # The bank in groups whose maps fit PEAK_MAPS_BYTES: the full maps of a large bank never
     # exist at once (4096² x 128 templates would be 8.6 GB of float32).
     if xp is not np and _mma_reason(image, bank) is None:
-        found = bank._peaks_mma(image, float(threshold), int(min_distance))
+        found = bank._peaks_mma(image, threshold, min_distance)
         if found is not None:
             return found
     ho, wo = image.shape[0] - bank.th + 1, image.shape[1] - bank.tw + 1
@@ -748,7 +834,7 @@ def ncc_peaks(image: Any, templates: Any, threshold: float, min_distance: int = 
     parts = []
     for n0 in range(0, bank.n, group):
         sub = bank if group >= bank.n else bank.subset(n0, min(bank.n, n0 + group))
-        parts.append(_peaks_of(xp, sub.ncc(image), n0, float(threshold), size))
+        parts.append(_peaks_of(xp, sub.ncc(image), n0, threshold, size))
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 

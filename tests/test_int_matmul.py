@@ -124,6 +124,44 @@ def test_gpu_bound_plans_on_new_data_and_out(dtype):
         dspk.linalg.matmul(x, x.T)
 
 
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 33), (40, 5003), (3, 70000)])
+def test_int_gram_gives_the_product_and_the_row_sums(xp, dtype, shape):
+    """int_gram(x) = (x·xᵀ, row sums), exact; twice (the second call through the bound plan),
+    on a view with a row stride and on a new array of the same geometry."""
+    for seed in range(2):
+        base = full_range(xp, (shape[0], shape[1] + 7), dtype, seed)
+        for x in (base[:, 3:3 + shape[1]], xp.ascontiguousarray(base[:, :shape[1]])):
+            s_mat, s = dspk.linalg.int_gram(x)
+            xh = to_numpy(x).astype(np.int64)
+            assert s_mat.dtype == np.int64 and s.dtype == np.int64
+            assert type(s_mat) is type(x) and type(s) is type(x)
+            assert np.array_equal(to_numpy(s_mat), xh @ xh.T)
+            assert np.array_equal(to_numpy(s), xh.sum(axis=1))
+
+
+def test_int_gram_bad_input(xp):
+    with pytest.raises(ValueError, match="x: expected a 2-D"):
+        dspk.linalg.int_gram(xp.zeros((2, 3, 4), np.int16))
+    with pytest.raises(TypeError, match="float32"):
+        dspk.linalg.int_gram(xp.zeros((2, 3), np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_gpu_int16_covariance_bits_are_the_cpus(center, ddof):
+    """The GPU's covariance of int16 (sums from the product's pass, one finishing kernel)
+    gives the CPU's float64 bits."""
+    import cupy as cp
+
+    for shape in [(384, 60000), (7, 1001)]:
+        x = full_range(np, shape, np.int16, 3)
+        got = dspk.covariance(cp.asarray(x), center=center, ddof=ddof).get()
+        want = dspk.covariance(x, center=center, ddof=ddof)
+        assert np.array_equal(got, want)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def test_float_operands_are_refused(xp):
     with pytest.raises(TypeError, match="a: unsupported dtype float32; int_matmul takes"):

@@ -58,29 +58,92 @@ def test_spatial_filter_in_a_loop_prepares_once_and_sees_changes(xp):
     w = xp.asarray(dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=8))
     x = xp.asarray(rng.standard_normal((64, 3000)).astype(np.float32))
     hits = _PREPARED_FILTERS.hits
+    y = dspk.spatial_filter(w, x)                                # seen once: not prepared
+    assert len(_PREPARED_FILTERS) == 0
+    ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
+    np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-5, atol=1e-4)
     for _ in range(3):
         y = dspk.spatial_filter(w, x)
-    assert _PREPARED_FILTERS.hits == hits + 2
+    assert len(_PREPARED_FILTERS) == 1 and _PREPARED_FILTERS.hits == hits + 2
     ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
     np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-5, atol=1e-4)
     w[3, 3] += 1.0                                               # modified in place
-    y = dspk.spatial_filter(w, x)
-    ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
-    np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-5, atol=1e-4)
+    for _ in range(2):                                           # dense, then prepared again
+        y = dspk.spatial_filter(w, x)
+        ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
+        np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-5, atol=1e-4)
+    assert len(_PREPARED_FILTERS) == 2
+
+
+def test_spatial_filter_errors_on_first_and_prepared_calls(xp):
+    w = xp.eye(4, dtype=np.float32)
+    for _ in range(3):                                           # unprepared, then prepared
+        with pytest.raises(ValueError, match="w: has 4 columns but x has 5 channels"):
+            dspk.spatial_filter(w, xp.zeros((5, 100), np.float32))
+        dspk.spatial_filter(w, xp.zeros((4, 100), np.float32))
+    with pytest.raises(ValueError, match="w: expected a 2-D"):
+        dspk.spatial_filter(xp.zeros(4, np.float32), xp.zeros((4, 100), np.float32))
+    with pytest.raises(ValueError, match="w: expected a non-empty"):
+        dspk.spatial_filter(xp.zeros((0, 4), np.float32), xp.zeros((4, 100), np.float32))
+    other = np if xp is not np else None
+    if other is not None:
+        with pytest.raises(TypeError, match="mix NumPy and CuPy"):
+            dspk.spatial_filter(np.eye(4, dtype=np.float32), xp.zeros((4, 100), np.float32))
+
+
+def test_prepare_on_second_sighting():
+    built = []
+    cache = PreparedCache(lambda a: built.append(1) or a.sum(), prepare_on=2)
+    a = np.ones((3, 3))
+    assert cache.get(a) is None and built == []
+    assert cache.get(a.copy()) == 9.0 and built == [1]
+    assert cache.get(a) == 9.0 and built == [1]
+    b = a + 1
+    assert cache.get(b) is None and cache.get(a) == 9.0 and cache.get(b) == 18.0
 
 
 def test_ncc_in_a_loop_packs_the_bank_once_and_sees_changes(xp):
-    from dspk.match import _PREPARED_BANKS, ncc, ncc_direct
+    from dspk.match import _ONE_SHOT_BANKS, _PREPARED_BANKS, ncc, ncc_direct, ncc_peaks
 
     _PREPARED_BANKS.clear()
+    _ONE_SHOT_BANKS.clear()
     img = np.random.default_rng(2).integers(0, 256, (60, 70), dtype=np.uint8)
     bank = img[None, 10:18, 20:30].copy()
     img_d, bank_d = xp.asarray(img), xp.asarray(bank)
-    misses = _PREPARED_BANKS.misses
+    misses, built = _PREPARED_BANKS.misses, _ONE_SHOT_BANKS.built
     for _ in range(3):
         maps = ncc(img_d, bank_d)
-    assert _PREPARED_BANKS.misses == misses + 1
+    if xp is np:
+        assert _PREPARED_BANKS.misses == misses + 1
+    else:       # one bank per shape and stream, reloaded with the templates every call
+        assert _ONE_SHOT_BANKS.built == built + 1 and len(_PREPARED_BANKS) == 0
+    np.testing.assert_array_equal(to_numpy(maps), ncc_direct(img, bank))
     bank_d[0, 0, 0] ^= 0xFF                                      # modified in place
     bank[0, 0, 0] ^= 0xFF
     maps = ncc(img_d, bank_d)
-    np.testing.assert_allclose(to_numpy(maps), ncc_direct(img, bank), atol=2e-6)
+    np.testing.assert_array_equal(to_numpy(maps), ncc_direct(img, bank))
+    other = np.ascontiguousarray(img[None, 30:38, 40:50])        # another bank, same shape
+    np.testing.assert_array_equal(to_numpy(ncc(img_d, xp.asarray(other))),
+                                  ncc_direct(img, other))
+    found = ncc_peaks(img_d, xp.asarray(other), 0.99)
+    assert found[["template_index", "y", "x"]].tolist() == [(0, 30, 40)]
+    for y0 in (5, 6):                                            # views of the image itself
+        view = img_d[None, y0:y0 + 8, 3:13]
+        np.testing.assert_array_equal(to_numpy(ncc(img_d, view)),
+                                      ncc_direct(img, img[None, y0:y0 + 8, 3:13]))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
+def test_one_shot_ncc_follows_every_bank_of_a_shape(xp, dtype):
+    """A sequence of different banks of one shape through the one-shot call, mixed with a
+    non-contiguous one: each call's maps are those of its own templates (the reload)."""
+    from dspk.match import ncc, ncc_direct
+
+    rng = np.random.default_rng(5)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    img = rng.integers(lo, hi, (40, 90), endpoint=True).astype(dtype)
+    img_d = xp.asarray(img)
+    for i in range(4):
+        t = rng.integers(lo, hi, (3, 7, 9), endpoint=True).astype(dtype)
+        td = xp.asarray(t) if i != 2 else xp.asarray(np.asfortranarray(t))
+        np.testing.assert_array_equal(to_numpy(ncc(img_d, td)), ncc_direct(img, t))

@@ -195,11 +195,14 @@ class Int8TensorCore(Candidate):
         one, zero = _ONE_I32.ctypes.data, _ZERO_I32.ctypes.data
         ldc, plane_c = P * np_, P * mp * P * np_
 
-        def run(pa: int, pb: int, po: int) -> None:
+        def run(pa: int, pb: int, po: int, ps: int = 0) -> None:
+            """``ps``: where to write a's row sums (int64 [M]; `int_gram`, X·Xᵀ only)."""
             stream = _stream()
             base = workspace.get(stream)[0].data.ptr
             qa, qb = base, (base if sym else base + qa_n)
             c32, ra = base + off_c, base + off_r
+            if ps:
+                ra = ps
             cb = ra if sym else ra + 8 * M
             if sums:
                 memset(ra, 0, 8 * rs_n, stream)

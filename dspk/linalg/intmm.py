@@ -9,7 +9,7 @@ import numpy as np
 from .candidates_int import INT_DTYPES
 from .matmul import _plan_tables, _problem, _remember, _signature, tuner
 
-__all__ = ["int_matmul", "INT_DTYPES"]
+__all__ = ["int_matmul", "int_gram", "INT_DTYPES"]
 
 #: bound plans of int_matmul, by geometry (apart from matmul's: a float call must never find
 #: an integer plan)
@@ -65,3 +65,87 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
     if sig is not None:
         _remember(_int_plans, sig, choice, p, result, a, b, out)
     return result
+
+
+#: bound int_gram runners, by x's signature
+_gram_plans: dict = {}
+_plan_tables.append(_gram_plans)
+
+
+def int_gram(x: Any) -> tuple:
+    """The Gram matrix of the rows of an integer matrix and their sums, from one pass over it:
+    ``(x · xᵀ, x.sum(axis=1))``, both int64 and exact.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or cupy.ndarray
+        [rows, K] uint8, int8 or int16.
+
+    Returns
+    -------
+    tuple
+        (S int64 [rows, rows], s int64 [rows]), the array type of ``x``.
+
+    Notes
+    -----
+    The product is `int_matmul`'s (same candidates, same tuner key). On the GPU, when the
+    tensor-core candidate runs, the row sums are the ones its packing pass forms anyway (the
+    centring correction needs them): the channel sums of a covariance cost no second read of
+    the data. Elsewhere they are summed separately, in int64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.linalg import int_gram
+    >>> x = np.array([[1, -2, 3], [30000, 0, -32768]], dtype=np.int16)
+    >>> s_mat, s = int_gram(x)
+    >>> s_mat.tolist(), s.tolist()
+    ([[14, -68304], [-68304, 1973741824]], [2, -2768])
+    """
+    sig = _signature(x, x.T, None)
+    if sig is not None:
+        plan = _gram_plans.get(sig)
+        if plan is not None:
+            return plan(x)
+    if getattr(x, "ndim", None) != 2:
+        raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    p, s_mat = _problem(x, x.T, None, allowed=INT_DTYPES, what="int_gram",
+                        result_dtype=np.int64)
+    runner = None
+    if p.gpu and p.dtype != np.int8 and p.m and p.k:
+        choice = tuner.select(p, run=False)
+        runner = choice.candidate.bind(p) if choice.candidate.name == "int8_tensorcore" \
+            else None
+    if runner is None:
+        s_mat = int_matmul(x, x.T)
+        return s_mat, x.sum(axis=1, dtype=np.int64)
+    plan = _GramPlan(runner, p.m, p.device_id)
+    if sig is not None:
+        if len(_gram_plans) >= 64:
+            _gram_plans.pop(next(iter(_gram_plans)))
+        _gram_plans[sig] = plan
+    return plan(x)
+
+
+class _GramPlan:
+    """The tensor-core runner of X·Xᵀ for one geometry, writing the row sums it forms."""
+
+    __slots__ = ("runner", "m", "dev", "_cp")
+
+    def __init__(self, runner: Any, m: int, dev: int) -> None:
+        from ..backend import cupy_module  # noqa: PLC0415
+
+        self.runner, self.m, self.dev = runner, m, dev
+        self._cp = cupy_module()
+
+    def __call__(self, x: Any) -> tuple:
+        cp = self._cp
+        if cp.cuda.runtime.getDevice() != self.dev:
+            with cp.cuda.Device(self.dev):
+                return self(x)
+        s_mat = cp.empty((self.m, self.m), dtype=np.int64)
+        s = cp.empty(self.m, dtype=np.int64)
+        p = x.data.ptr
+        self.runner(p, p, s_mat.data.ptr, s.data.ptr)
+        return s_mat, s

@@ -9,8 +9,10 @@ modified in place is never served a stale plan, and one that comes back is recog
 the Python object holding it.
 
 The fingerprint of a CuPy array is computed on its device (dspk/kernels/fingerprint.cu: one
-pass over the bytes, a few µs for a 384 × 384 matrix, then an 8-byte copy back); of a NumPy
-array, with BLAKE2b.
+pass over the bytes, a few µs for a 384 × 384 matrix, then an 8-byte copy back, that is, a wait
+for the work queued before); of a NumPy array, with BLAKE2b. Where preparing costs less than
+that wait — a template bank on the GPU — `dspk.match` does not look the operand up at all: it
+loads it into a bank kept per shape and stream and packs it again, on the device.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ..backend import is_cupy_array
 __all__ = ["fingerprint", "PreparedCache"]
 
 _FP_BLOCK = 256
+#: contents a PreparedCache remembers having seen (not yet prepared)
+_MAX_SEEN = 64
 _FP_MAX_BLOCKS = 1024
 
 
@@ -74,6 +78,10 @@ class PreparedCache:
         operand -> the prepared object.
     max_entries : int
     max_bytes : int
+    prepare_on : int
+        Build on the ``prepare_on``-th sighting of a content; `get` returns None before (the
+        caller computes without preparation). 2 where preparing costs more than a call
+        without it: an operand used once never pays for it.
 
     Examples
     --------
@@ -90,16 +98,19 @@ class PreparedCache:
     """
 
     def __init__(self, build: Callable[[Any], Any], max_entries: int = 8,
-                 max_bytes: int = 256 << 20) -> None:
+                 max_bytes: int = 256 << 20, prepare_on: int = 1) -> None:
         self._build = build
         self.max_entries = int(max_entries)
         self.max_bytes = int(max_bytes)
+        self.prepare_on = int(prepare_on)
         self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
+        self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def get(self, operand: Any) -> Any:
-        """The prepared object for ``operand`` (built now if this content was not seen)."""
+        """The prepared object for ``operand``: built now on the ``prepare_on``-th sighting of
+        this content, None before it."""
         key = fingerprint(operand)
         with self._lock:
             hit = self._entries.get(key)
@@ -108,6 +119,12 @@ class PreparedCache:
                 self.hits += 1
                 return hit[0]
             self.misses += 1
+            seen = self._seen.pop(key, 0) + 1
+            if seen < self.prepare_on:
+                self._seen[key] = seen
+                while len(self._seen) > _MAX_SEEN:
+                    self._seen.popitem(last=False)
+                return None
         obj = self._build(operand)
         nbytes = int(operand.nbytes)
         with self._lock:
@@ -120,9 +137,10 @@ class PreparedCache:
         return obj
 
     def clear(self) -> None:
-        """Forget every prepared object."""
+        """Forget every prepared object (and every sighting)."""
         with self._lock:
             self._entries.clear()
+            self._seen.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

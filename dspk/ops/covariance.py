@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..linalg import int_matmul, matmul
+from ..linalg import int_gram, matmul
 from ._checks import channels_first_hint, traces
 
 __all__ = ["covariance", "CovarianceAccumulator"]
@@ -104,8 +104,7 @@ class CovarianceAccumulator:
             raise ValueError(f"x: chunk {x.shape} {x.dtype} does not match the first chunk "
                              f"({self._c} channels, {self._dtype}, same array type)")
         if x.dtype == np.int16:
-            s_mat = int_matmul(x, x.T)
-            s = x.sum(axis=1, dtype=np.int64)
+            s_mat, s = int_gram(x)      # the sums from the product's own pass (GPU)
             self._int = s_mat if self._int is None else self._int + s_mat
             self._s = s if self._s is None else self._s + s
         else:
@@ -159,6 +158,8 @@ class CovarianceAccumulator:
         xp = self._xp
         if self._int is not None:
             n = self.n
+            if xp is not np and (n < 2**16 or not self.center):
+                return _int_cov_gpu(self._int, self._s, n, self.ddof, self.center)
             if not self.center:
                 return self._int.astype(np.float64) / (n - self.ddof)
             s = self._s
@@ -175,3 +176,20 @@ class CovarianceAccumulator:
             return (self._int.astype(np.float64) - xp.outer(s, s).astype(np.float64) / n) / (
                 n - self.ddof)
         return (self._m2 / (self.n - self.ddof)).astype(self._dtype)
+
+
+def _int_cov_gpu(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
+    """`CovarianceAccumulator.result` of int16 sums on the GPU in one launch
+    (dspk/kernels/covariance.cu), the same float64 bits as the CPU's expression; with
+    ``center``, only while n·S − s·sᵀ is exact in int64 (n < 2^16)."""
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+    from ..kernels import grid_1d, kernel  # noqa: PLC0415
+
+    c = s_mat.shape[0]
+    out = cp.empty((c, c), dtype=np.float64)
+    denom = float(n * (n - ddof)) if center else float(n - ddof)
+    fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
+    fn(grid_1d(c * c), (256,), (cp.ascontiguousarray(s_mat), s, np.int32(c), np.int64(n),
+                                np.float64(denom), out))
+    return out
