@@ -81,6 +81,8 @@ def run(backend, small):
         x16 = xp.asarray(np.clip(xh, -32768, 32767).astype(np.int16))
         add(f"covariance {C}x{T}", "dspk.covariance (int16, exact)",
             clock.median_ms(lambda: dspk.covariance(x16)), x16.nbytes)
+        add(f"covariance {C}x{T}", "dspk.int_matmul(x16, x16.T) alone (its product)",
+            clock.median_ms(lambda: dspk.int_matmul(x16, x16.T)), x16.nbytes)
         if C == 384:
             geom = probe(C)
             t0 = time.perf_counter()
@@ -108,13 +110,21 @@ def run(backend, small):
                 clock.median_ms(lambda: dspk.spatial_filter(w_loc, x)), 2 * x.nbytes)
             w_new = w_loc.copy()
 
-            def first_call():   # a W never seen: the analysis and the kernel plan in the call
+            def first_call():   # a W never seen: the product without preparation
                 w_new[0, 0] += 1e-3
                 return dspk.spatial_filter(w_new, x)
 
             add("local whitening apply", "dspk.spatial_filter(W_local, x), one-shot on a new W "
-                "every call (prepared each time)", clock.median_ms(first_call, 5),
+                "every call (dense product on first sight)", clock.median_ms(first_call, 5),
                 2 * x.nbytes)
+            w32 = w_loc.astype(x.dtype)
+            add("local whitening apply", "peer dense xp.matmul(W_local, x) (cuBLAS/BLAS)",
+                clock.median_ms(lambda: xp.matmul(w32, x)), 2 * x.nbytes)
+            if torch is not None:
+                tw_, tx_ = (torch.as_tensor(v, device="cuda" if gpu else "cpu")
+                            for v in (w32, x))
+                add("local whitening apply", "peer dense torch.matmul(W_local, x)",
+                    clock.median_ms(lambda: torch.matmul(tw_, tx_)), 2 * x.nbytes)
             for name, impl in f_loc.implementations(x).items():
                 add("local whitening apply", f"candidate {name}",
                     clock.median_ms(impl), 2 * x.nbytes)
