@@ -47,23 +47,29 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
         return super()._get_help_string(action)
 
 
-def _close(rec: Any) -> None:
-    close = getattr(rec, "close", None)
-    if close is not None:
-        close()
+def _open_options(args: argparse.Namespace) -> dict:
+    """The input options (``_input_options``) as `dspk.open_recording` keywords, those given
+    only (the others keep open_recording's defaults); ``--probe`` read into ``geometry``."""
+    from .io import read_probe  # noqa: PLC0415
+
+    options = {key: getattr(args, key) for key in ("dataset", "fs", "n_channels", "dtype",
+                                                   "gain_to_uv")
+               if getattr(args, key) is not None}
+    if args.header_bytes:
+        options["header_bytes"] = args.header_bytes
+    if args.probe is not None:      # one probe for every recording
+        options["geometry"] = read_probe(args.probe, n_channels=args.n_channels)
+    return options
 
 
 def _open(args: argparse.Namespace, dataset: str | None = None) -> Any:
     """The input recording, with the geometry of ``--probe`` and the flat-binary options."""
-    from .io import open_recording, read_probe  # noqa: PLC0415
+    from .io import open_recording  # noqa: PLC0415
 
-    geometry = None
-    if args.probe is not None:
-        geometry = read_probe(args.probe, n_channels=args.n_channels)
-    return open_recording(args.input, dataset=dataset if dataset is not None else args.dataset,
-                          fs=args.fs, n_channels=args.n_channels, dtype=args.dtype,
-                          header_bytes=args.header_bytes, gain_to_uv=args.gain_to_uv,
-                          geometry=geometry)
+    options = _open_options(args)
+    if dataset is not None:
+        options["dataset"] = dataset
+    return open_recording(args.input, **options)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -119,8 +125,7 @@ def _info_file(args: argparse.Namespace) -> int:
             print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
     names = series if (series and args.dataset is None) else [args.dataset]
     for name in names:
-        rec = _open(args, dataset=name)
-        try:
+        with _open(args, dataset=name) as rec:
             print(f"{rec.source}")
             print(f"  {rec.n_channels} channels x {rec.n_samples} samples {rec.dtype}, "
                   f"{rec.fs:g} Hz, {rec.duration_s:.3f} s")
@@ -140,19 +145,26 @@ def _info_file(args: argparse.Namespace) -> int:
             else:
                 lo, hi = rec.geometry.min(axis=0), rec.geometry.max(axis=0)
                 print(f"  geometry: x {lo[0]:g}..{hi[0]:g} µm, y {lo[1]:g}..{hi[1]:g} µm")
-        finally:
-            _close(rec)
     return 0
 
 
-def _pipeline(args: argparse.Namespace, **extra: Any) -> Any:
+def _pipeline_options(args: argparse.Namespace) -> dict:
+    """The pipeline options (``_pipeline_args``, and ``--detect``/``--threshold`` where the
+    command has them) as `Pipeline.from_options` keywords: the one mapping from the command
+    line to a pipeline (``dspk preprocess``, ``tune`` and ``preprocess-many``)."""
+    options = dict(highpass=args.highpass or None,
+                   bandpass=tuple(args.bandpass) if args.bandpass else None,
+                   reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
+                   backend=args.backend or "auto")
+    if getattr(args, "detect", False):
+        options.update(detect=True, detect_threshold=args.threshold)
+    return options
+
+
+def _pipeline(args: argparse.Namespace) -> Any:
     from .pipeline import Pipeline  # noqa: PLC0415
 
-    return Pipeline.from_options(
-        highpass=args.highpass or None,
-        bandpass=tuple(args.bandpass) if args.bandpass else None,
-        reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
-        backend=args.backend or "auto", **extra)
+    return Pipeline.from_options(**_pipeline_options(args))
 
 
 def _preprocess(args: argparse.Namespace) -> int:
@@ -162,9 +174,8 @@ def _preprocess(args: argparse.Namespace) -> int:
     import numpy as np  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    pipe = _pipeline(args, detect=args.detect, detect_threshold=args.threshold)
-    rec = _open(args)
-    try:
+    pipe = _pipeline(args)
+    with _open(args) as rec:
         print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
@@ -178,9 +189,7 @@ def _preprocess(args: argparse.Namespace) -> int:
                        progress=not args.quiet)
         dt = time.perf_counter() - t0
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
-              f"{'gpu' if pipe._xp().__name__ == 'cupy' else 'cpu'} backend)")
-    finally:
-        _close(rec)
+              f"{'gpu' if pipe.xp.__name__ == 'cupy' else 'cpu'} backend)")
     return 0
 
 
@@ -188,23 +197,11 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     import numpy as np  # noqa: PLC0415
 
     from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
-    from .io import read_probe  # noqa: PLC0415
 
-    backend = args.backend or "auto"
-    options = dict(highpass=None if not args.highpass else args.highpass,
-                   bandpass=tuple(args.bandpass) if args.bandpass else None,
-                   reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
-                   backend=backend, chunk_s=args.chunk,
-                   output_dtype=np.int16 if args.int16 else np.float32,
-                   overwrite=args.overwrite)
-    for key in ("dataset", "fs", "n_channels", "dtype", "gain_to_uv"):
-        if getattr(args, key) is not None:
-            options[key] = getattr(args, key)
-    if args.header_bytes:
-        options["header_bytes"] = args.header_bytes
-    if args.probe is not None:      # one probe for every recording
-        options["geometry"] = read_probe(args.probe, n_channels=args.n_channels)
-    client = cluster_client(args.scheduler, args.workers, gpu=backend == "gpu")
+    options = {**_pipeline_options(args), **_open_options(args), "chunk_s": args.chunk,
+               "output_dtype": np.int16 if args.int16 else np.float32,
+               "overwrite": args.overwrite}
+    client = cluster_client(args.scheduler, args.workers, gpu=options["backend"] == "gpu")
     try:
         results = preprocess_many(args.pattern, args.outdir, client=client, **options)
     finally:
@@ -228,15 +225,12 @@ def _tune(args: argparse.Namespace) -> int:
     from .linalg.tuner import cache_path  # noqa: PLC0415
 
     pipe = _pipeline(args)
-    rec = _open(args)
-    try:
+    with _open(args) as rec:
         t0 = time.perf_counter()
         pipe.tune(rec, args.chunk)
         chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
         print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
               f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
-    finally:
-        _close(rec)
     return 0
 
 
@@ -265,7 +259,7 @@ def _input_options(p: argparse.ArgumentParser) -> None:
                    help="where to compute (when not given: $DSPK_BACKEND, else auto)")
 
 
-def _pipeline_options(p: argparse.ArgumentParser) -> None:
+def _pipeline_args(p: argparse.ArgumentParser) -> None:
     band = p.add_mutually_exclusive_group()
     band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
                       help="FIR high-pass cutoff in Hz (0: none)")
@@ -335,7 +329,7 @@ def parser() -> argparse.ArgumentParser:
                     "missing; a killed job continues with --resume.")
     p_pre.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
     p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file")
-    _pipeline_options(p_pre)
+    _pipeline_args(p_pre)
     p_pre.add_argument("--int16", action="store_true",
                        help="scaled int16 output (else float32)")
     p_pre.add_argument("--detect", action="store_true",
@@ -366,7 +360,7 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--workers", type=int, default=None,
                        help="local worker processes (when not given: one per core; with "
                             "--backend gpu and dask-cuda, one per GPU)")
-    _pipeline_options(p_many)
+    _pipeline_args(p_many)
     p_many.add_argument("--int16", action="store_true",
                         help="scaled int16 output (else float32)")
     p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
@@ -375,7 +369,7 @@ def parser() -> argparse.ArgumentParser:
                      "Fit the pipeline on IN and push a chunk through it, so that every "
                      "tuner decision a job will need is in the cache before it starts.")
     p_tune.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
-    _pipeline_options(p_tune)
+    _pipeline_args(p_tune)
     p_tune.set_defaults(func=_tune)
     p_cache = command("tune-cache", "show or clear the tuner's stored choices")
     p_cache.add_argument("action", choices=("show", "clear"),

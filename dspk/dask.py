@@ -2,10 +2,12 @@
 blocks with halos, and many recordings fanned out over a ``dask.distributed`` cluster.
 
 Nothing here computes on its own: every block runs the single-process code path
-(`Pipeline._run_steps` on a NumPy or CuPy block, `dspk.io` for reading, `Pipeline.run` for
-writing), so a result is the single-process result. Needs the optional extra ``dask``
-(``pip install dspk[dask]``); dask-cuda's ``LocalCUDACluster`` is used for GPU workers when
-installed (one worker per visible GPU).
+(`Pipeline.apply` on a NumPy or CuPy block, `Pipeline.block` for a fit chunk, `dspk.io` for
+reading, `Pipeline.run` and `Pipeline.run_span` for writing, `dspk.pipeline.job` for the
+output files), so a result is the single-process result. Workers open recordings for
+themselves from `dspk.io.Recording.spec`; only public API of the pipeline is used here.
+Needs the optional extra ``dask`` (``pip install dspk[dask]``); dask-cuda's
+``LocalCUDACluster`` is used for GPU workers when installed (one worker per visible GPU).
 
 Examples
 --------
@@ -25,16 +27,18 @@ import glob
 import logging
 import os
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .backend import resolve_backend
-from .io import Recording, open_recording
+from .io import Recording, RecordingSpec, open_recording
 from .ops import CovarianceAccumulator
-from .pipeline import FIT_CHUNKS, FIT_CHUNK_S, Pipeline, PipelineError, Whiten, _fit_chunks
+from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, PipelineError, Whiten, fit_spans
+from .pipeline.job import (LAYOUTS, PartialOutput, check_output, chunk_samples, int16_scale,
+                           job_record, opened, write_metadata)
 
 __all__ = ["to_dask", "apply", "fit", "to_hdf5", "run_split", "preprocess_many", "cluster_client",
            "close_client"]
@@ -55,46 +59,28 @@ def _dask_array() -> Any:
     return da
 
 
-class _Source:
-    """A recording that a worker process can reopen: the arguments of `open_recording` (a
-    path and its options) or an in-memory recording (pickled whole; it holds no file)."""
+class _Reopened:
+    """A recording as a task carries it: its `Recording.spec` (a worker opens its own handle
+    on first use, and keeps it for the tasks that carry this object; an in-memory recording
+    travels whole)."""
 
-    def __init__(self, recording: Any, options: dict) -> None:
-        if isinstance(recording, (str, os.PathLike)):
-            self.path, self.options, self.rec = os.fspath(recording), dict(options), None
-        else:
-            if getattr(recording, "path", None) is not None:     # a file: reopen it there
-                self.path = recording.path
-                self.options = {"fs": recording.fs, "gain_to_uv": recording.gain_to_uv,
-                                "offset_to_uv": recording.offset_to_uv,
-                                "geometry": recording.geometry, **options}
-                if hasattr(recording, "header_bytes"):           # a flat binary
-                    self.options.update(n_channels=recording.n_channels,
-                                        dtype=recording.dtype,
-                                        header_bytes=recording.header_bytes)
-                else:                                            # HDF5 / NWB
-                    self.options.update(dataset=recording.dataset, layout=recording.layout)
-                self.rec = None
-            else:
-                self.path, self.options, self.rec = None, {}, recording
+    def __init__(self, recording: Recording) -> None:
+        self.spec: RecordingSpec = recording.spec()
         self._open: Recording | None = None
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "options": self.options, "rec": self.rec}
+        return {"spec": self.spec}             # never the handle
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._open = None
+        self.spec, self._open = state["spec"], None
 
     def get(self) -> Recording:
-        if self.rec is not None:
-            return self.rec
         if self._open is None:
-            self._open = open_recording(self.path, **self.options)
+            self._open = self.spec.open()
         return self._open
 
 
-def _read(source: _Source, start: int, stop: int) -> np.ndarray:
+def _read(source: _Reopened, start: int, stop: int) -> np.ndarray:
     return np.asarray(source.get().read(start, stop))
 
 
@@ -137,22 +123,22 @@ def to_dask(recording: Any, chunk: int | None = None, **open_options: Any) -> An
     import dask  # noqa: PLC0415
 
     da = _dask_array()
-    rec = open_recording(recording, **open_options) if isinstance(
-        recording, (str, os.PathLike)) else recording
-    if not isinstance(rec, Recording):
+    if not isinstance(recording, (str, os.PathLike, Recording)):
         raise TypeError(f"recording: expected a path or a dspk Recording, got "
                         f"{type(recording).__name__}")
-    chunk = int(round(CHUNK_S * rec.fs)) if chunk is None else int(chunk)
-    if chunk < 1:
-        raise ValueError(f"chunk: expected a positive number of samples, got {chunk}")
-    source = _Source(rec, open_options)
-    blocks = []
-    for s0 in range(0, rec.n_samples, chunk):
-        s1 = min(rec.n_samples, s0 + chunk)
-        blocks.append(da.from_delayed(dask.delayed(_read)(source, s0, s1),
-                                      shape=(rec.n_channels, s1 - s0), dtype=np.float32))
-    arr = da.concatenate(blocks, axis=1)
-    arr.fs = rec.fs            # for apply(): the sampling rate travels with the array
+    # a recording opened here is closed when the graph is made: the blocks reopen it
+    with opened(recording, **open_options) as rec:
+        chunk = int(round(CHUNK_S * rec.fs)) if chunk is None else int(chunk)
+        if chunk < 1:
+            raise ValueError(f"chunk: expected a positive number of samples, got {chunk}")
+        source = _Reopened(rec)
+        blocks = []
+        for s0 in range(0, rec.n_samples, chunk):
+            s1 = min(rec.n_samples, s0 + chunk)
+            blocks.append(da.from_delayed(dask.delayed(_read)(source, s0, s1),
+                                          shape=(rec.n_channels, s1 - s0), dtype=np.float32))
+        arr = da.concatenate(blocks, axis=1)
+        arr.fs = rec.fs            # for apply(): the sampling rate travels with the array
     return arr
 
 
@@ -201,13 +187,12 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     if getattr(darray, "ndim", None) != 2:
         raise ValueError(f"darray: expected a 2-D [channels, samples] dask array, got "
                          f"{getattr(darray, 'shape', None)}")
-    if any(isinstance(s, Whiten) and "W" not in st
-           for s, st in zip(pipeline.steps, pipeline.states)):
-        raise PipelineError("the pipeline's whitening is not fitted (Pipeline.fit or "
-                            "dspk.dask.fit first)")
-    if any(type(s).__name__ == "Detect" for s in pipeline.steps):
+    if pipeline.detector is not None:
         raise PipelineError("apply: the Detect step writes spikes, not traces; run "
                             "preprocess_many (Pipeline.run) for detection")
+    if not pipeline.is_fitted:
+        raise PipelineError("the pipeline's whitening is not fitted (Pipeline.fit or "
+                            "dspk.dask.fit first)")
     darray = darray.rechunk({0: -1})         # all channels in each block (spatial steps)
     m = pipeline.margin(fs)
     n = darray.shape[1]
@@ -223,6 +208,8 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
         darray = darray.rechunk({1: tuple(chunks)})
     starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
 
+    from dask.array.utils import meta_from_array  # noqa: PLC0415
+
     gpu = resolve_backend(pipeline.backend) == "gpu"
 
     def block(x: Any, block_info: Any = None) -> Any:
@@ -234,11 +221,11 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
             y = cupy.asarray(x).astype(pipeline.dtype, copy=False)
         else:
             y = x.astype(pipeline.dtype, copy=True)
-        y = pipeline._run_steps(y, fs, int(starts[i]) - m, n)
+        y = pipeline.apply(y, fs, int(starts[i]) - m, n)
         return y.get() if host and not isinstance(y, np.ndarray) else y
 
     out = darray.map_overlap(block, depth={0: 0, 1: m}, boundary=0, dtype=pipeline.dtype,
-                             meta=darray._meta.astype(pipeline.dtype))
+                             meta=meta_from_array(darray, dtype=pipeline.dtype))
     out.fs = fs
     return out
 
@@ -265,11 +252,8 @@ def _new_output(out_path: str, layout: str, overwrite: bool, rec: Any = None) ->
     """The output's path, after the checks every writer of this module makes (those of
     `Pipeline.run`: not the input, not an existing file unless ``overwrite``, a folder that
     exists and is writable)."""
-    from .pipeline import _check_output  # noqa: PLC0415
-
-    out = Path(out_path)
-    _check_output(out, rec, overwrite)
-    if layout not in ("samples_channels", "channels_samples"):
+    out = check_output(out_path, rec, overwrite)
+    if layout not in LAYOUTS:
         raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
                          f"{layout!r}")
     return out
@@ -330,43 +314,43 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
         raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
     c, n = darray.shape
     shape = (n, c) if layout == "samples_channels" else (c, n)
-    partial = out.with_name(out.name + ".partial")
-    partial.unlink(missing_ok=True)
-    with new_file(partial) as f:
-        dset = create_contiguous(f, "traces", shape, dtype)
-        dset.attrs["layout"] = layout
-        fs = fs or getattr(darray, "fs", None)
-        if fs is not None:
-            dset.attrs["fs"] = fs
-            f.attrs["fs"] = fs
-        offset = raw_offset(dset)
-    darray = darray.rechunk({0: -1})
-    starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
-    done = darray.map_blocks(_write_block, str(partial), offset, shape, dtype.str, starts,
-                             layout == "samples_channels", dtype=np.int8, chunks=(1, 1))
-    try:
+    files = PartialOutput(out)
+    files.discard()
+    # a failed block: no file that could pass for an output
+    with files.writing() as partial:
+        with new_file(partial) as f:
+            dset = create_contiguous(f, "traces", shape, dtype)
+            dset.attrs["layout"] = layout
+            fs = fs or getattr(darray, "fs", None)
+            if fs is not None:
+                dset.attrs["fs"] = fs
+                f.attrs["fs"] = fs
+            offset = raw_offset(dset)
+        darray = darray.rechunk({0: -1})
+        starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
+        done = darray.map_blocks(_write_block, str(partial), offset, shape, dtype.str, starts,
+                                 layout == "samples_channels", dtype=np.int8, chunks=(1, 1))
         if client is not None:
             client.compute(done).result()
         else:
             dask.compute(done)
-    except BaseException:       # a failed block: no file that could pass for an output
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(out)
     return out
 
 
-def _span_job(pipeline: Pipeline, source: _Source, path: str, offset: int, s0: int, s1: int,
-              chunk_s: float, dtype: str, scale: float, layout: str) -> dict:
+def _span_job(pipeline: Pipeline, source: _Reopened, path: str, offset: int, s0: int,
+              s1: int, chunk_s: float, dtype: str, scale: float, layout: str,
+              on_chunk: Callable[[int], Any] | None) -> dict:
     """One span of a split job, in a worker: `Pipeline.run_span` into the prepared file."""
     return pipeline.run_span(source.get(), path, offset, s0, s1, chunk_s=chunk_s,
-                             output_dtype=dtype, scale=scale, layout=layout)
+                             output_dtype=dtype, scale=scale, layout=layout,
+                             on_chunk=on_chunk)
 
 
 def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = None,
               spans: int | None = None, chunk_s: float = 1.0, output_dtype: Any = np.float32,
               output_scale: float | None = None, layout: str = "samples_channels",
-              overwrite: bool = False, **open_options: Any) -> Path:
+              overwrite: bool = False, on_chunk: Callable[[int], Any] | None = None,
+              **open_options: Any) -> Path:
     """One long recording split over the workers in spans of whole chunks, each span run by a
     worker with `Pipeline.run`'s own chunk loop (reads ahead, computes on the worker's GPU or
     CPU, writes behind) into one prepared output — the bytes `Pipeline.run` writes.
@@ -392,6 +376,10 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
         Number of spans (default: one per worker of ``client``, else 1).
     chunk_s, output_dtype, output_scale, layout, overwrite :
         As for `Pipeline.run` (uncompressed output).
+    on_chunk : callable, optional
+        ``on_chunk(samples_done)`` in the worker after each chunk of its span is written,
+        with the span's samples done so far (`Pipeline.run_span`); pickled to the workers
+        (a module-level function or an instance of a module-level class).
     **open_options
         `open_recording` keywords, also used by the workers that reopen the file.
 
@@ -422,60 +410,64 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     True
     >>> tmp.cleanup()
     """
+    with opened(recording, **open_options) as rec:
+        return _run_split(pipeline, rec, out_path, client, spans, chunk_s, output_dtype,
+                          output_scale, layout, overwrite, on_chunk)
+
+
+def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
+               spans: int | None, chunk_s: float, output_dtype: Any,
+               output_scale: float | None, layout: str, overwrite: bool,
+               on_chunk: Callable[[int], Any] | None) -> Path:
     import dask  # noqa: PLC0415
 
     from .io.rawio import create_contiguous, new_file, raw_offset  # noqa: PLC0415
 
-    rec = open_recording(recording, **open_options) if isinstance(
-        recording, (str, os.PathLike)) else recording
     out = _new_output(out_path, layout, overwrite, rec)
     out_dtype = np.dtype(output_dtype)
     if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
         raise ValueError(f"output_dtype: expected float32 or int16, got {out_dtype}")
-    if pipeline._detector() is not None:
+    if pipeline.detector is not None:
         raise PipelineError("run_split: the Detect step writes spikes; use preprocess_many")
     pipeline.check(rec)
-    if any(isinstance(s, Whiten) and "W" not in st
-           for s, st in zip(pipeline.steps, pipeline.states)):
+    if not pipeline.is_fitted:
         # without a client, the fit's tasks run where the spans will: in this process's
         # threads, not on a global default client
         with dask.config.set(scheduler="threads") if client is None else nullcontext():
-            fit(pipeline, rec, client=client, **open_options)
+            fit(pipeline, rec, client=client)
     pipeline.fs = rec.fs
-    whitened = any(isinstance(s, Whiten) for s in pipeline.steps)
-    scale = float(output_scale or (0.01 if whitened else 0.1)) \
-        if out_dtype == np.int16 else 1.0
+    scale = int16_scale(out_dtype, output_scale,
+                        any(isinstance(s, Whiten) for s in pipeline.steps))
     n, c = rec.n_samples, rec.n_channels
-    chunk = max(1, int(round(chunk_s * rec.fs)))
+    chunk = chunk_samples(chunk_s, rec.fs)
     if spans is None:
         spans = len(client.scheduler_info()["workers"]) if client is not None else 1
     n_chunks = -(-n // chunk)
     spans = max(1, min(int(spans), n_chunks))
     bounds = [min(n, (i * n_chunks // spans) * chunk) for i in range(spans + 1)]
     t0 = time.perf_counter()
-    partial = out.with_name(out.name + ".partial")
-    partial.unlink(missing_ok=True)
-    with new_file(partial) as f:
-        shape = (n, c) if layout == "samples_channels" else (c, n)
-        dset = create_contiguous(f, "traces", shape, out_dtype)
-        pipeline._save_metadata(f, rec, pipeline._job_record(rec, chunk, out_dtype, scale,
-                                                             layout, None))
-        offset = raw_offset(dset)
-    source = _Source(rec, open_options)
-    tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
-                                     out_dtype.str, scale, layout)
-             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    t1 = time.perf_counter()
-    try:
+    files = PartialOutput(out)
+    files.discard()
+    # a failed span leaves no file that could pass for an output
+    with files.writing() as partial:
+        with new_file(partial) as f:
+            shape = (n, c) if layout == "samples_channels" else (c, n)
+            dset = create_contiguous(f, "traces", shape, out_dtype)
+            # the metadata and fitted state of Pipeline.run's output: the same file
+            write_metadata(f, rec, job_record(pipeline.fingerprint(), rec, chunk, out_dtype,
+                                              scale, layout, None), pipeline.options())
+            pipeline.write_fitted(f, rec.fs)
+            offset = raw_offset(dset)
+        source = _Reopened(rec)
+        tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
+                                         out_dtype.str, scale, layout, on_chunk)
+                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        t1 = time.perf_counter()
         if client is not None:
             timings = client.gather(client.compute(tasks))
         else:
             timings = dask.compute(*tasks, scheduler="threads")
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    t2 = time.perf_counter()
-    partial.replace(out)
+        t2 = time.perf_counter()
     log.info("run_split %s: output prepared in %.3f s, %d span(s) in %.3f s", out.name,
              t1 - t0, len(tasks), t2 - t1)
     for t in timings:
@@ -485,17 +477,14 @@ def run_split(pipeline: Pipeline, recording: Any, out_path: str, client: Any = N
     return out
 
 
-def _partial_covariance(pipeline: Pipeline, source: _Source, s0: int, s1: int, k: int,
+def _partial_covariance(pipeline: Pipeline, source: _Reopened, s0: int, s1: int, k: int,
                         xp_name: str) -> CovarianceAccumulator:
     """One fit chunk through the steps before step k, as a CovarianceAccumulator."""
-    rec = source.get()
     xp = np
     if xp_name == "cupy":
         import cupy as xp  # noqa: PLC0415
-    m = sum(s.margin(rec.fs) for s in pipeline.steps[:k])
-    x = pipeline._block(rec, s0, s1, xp, upto=k, margin=m)
     acc = CovarianceAccumulator()
-    acc.add(x[:, m:m + (s1 - s0)])
+    acc.add(pipeline.block(source.get(), s0, s1, upto=k, xp=xp))
     return acc
 
 
@@ -540,25 +529,25 @@ def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
     """
     import dask  # noqa: PLC0415
 
-    rec = open_recording(recording, **open_options) if isinstance(
-        recording, (str, os.PathLike)) else recording
-    source = _Source(rec, open_options)
-    pipeline.fs = rec.fs
-    xp_name = pipeline._xp().__name__
-    for k, step in enumerate(pipeline.steps):
-        if not isinstance(step, Whiten):
-            continue
-        if step.mode == "local" and rec.geometry is None:
-            raise PipelineError("whiten='local' needs the recording's geometry")
-        spans = _fit_chunks(rec.n_samples, rec.fs, seed, FIT_CHUNKS, FIT_CHUNK_S)
-        tasks = [dask.delayed(_partial_covariance)(pipeline, source, s0, s1, k, xp_name)
-                 for s0, s1 in spans]
-        parts = client.gather(client.compute(tasks)) if client is not None else \
-            list(dask.compute(*tasks))
-        acc = parts[0]
-        for part in parts[1:]:
-            acc.merge(part)
-        pipeline._set_whitening(k, acc, rec)
+    with opened(recording, **open_options) as rec:
+        source = _Reopened(rec)
+        pipeline.fs = rec.fs
+        # the caller's backend decides where the chunks are computed (as Pipeline.fit)
+        xp_name = pipeline.xp.__name__
+        for k, step in enumerate(pipeline.steps):
+            if not isinstance(step, Whiten):
+                continue
+            if step.mode == "local" and rec.geometry is None:
+                raise PipelineError("whiten='local' needs the recording's geometry")
+            spans = fit_spans(rec.n_samples, rec.fs, seed, FIT_CHUNKS, FIT_CHUNK_S)
+            tasks = [dask.delayed(_partial_covariance)(pipeline, source, s0, s1, k, xp_name)
+                     for s0, s1 in spans]
+            parts = client.gather(client.compute(tasks)) if client is not None else \
+                list(dask.compute(*tasks))
+            acc = parts[0]
+            for part in parts[1:]:
+                acc.merge(part)
+            pipeline.set_fitted(k, step.fit(acc, rec.geometry))
     return pipeline
 
 
@@ -630,19 +619,7 @@ OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry"
 PIPELINE_KEYS = {"highpass", "bandpass", "reference", "whiten", "n_neighbors", "backend",
                  "dtype_processing", "detect", "detect_threshold"}
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
-            "overwrite"}
-
-
-@contextmanager
-def _opened(path: str, open_options: dict) -> Iterator[Recording]:
-    """A recording opened for one task and closed after it (files hold a handle)."""
-    rec = open_recording(path, **open_options)
-    try:
-        yield rec
-    finally:
-        close = getattr(rec, "close", None)
-        if close is not None:
-            close()
+            "overwrite", "on_chunk"}
 
 
 def _pipeline(pipe_options: dict) -> Pipeline:
@@ -659,14 +636,14 @@ def _job(path: str, out: str, open_options: dict, pipe_options: dict,
     run = dict(run_options)
     if "layout_out" in run:
         run["layout"] = run.pop("layout_out")
-    with _opened(path, open_options) as rec:
+    with open_recording(path, **open_options) as rec:
         return str(_pipeline(pipe_options).run(rec, out, resume=True, progress=False, **run))
 
 
 def _tune_job(path: str, open_options: dict, pipe_options: dict, chunk_s: float) -> None:
     """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
     cache before the jobs start."""
-    with _opened(path, open_options) as rec:
+    with open_recording(path, **open_options) as rec:
         _pipeline(pipe_options).tune(rec, chunk_s)
 
 
@@ -675,8 +652,8 @@ def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
     one class need the same tuner decisions (None if it cannot be opened: its job reports
     why)."""
     try:
-        with _opened(path, open_options) as rec:
-            chunk = max(1, int(round(chunk_s * rec.fs)))
+        with open_recording(path, **open_options) as rec:
+            chunk = chunk_samples(chunk_s, rec.fs)
             last = rec.n_samples - (rec.n_samples - 1) // chunk * chunk
             return rec.n_channels, rec.fs, min(rec.n_samples, chunk), int(last).bit_length()
     except Exception:   # reported by its own job
@@ -732,7 +709,8 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         `open_recording` keywords (dataset, fs, n_channels, ...), `Pipeline.from_options`
         keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
         ``dtype_processing`` for its dtype) and `Pipeline.run` keywords (chunk_s,
-        output_dtype, output_scale, compression, overwrite; ``layout_out`` for its layout).
+        output_dtype, output_scale, compression, overwrite; ``layout_out`` for its layout;
+        ``on_chunk``, called in the worker after each committed chunk, pickled to it).
 
     Returns
     -------

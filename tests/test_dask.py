@@ -17,6 +17,8 @@ import pytest
 import dspk
 from dspk.pipeline import Pipeline
 
+from .killable import KillAfter
+
 pytest.importorskip("distributed")
 dd = pytest.importorskip("dspk.dask")
 
@@ -41,7 +43,6 @@ def single_process(path, out, **options):
     code = ("import sys, dspk\n"
             f"dspk.preprocess({str(path)!r}, {str(out)!r}, progress=False, **{options!r})\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    env.pop("DSPK_KILL_AFTER_SAMPLES", None)
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stderr
@@ -115,13 +116,11 @@ def test_a_killed_worker_is_retried_and_its_output_is_complete(tmp_path, monkeyp
     from distributed import Client, LocalCluster
 
     paths = [write_recording(tmp_path / f"k{i}.h5", n=36000, seed=10 + i) for i in range(2)]
-    monkeypatch.setenv("DSPK_KILL_AFTER_SAMPLES", "9000")
-    monkeypatch.setenv("DSPK_KILL_ONCE_FILE", str(tmp_path / "killed-once"))
+    kill = KillAfter(9000, once_file=tmp_path / "killed-once")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as c:
         res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=c,
-                                 whiten="global", backend="cpu", chunk_s=0.1)
-    monkeypatch.delenv("DSPK_KILL_AFTER_SAMPLES")
+                                 whiten="global", backend="cpu", chunk_s=0.1, on_chunk=kill)
     assert (tmp_path / "killed-once").exists()          # a worker did die mid-job
     for p in paths:
         assert res[str(p)] == str(tmp_path / "out" / f"{p.stem}.h5")
@@ -283,11 +282,11 @@ def test_run_split_with_a_killed_worker_ends_with_the_single_process_bytes(tmp_p
     path = write_recording(tmp_path / "r.h5", n=36000, seed=8)
     p = Pipeline.from_options(whiten="global", backend="cpu").fit(dspk.open_recording(path))
     ref = p.run(dspk.open_recording(path), tmp_path / "one.h5", chunk_s=0.1, progress=False)
-    monkeypatch.setenv("DSPK_KILL_AFTER_SAMPLES", "6000")
-    monkeypatch.setenv("DSPK_KILL_ONCE_FILE", str(tmp_path / "killed-once"))
+    kill = KillAfter(6000, once_file=tmp_path / "killed-once")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as c:
-        out = dd.run_split(p, path, tmp_path / "split.h5", client=c, spans=2, chunk_s=0.1)
+        out = dd.run_split(p, path, tmp_path / "split.h5", client=c, spans=2, chunk_s=0.1,
+                           on_chunk=kill)
     assert (tmp_path / "killed-once").exists()
     np.testing.assert_array_equal(traces(out), traces(ref))
 

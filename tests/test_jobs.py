@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import dspk
-import dspk.pipeline as pl
 from dspk.io import RecordingError
 from dspk.pipeline import Pipeline, PipelineError
+from dspk.pipeline.job import PartialOutput
 
 from .killable import run_killable_job
 
@@ -170,15 +170,15 @@ def test_an_interrupted_job_keeps_its_partial_file_and_resumes(tmp_path, monkeyp
     p = Pipeline.from_options(whiten="global")
     whole = p.run(rec, tmp_path / "whole.h5", chunk_s=0.2, progress=False)
     calls = {"n": 0}
-    real = pl._write_json
+    real = PartialOutput.record
 
-    def interrupted(path, obj):
+    def interrupted(self, job, done, spikes):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        real(path, obj)
+        real(self, job, done, spikes)
 
-    monkeypatch.setattr(pl, "_write_json", interrupted)
+    monkeypatch.setattr(PartialOutput, "record", interrupted)
     with pytest.raises(KeyboardInterrupt):
         p.run(rec, tmp_path / "o.h5", chunk_s=0.2, progress=False)
     monkeypatch.undo()

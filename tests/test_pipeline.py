@@ -172,23 +172,23 @@ def test_preprocess_takes_the_pipeline_keywords_too(tmp_path):
 
 
 def test_a_failed_write_leaves_no_complete_looking_output(tmp_path, monkeypatch):
-    """A full disk (the write raises ENOSPC mid-job): the error reaches the caller, the output
+    """A full disk (a write raises ENOSPC mid-job): the error reaches the caller, the output
     name does not exist, the partial file is left for --resume, the input is untouched."""
     import errno
 
-    import dspk.pipeline as pl
+    from dspk.pipeline.job import PartialOutput
 
     rec = recording()
     calls = {"n": 0}
-    real = pl._write_json
+    real = PartialOutput.record
 
-    def full_disk(path, obj):
+    def full_disk(self, job, done, spikes):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, obj)
+        real(self, job, done, spikes)
 
-    monkeypatch.setattr(pl, "_write_json", full_disk)
+    monkeypatch.setattr(PartialOutput, "record", full_disk)
     before = rec.read(scaled=False).copy()
     with pytest.raises(OSError, match="No space left"):
         Pipeline.from_options(whiten=None).run(rec, tmp_path / "o.h5", chunk_s=0.3,
@@ -274,7 +274,7 @@ def _sources(tmp_path, kind):
 def test_gpu_raw_transfer_equals_scaled_read(tmp_path, monkeypatch, kind):
     """The GPU job moves raw samples and scales them on the device: the same bits as reading
     scaled µV on the host, for every source, both output types and layouts."""
-    import dspk.pipeline as pl
+    import dspk.pipeline.job as job
 
     rec = _sources(tmp_path, kind)
     p = Pipeline.from_options(whiten="local", n_neighbors=6, backend="gpu").fit(rec)
@@ -282,7 +282,7 @@ def test_gpu_raw_transfer_equals_scaled_read(tmp_path, monkeypatch, kind):
         opts = dict(chunk_s=0.4, output_dtype=dtype, layout=layout, progress=False,
                     overwrite=True)
         fast = traces(p.run(rec, tmp_path / "fast.h5", **opts))
-        monkeypatch.setattr(pl, "_native", lambda rec, xp: False)
+        monkeypatch.setattr(job, "raw_transfer", lambda rec, xp: False)
         slow = traces(p.run(rec, tmp_path / "slow.h5", **opts))
         monkeypatch.undo()
         np.testing.assert_array_equal(fast, slow)

@@ -21,10 +21,11 @@ from .layout import to_channels_first
 from .openephys import OEBIN, OpenEphysRecording, find_oebins
 from .probe import read_probe
 from .recording import (MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording, BinaryRecording,
-                        Recording, RecordingError, SpikeInterfaceRecording)
+                        Recording, RecordingError, RecordingSpec, SpikeInterfaceRecording)
 from .spikeglx import SpikeGLXRecording, meta_path
 
-__all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "ArrayRecording",
+__all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingSpec",
+           "ArrayRecording",
            "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
            "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
            "to_channels_first",

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .recording import LAYOUTS, Recording, RecordingError, _layout, _select
+from .recording import (LAYOUTS, Recording, RecordingError, RecordingSpec, _layout, _resolved,
+                        _select)
 
 FS_ATTRS = ("fs", "sampling_rate", "sampling_frequency", "rate", "sample_rate")
 #: HDF5 filter ids
@@ -302,6 +303,7 @@ class HDF5Recording(Recording):
             f.close()
             raise
         self.path, self.dataset, self.layout = path, dset.name, layout
+        self._allow_external_links = allow_external_links
         self._file, self._dset = f, _with_chunk_cache(f, dset)
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
@@ -326,12 +328,30 @@ class HDF5Recording(Recording):
             self._gzip_io.close()
             self._gzip_io = None
         self._file.close()
+        super().close()
 
-    def __enter__(self) -> "HDF5Recording":
-        return self
+    def spec(self) -> RecordingSpec:
+        """An `HDF5Recording` of the same dataset with the metadata resolved here (see
+        `Recording.spec`).
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import h5py, numpy as np
+        >>> from dspk.io import HDF5Recording
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "rec.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     f.create_dataset("traces", data=np.ones((3000, 4), np.int16)).attrs["fs"] = 3e4
+        >>> with HDF5Recording(path, gain_to_uv=0.5) as rec, rec.reopen() as again:
+        ...     again.dataset, again.fs, float(again.read(0, 1)[0, 0])
+        ('/traces', 30000.0, 0.5)
+        >>> tmp.cleanup()
+        """
+        return RecordingSpec(HDF5Recording, dict(
+            path=self.path, dataset=self.dataset, layout=self.layout,
+            allow_external_links=self._allow_external_links, threads=self._threads,
+            **_resolved(self)))
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         return _select(self._read_native(start, stop, None), idx, self.n_channels,

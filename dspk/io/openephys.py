@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .recording import BinaryRecording, RecordingError
+from .recording import BinaryRecording, RecordingError, RecordingSpec, _resolved
 
 __all__ = ["OpenEphysRecording"]
 
@@ -257,6 +257,19 @@ class OpenEphysRecording(BinaryRecording):
         self.oebin, self.stream = oebin, name
         self.channel_names = [names[i] for i in keep]
         self.excluded_columns = np.setdiff1d(np.arange(n_stored), keep)
+
+    def spec(self) -> RecordingSpec:
+        """An `OpenEphysRecording` of the same stream with the metadata resolved here (see
+        `dspk.io.Recording.spec`).
+
+        Examples
+        --------
+        >>> rec = OpenEphysRecording("Record Node 101")               # doctest: +SKIP
+        >>> rec.spec().open().stream == rec.stream                     # doctest: +SKIP
+        True
+        """
+        return RecordingSpec(OpenEphysRecording, dict(path=self.oebin, dataset=self.stream,
+                                                      **_resolved(self)))
 
     @staticmethod
     def _uv_per_bit(channel: dict, stream: str, oebin: str) -> float:

@@ -4,7 +4,8 @@ binaries (Kilosort / SpikeGLX: int16 [samples, channels])."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -19,6 +20,8 @@ MAX_READ_BYTES = 8 << 30
 LAYOUTS = ("samples_channels", "channels_samples")
 RAW_DTYPES = tuple(np.dtype(d) for d in (np.int16, np.uint16, np.int32, np.float32,
                                          np.float64, np.int8, np.uint8))
+
+_R = TypeVar("_R", bound="Recording")
 
 
 class RecordingError(ValueError):
@@ -44,7 +47,13 @@ class Recording:
     The interface every source implements (`ArrayRecording`, `BinaryRecording`,
     `HDF5Recording`, `SpikeInterfaceRecording`; `open_recording` picks one): metadata checked
     once when it is made, and `read` for [channels, samples] blocks. A subclass implements
-    ``_read(start, stop, idx)`` (and may override ``_read_native``).
+    ``_read(start, stop, idx)`` (and may override ``_read_native``; one that holds a file
+    overrides `close` and `spec`).
+
+    Every recording is a context manager that closes it (`close`: the file handle, memory
+    map or reader threads it holds; nothing for an in-memory one), and says how to open it
+    again in another process (`spec`, `reopen`): a worker of a cluster opens its own handle
+    instead of receiving this one.
 
     Parameters
     ----------
@@ -92,7 +101,13 @@ class Recording:
     array([-16384., -16384., -16384., -16384.])
     >>> rec.read(0, 3, channels=[0])                        # (32770 - 32768) * 0.5 µV
     array([[1., 1., 1.]], dtype=float32)
+    >>> with rec.reopen() as again:                       # the same samples, its own handle
+    ...     again.read(0, 3, channels=[0])
+    array([[1., 1., 1.]], dtype=float32)
     """
+
+    #: whether `close` was called (reading a closed recording raises `RecordingError`)
+    closed: bool = False
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
                  gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,
@@ -164,6 +179,73 @@ class Recording:
                 f"{self.n_samples} samples {self.dtype}, {self.fs:g} Hz, "
                 f"{self.duration_s:.2f} s)")
 
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release what the recording holds open (a file, a memory map, reader threads);
+        reading it afterwards raises `RecordingError`. Closing twice is harmless.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import open_recording
+        >>> with open_recording(np.zeros((3000, 2), np.int16), fs=30000.0) as rec:
+        ...     rec.read(0, 2).shape
+        (2, 2)
+        >>> rec.closed
+        True
+        """
+        self.closed = True
+
+    def __enter__(self: _R) -> _R:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def spec(self) -> "RecordingSpec":
+        """How to open this recording again, as a small picklable object: the class and the
+        resolved arguments (sampling rate, gains, offsets, geometry: what the file said or
+        the caller overrode) of a recording that reads a file, or the recording itself for
+        one that holds no file (an array: it travels whole). ``spec().open()`` in a worker
+        process gives a recording of the same samples and metadata with its own handle.
+
+        Returns
+        -------
+        RecordingSpec
+
+        Examples
+        --------
+        >>> import pickle
+        >>> import numpy as np
+        >>> from dspk.io import open_recording
+        >>> rec = open_recording(np.arange(8, dtype=np.int16).reshape(4, 2), fs=1000.0,
+        ...                      layout="samples_channels")
+        >>> again = pickle.loads(pickle.dumps(rec.spec())).open()   # as in a worker
+        >>> again.read(0, 2, scaled=False)
+        array([[0, 2],
+               [1, 3]], dtype=int16)
+        """
+        return RecordingSpec(recording=self)
+
+    def reopen(self) -> "Recording":
+        """A recording of the same samples and metadata with its own file handle
+        (``self.spec().open()``; an in-memory recording is returned as it is). Close it when
+        done; this one stays open.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import open_recording
+        >>> rec = open_recording(np.zeros((3000, 2), np.int16), fs=30000.0)
+        >>> rec.reopen().n_samples
+        3000
+        """
+        return self.spec().open()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RecordingError(f"{self.source or 'the recording'}: closed")
+
     # -- reading -----------------------------------------------------------------------------
     def read(self, start: int = 0, stop: int | None = None, channels: Any = None,
              scaled: bool = True) -> Any:
@@ -200,6 +282,7 @@ class Recording:
         array([[10, 11],
                [ 1,  2]], dtype=int16)
         """
+        self._check_open()
         stop = self.n_samples if stop is None else int(stop)
         start = int(start)
         if not 0 <= start <= stop <= self.n_samples:
@@ -239,6 +322,7 @@ class Recording:
         int16) and transposes and scales on the device. ``out`` (a host array of that shape
         and dtype, a pinned buffer say) receives the samples where the source can read into
         it; the array returned holds them either way."""
+        self._check_open()
         stop, start = int(stop), int(start)
         if not 0 <= start <= stop <= self.n_samples:
             raise RecordingError(f"read_native: expected 0 <= start <= stop <= "
@@ -290,6 +374,71 @@ class Recording:
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> Any:
         raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class RecordingSpec:
+    """How to open a recording again, in this process or another: picklable and small (no
+    file handle, no samples of a file). Made by `Recording.spec`.
+
+    Parameters
+    ----------
+    cls : type, optional
+        The `Recording` class that reads the file (pickled by reference).
+    kwargs : dict
+        Its constructor's arguments (path, dataset, sampling rate, gains, geometry, ...).
+    recording : Recording, optional
+        Instead of ``cls``: a recording that holds no file (an array), returned by `open`.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dspk.io import open_recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.bin")
+    >>> np.arange(12, dtype=np.int16).tofile(path)
+    >>> with open_recording(path, n_channels=2, fs=1000.0, gain_to_uv=0.5) as rec:
+    ...     spec = rec.spec()
+    >>> spec.cls.__name__, spec.kwargs["n_channels"]
+    ('BinaryRecording', 2)
+    >>> with spec.open() as again:                  # its own memory map
+    ...     again.read(0, 3)
+    array([[0. , 1. , 2. ],
+           [0.5, 1.5, 2.5]], dtype=float32)
+    >>> tmp.cleanup()
+    """
+
+    cls: type | None = None
+    kwargs: dict = field(default_factory=dict)
+    recording: Any = None
+
+    def open(self) -> Recording:
+        """The recording: ``cls(**kwargs)``, or ``recording``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import RecordingSpec, open_recording
+        >>> rec = open_recording(np.zeros((3000, 2), np.int16), fs=30000.0)
+        >>> RecordingSpec(recording=rec).open() is rec
+        True
+        """
+        if self.cls is None:
+            return self.recording
+        return self.cls(**self.kwargs)
+
+    def __repr__(self) -> str:
+        what = self.cls.__name__ if self.cls is not None else repr(self.recording)
+        path = self.kwargs.get("path")
+        return f"RecordingSpec({what}{'' if path is None else f', {path!r}'})"
+
+
+def _resolved(rec: Recording) -> dict:
+    """The metadata of an opened recording as constructor keywords: a reopened file gives
+    these values whatever its attributes or the caller's overrides said."""
+    return {"fs": rec.fs, "gain_to_uv": rec.gain_to_uv, "offset_to_uv": rec.offset_to_uv,
+            "geometry": rec.geometry}
 
 
 def _select(block: Any, idx: np.ndarray, n_channels: int, samples_first: bool) -> Any:
@@ -461,6 +610,32 @@ class BinaryRecording(Recording):
         consecutive = bool(np.all(np.diff(cols) == 1))
         self._cols: Any = slice(int(cols[0]), int(cols[-1]) + 1) if consecutive else cols
         self._all = consecutive and len(cols) == stored
+
+    def close(self) -> None:
+        """Drop the memory map (the file is unmapped once no array read from it is left)."""
+        self._map = None
+        super().close()
+
+    def spec(self) -> RecordingSpec:
+        """A `BinaryRecording` of the same file, columns and metadata (see `Recording.spec`).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from dspk.io import BinaryRecording
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "rec.bin")
+        >>> np.zeros((10, 3), np.int16).tofile(path)
+        >>> rec = BinaryRecording(path, n_channels=3, fs=1000.0, columns=[0, 1])
+        >>> rec.spec().open().n_channels
+        2
+        >>> del rec
+        >>> tmp.cleanup()
+        """
+        return RecordingSpec(BinaryRecording, dict(
+            path=self.path, n_channels=self.n_stored, dtype=self.dtype,
+            header_bytes=self.header_bytes, columns=self.columns, **_resolved(self)))
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         if isinstance(self._cols, slice):     # a view of the run of columns: no gather

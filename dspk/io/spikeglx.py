@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .recording import BinaryRecording, RecordingError
+from .recording import BinaryRecording, RecordingError, RecordingSpec, _resolved
 
 __all__ = ["SpikeGLXRecording"]
 
@@ -240,6 +240,18 @@ class SpikeGLXRecording(BinaryRecording):
                          gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
         self.saved_channels = ids
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
+
+    def spec(self) -> RecordingSpec:
+        """A `SpikeGLXRecording` of the same ``.bin`` with the metadata resolved here (see
+        `dspk.io.Recording.spec`).
+
+        Examples
+        --------
+        >>> rec = SpikeGLXRecording("run_g0_t0.imec0.ap.bin")       # doctest: +SKIP
+        >>> rec.spec().open().n_channels == rec.n_channels          # doctest: +SKIP
+        True
+        """
+        return RecordingSpec(SpikeGLXRecording, dict(path=self.path, **_resolved(self)))
 
     # -- metadata access ---------------------------------------------------------------------
     def _get(self, key: str) -> str:
