@@ -24,7 +24,7 @@ import numpy as np
 from .backend import array_module, device_properties, is_cupy_array
 from .linalg import int_matmul
 from .kernels import FastLaunch, kernel
-from .linalg.matmul import tuner
+from .linalg.engine import current_engine
 from .linalg.prepared import PreparedCache
 
 __all__ = ["ncc", "ncc_direct", "ncc_peaks", "TemplateBank", "PEAK_DTYPE"]
@@ -186,36 +186,38 @@ class TemplateBank:
         if th == 0 or tw == 0:
             raise ValueError(f"templates: empty template shape {th}x{tw}")
         self.xp = xp
+        self._memcpy = xp.cuda.runtime.memcpyAsync if xp is not np else None
         self.templates = xp.array(templates, copy=True, order="C")
         self.n, self.th, self.tw = n, th, tw
         self.dtype = templates.dtype
         self._cache: dict = {}
         self._bound: dict = {}   # image signature -> bound implementation
         self._repack: dict = {}  # cache name -> launch that packs self.templates in place
+        self._live: set = set()  # the packed words that bound launches read (kept on reload)
 
     def _get(self, name: str, make: Any) -> Any:
         if name not in self._cache:
             self._cache[name] = make()
         return self._cache[name]
 
-    def _reload(self, templates: Any) -> None:
+    def _reload(self, templates: Any, stream: int) -> None:
         """Take the values of ``templates`` (same shape, dtype and device as the bank's) for
-        the next calls on the current stream: copied over the bank's own, the tensor-core
-        words packed again into the same buffers (so every bound launch stays valid), the
-        sums and matrices of the other paths dropped (made again when used). Two launches,
-        no host wait: what a one-shot `ncc` does instead of reading the content to look it
-        up (the pack of a 32 x 16² bank is a few µs of GPU time; the content hash cost a
+        the next calls on ``stream``: copied over the bank's own, the tensor-core words that
+        bound launches read packed again into the same buffers (so those launches stay
+        valid), every other derived array dropped (made again when used). Two launches, no
+        host wait: what a one-shot `ncc` does instead of reading the content to look it up
+        (the pack of a 32 x 16² bank is a few µs of GPU time; a content hash costs a
         device-to-host copy, that is, a wait for all the work queued before)."""
-        xp = self.xp
-        src = templates if templates.ndim == 3 else templates[None]
-        stream = xp.cuda.get_current_stream().ptr
-        if src.flags.c_contiguous:
-            xp.cuda.runtime.memcpyAsync(self.templates.data.ptr, src.data.ptr, src.nbytes,
-                                        xp.cuda.runtime.memcpyDeviceToDevice, stream)
+        if templates.flags.c_contiguous:
+            self._memcpy(self.templates.data.ptr, templates.data.ptr, templates.nbytes,
+                         _DEVICE_TO_DEVICE, stream)
         else:
-            self.templates[...] = src
-        for name in [k for k in self._cache if k in _CONTENT_CACHES]:
-            del self._cache[name]
+            self.templates[...] = templates if templates.ndim == 3 else templates[None]
+        cache = self._cache
+        for name in _CONTENT_CACHES:
+            cache.pop(name, None)
+        for name in [k for k in self._repack if k not in self._live]:
+            del self._repack[name], cache[name]     # packed for tuning only: pack on next use
         for launch in self._repack.values():
             launch(stream)
 
@@ -294,6 +296,7 @@ class TemplateBank:
         name = "im2col_int_matmul"
         if len(impls) > 1:
             gpu = xp is not np
+            tuner = current_engine().tuner
             key = ("ncc", tuner.stamp(gpu, image.device.id if gpu else None), image.dtype.name,
                    *(int(v).bit_length() for v in (*image.shape, self.n, self.th, self.tw)))
             name, _ = tuner.choose(key, {k: (lambda f=f: f(image)) for k, f in impls.items()},
@@ -301,6 +304,7 @@ class TemplateBank:
         bound = impls[name]
         if name in MMA_VARIANTS and image.strides[1] == 1:
             bound = self._bind_mma(image, name)
+            self._live.add(f"mma-{name}")
         if len(self._bound) < 64:
             self._bound[_signature(image)] = bound
         return bound(image)
@@ -487,6 +491,7 @@ class TemplateBank:
         if hit is not None:
             return hit
         cand = self._mma_launch(image, (threshold, capacity))
+        self._live.add("mma-bank_mma")
         insert = check = size = None
         if d is not None:
             ho, wo = image.shape[0] - self.th + 1, image.shape[1] - self.tw + 1
@@ -576,9 +581,9 @@ def _with_bank(templates: Any, work: Any) -> Any:
         return work(templates)
     if is_cupy_array(templates) and templates.ndim in (2, 3) and templates.size and \
             templates.dtype in MATCH_DTYPES:
-        return _ONE_SHOT_BANKS.run(templates, work)
+        return _one_shot_banks().run(templates, work)
     if isinstance(templates, np.ndarray):
-        return work(_PREPARED_BANKS.get(templates))
+        return work(_prepared_banks().get(templates))
     return work(TemplateBank(templates))
 
 
@@ -597,30 +602,36 @@ class _OneShotBanks:
         self._banks: dict = {}
         self._lock = threading.Lock()
         self.built = 0
+        self._cp: Any = None
 
     def run(self, templates: Any, work: Any) -> Any:
-        import cupy as cp  # noqa: PLC0415 (CuPy input)
+        cp = self._cp
+        if cp is None:
+            import cupy as cp  # noqa: PLC0415 (CuPy input)
 
-        with templates.device:
-            key = (templates.shape, templates.strides, templates.dtype.str,
-                   templates.device.id, cp.cuda.get_current_stream().ptr)
+            self._cp = cp
+        dev = templates.data.device_id
+        if dev != cp.cuda.runtime.getDevice():
+            with cp.cuda.Device(dev):
+                return self.run(templates, work)
+        stream = cp.cuda.get_current_stream().ptr
+        key = (templates.shape, templates.strides, templates.dtype.char, dev, stream)
+        entry = self._banks.get(key)
+        fresh = entry is None
+        if fresh:
+            entry = (TemplateBank(templates), threading.Lock())
             with self._lock:
-                entry = self._banks.get(key)
-            fresh = entry is None
-            if fresh:
-                entry = (TemplateBank(templates), threading.Lock())
-                with self._lock:
-                    if len(self._banks) >= self.MAX_BANKS:
-                        self._banks.pop(next(iter(self._banks)))
-                    self.built += 1
-                    got = self._banks.setdefault(key, entry)
-                fresh = got is entry
-                entry = got
-            bank, lock = entry
-            with lock:
-                if not fresh:
-                    bank._reload(templates)
-                return work(bank)
+                if len(self._banks) >= self.MAX_BANKS:
+                    self._banks.pop(next(iter(self._banks)))
+                self.built += 1
+                got = self._banks.setdefault(key, entry)
+            fresh = got is entry
+            entry = got
+        bank, lock = entry
+        with lock:
+            if not fresh:
+                bank._reload(templates, stream)
+            return work(bank)
 
     def clear(self) -> None:
         with self._lock:
@@ -630,12 +641,18 @@ class _OneShotBanks:
         return len(self._banks)
 
 
-#: the TemplateBanks of the NumPy template arrays ncc and ncc_peaks were called with lately
-_PREPARED_BANKS = PreparedCache(TemplateBank)
-#: the reloadable banks of one-shot GPU calls
-_ONE_SHOT_BANKS = _OneShotBanks()
+def _prepared_banks() -> PreparedCache:
+    """The engine's TemplateBanks of the NumPy template arrays ncc and ncc_peaks were called
+    with lately."""
+    return current_engine().prepared("ncc_banks", lambda: PreparedCache(TemplateBank))
+
+
+def _one_shot_banks() -> _OneShotBanks:
+    """The engine's reloadable banks of one-shot GPU calls."""
+    return current_engine().prepared("ncc_one_shot_banks", _OneShotBanks)
 #: the bank caches computed from the templates' values (dropped by a reload)
 _CONTENT_CACHES = ("sums", "matrix", "dp4a")
+_DEVICE_TO_DEVICE = 3   # cudaMemcpyDeviceToDevice
 
 
 def _agree(got: Any, ref: Any) -> str | None:

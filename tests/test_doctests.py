@@ -11,6 +11,7 @@ import importlib
 import pytest
 
 MODULES = ["dspk.backend", "dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm",
+           "dspk.linalg.engine",
            "dspk.match", "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial",
            "dspk.ops.distance", "dspk.ops.fir", "dspk.detect", "dspk.pipeline",
            "dspk.pipeline.steps", "dspk.pipeline.pipeline", "dspk.pipeline.job", "dspk.io",

@@ -155,7 +155,7 @@ def test_gpu_int16_covariance_bits_are_the_cpus(center, ddof):
     gives the CPU's float64 bits."""
     import cupy as cp
 
-    for shape in [(384, 60000), (7, 1001)]:
+    for shape in [(384, 60000), (7, 1001), (3, 70000)]:      # n >= 2^16: the checked path
         x = full_range(np, shape, np.int16, 3)
         got = dspk.covariance(cp.asarray(x), center=center, ddof=ddof).get()
         want = dspk.covariance(x, center=center, ddof=ddof)

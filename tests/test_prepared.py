@@ -49,14 +49,15 @@ def test_cache_builds_once_per_content_and_is_bounded():
 
 
 def test_spatial_filter_in_a_loop_prepares_once_and_sees_changes(xp):
-    from dspk.ops.spatial import _PREPARED_FILTERS
+    from dspk.ops.spatial import _prepared_filters
 
+    _PREPARED_FILTERS = _prepared_filters()
     _PREPARED_FILTERS.clear()
     rng = np.random.default_rng(1)
-    geom = np.c_[np.tile([0.0, 32.0], 32), 20.0 * np.arange(64)]
-    cov = np.cov(rng.standard_normal((64, 5000)))
+    geom = np.c_[np.tile([0.0, 32.0], 48), 20.0 * np.arange(96)]
+    cov = np.cov(rng.standard_normal((96, 5000)))
     w = xp.asarray(dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=8))
-    x = xp.asarray(rng.standard_normal((64, 3000)).astype(np.float32))
+    x = xp.asarray(rng.standard_normal((96, 3000)).astype(np.float32))
     hits = _PREPARED_FILTERS.hits
     y = dspk.spatial_filter(w, x)                                # seen once: not prepared
     assert len(_PREPARED_FILTERS) == 0
@@ -65,6 +66,7 @@ def test_spatial_filter_in_a_loop_prepares_once_and_sees_changes(xp):
     for _ in range(3):
         y = dspk.spatial_filter(w, x)
     assert len(_PREPARED_FILTERS) == 1 and _PREPARED_FILTERS.hits == hits + 2
+    assert next(iter(_PREPARED_FILTERS._entries.values()))[0].sparse
     ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
     np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-5, atol=1e-4)
     w[3, 3] += 1.0                                               # modified in place
@@ -103,8 +105,9 @@ def test_prepare_on_second_sighting():
 
 
 def test_ncc_in_a_loop_packs_the_bank_once_and_sees_changes(xp):
-    from dspk.match import _ONE_SHOT_BANKS, _PREPARED_BANKS, ncc, ncc_direct, ncc_peaks
+    from dspk.match import _one_shot_banks, _prepared_banks, ncc, ncc_direct, ncc_peaks
 
+    _PREPARED_BANKS, _ONE_SHOT_BANKS = _prepared_banks(), _one_shot_banks()
     _PREPARED_BANKS.clear()
     _ONE_SHOT_BANKS.clear()
     img = np.random.default_rng(2).integers(0, 256, (60, 70), dtype=np.uint8)
@@ -147,3 +150,37 @@ def test_one_shot_ncc_follows_every_bank_of_a_shape(xp, dtype):
         t = rng.integers(lo, hi, (3, 7, 9), endpoint=True).astype(dtype)
         td = xp.asarray(t) if i != 2 else xp.asarray(np.asfortranarray(t))
         np.testing.assert_array_equal(to_numpy(ncc(img_d, td)), ncc_direct(img, t))
+
+
+def test_dense_w_skips_the_fingerprint_and_stays_correct(xp):
+    """A dense W is prepared once (nothing to prepare), then goes to the dense product
+    directly: no fingerprint, and still right after an in-place change; the verdict expires,
+    so a sparse W written into the same buffer is found and prepared."""
+    from dspk.ops.spatial import _DenseVerdicts, _prepared_filters
+
+    store = _prepared_filters()
+    store.clear()
+    rng = np.random.default_rng(6)
+    w = xp.asarray(rng.standard_normal((48, 48)).astype(np.float32))
+    x = xp.asarray(rng.standard_normal((48, 700)).astype(np.float32))
+
+    def check():
+        ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
+        np.testing.assert_allclose(to_numpy(dspk.spatial_filter(w, x)), ref, rtol=1e-4,
+                                   atol=1e-4)
+
+    for _ in range(2):
+        check()                                                  # dense, then prepared
+    hits, misses = store.hits, store.misses
+    for _ in range(5):
+        check()
+    assert (store.hits, store.misses) == (hits, misses)          # no fingerprint taken
+    w[5, 7] += 3.0                                               # in place: still right
+    check()
+    sparse = np.zeros((48, 48), np.float32)                      # a sparse W, same buffer
+    for i in range(48):
+        sparse[i, max(0, i - 1):i + 2] = (1.0, -2.0, 1.0)[:min(i + 2, 48) - max(0, i - 1)]
+    w[...] = xp.asarray(sparse)
+    for _ in range(_DenseVerdicts.RECHECK + 2):
+        check()
+    assert store.misses > misses                                 # checked again, prepared

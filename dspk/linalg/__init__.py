@@ -6,11 +6,14 @@
 - `int_gram`: x·xᵀ of an integer matrix with its row sums, exact, from one pass over x.
 - `explain`: which candidate runs for a product, and why.
 - `tuner`: the autotuner that chooses among cuBLAS, direct kernels, split-K and CPU BLAS.
+- `Engine`: the tuner, bound plans and prepared operands in one object; `current_engine` is
+  the one in use (a default one, or another in a ``with Engine(...)`` block).
 """
 
+from .engine import Engine, current_engine, default_engine
 from .intmm import int_gram, int_matmul
 from .matmul import Explanation, explain, forget, matmul, tuner
 from .view import MatrixView
 
 __all__ = ["MatrixView", "matmul", "int_matmul", "int_gram", "explain", "Explanation", "tuner",
-           "forget"]
+           "forget", "Engine", "current_engine", "default_engine"]

@@ -6,15 +6,12 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import cupy_module, is_cupy_array
 from .candidates_int import INT_DTYPES
-from .matmul import _plan_tables, _problem, _remember, _signature, tuner
+from .engine import current_engine
+from .matmul import _problem, _signature, product
 
 __all__ = ["int_matmul", "int_gram", "INT_DTYPES"]
-
-#: bound plans of int_matmul, by geometry (apart from matmul's: a float call must never find
-#: an integer plan)
-_int_plans: dict = {}
-_plan_tables.append(_int_plans)
 
 
 def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
@@ -49,27 +46,7 @@ def int_matmul(a: Any, b: Any, out: Any = None) -> Any:
     >>> int(dspk.int_matmul(x, x.T)[0, 0]) == 30000**2 + 32768**2 + 49
     True
     """
-    sig = _signature(a, b, out)
-    if sig is not None:
-        plan = _int_plans.get(sig)
-        if plan is not None:
-            return plan(a, b, out)
-    p, result = _problem(a, b, out, allowed=INT_DTYPES, what="int_matmul",
-                         result_dtype=np.int64)
-    if p.m == 0 or p.n == 0 or p.batches == 0:
-        return result
-    if p.k == 0:
-        p.out.to_array()[...] = 0
-        return result
-    choice = tuner.select(p, run=True)
-    if sig is not None:
-        _remember(_int_plans, sig, choice, p, result, a, b, out)
-    return result
-
-
-#: bound int_gram runners, by x's signature
-_gram_plans: dict = {}
-_plan_tables.append(_gram_plans)
+    return product(a, b, out, "int_matmul", INT_DTYPES, np.int64)
 
 
 def int_gram(x: Any) -> tuple:
@@ -102,19 +79,25 @@ def int_gram(x: Any) -> tuple:
     >>> s_mat.tolist(), s.tolist()
     ([[14, -68304], [-68304, 1973741824]], [2, -2768])
     """
+    engine = current_engine()
     sig = _signature(x, x.T, None)
     if sig is not None:
-        plan = _gram_plans.get(sig)
+        plan = engine.plans["int_gram"].get(sig)
         if plan is not None:
             return plan(x)
     if getattr(x, "ndim", None) != 2:
         raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
                          f"{getattr(x, 'shape', type(x).__name__)}")
+    if is_cupy_array(x):
+        cp = cupy_module()
+        if x.device.id != cp.cuda.runtime.getDevice():
+            with cp.cuda.Device(x.device.id):
+                return int_gram(x)
     p, s_mat = _problem(x, x.T, None, allowed=INT_DTYPES, what="int_gram",
                         result_dtype=np.int64)
     runner = None
     if p.gpu and p.dtype != np.int8 and p.m and p.k:
-        choice = tuner.select(p, run=False)
+        choice = engine.tuner.select(p, run=False)
         runner = choice.candidate.bind(p) if choice.candidate.name == "int8_tensorcore" \
             else None
     if runner is None:
@@ -122,9 +105,7 @@ def int_gram(x: Any) -> tuple:
         return s_mat, x.sum(axis=1, dtype=np.int64)
     plan = _GramPlan(runner, p.m, p.device_id)
     if sig is not None:
-        if len(_gram_plans) >= 64:
-            _gram_plans.pop(next(iter(_gram_plans)))
-        _gram_plans[sig] = plan
+        engine.remember("int_gram", sig, plan)
     return plan(x)
 
 
@@ -134,8 +115,6 @@ class _GramPlan:
     __slots__ = ("runner", "m", "dev", "_cp")
 
     def __init__(self, runner: Any, m: int, dev: int) -> None:
-        from ..backend import cupy_module  # noqa: PLC0415
-
         self.runner, self.m, self.dev = runner, m, dev
         self._cp = cupy_module()
 

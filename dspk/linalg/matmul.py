@@ -9,28 +9,18 @@ from typing import Any
 import numpy as np
 
 from ..backend import cupy_module, is_cupy_array
+from .engine import Engine, current_engine, default_engine
 from .problem import Problem
-from .tuner import Choice, Tuner, tune_mode
+from .tuner import Choice
 from .view import MatrixView
 
 __all__ = ["matmul", "explain", "Explanation", "tuner", "forget", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
-
-def _candidates(gpu: bool) -> list:
-    from .candidates_int import int_candidates  # noqa: PLC0415
-
-    if gpu:
-        from .candidates_gpu import gpu_candidates  # noqa: PLC0415 (needs CuPy)
-
-        return gpu_candidates() + int_candidates(gpu=True)
-    from .candidates_cpu import cpu_candidates  # noqa: PLC0415
-
-    return cpu_candidates() + int_candidates(gpu=False)
-
-
-tuner = Tuner(_candidates)
+#: the default engine's tuner (`dspk.linalg.tuner`); calls use the engine in use
+#: (`current_engine`), which is this one outside a ``with Engine(...)`` block
+tuner = default_engine().tuner
 
 
 def _view(x: Any, name: str) -> MatrixView:
@@ -146,35 +136,39 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     >>> c.shape, c.dtype
     ((4, 4), dtype('float32'))
     """
+    return product(a, b, out, "matmul")
+
+
+def product(a: Any, b: Any, out: Any, table: str, allowed: tuple = FLOAT_DTYPES,
+            result_dtype: Any = None) -> Any:
+    """The body of `matmul` and `int_matmul` (``table`` names the entry point: its plans are
+    kept apart): a bound plan for the operands' geometry if the engine in use has one; else
+    validate, switch to the operands' GPU, let the tuner choose (running the product), and
+    bind the choice for the next call."""
+    engine = current_engine()
     sig = _signature(a, b, out)
     if sig is not None:
-        plan = _plans.get(sig)
+        plan = engine.plans[table].get(sig)
         if plan is not None:
             return plan(a, b, out)
     if is_cupy_array(a) and is_cupy_array(b):
         cp = cupy_module()
         if a.device.id != cp.cuda.runtime.getDevice() and a.device.id == b.device.id:
             with cp.cuda.Device(a.device.id):
-                return matmul(a, b, out)
-    p, result = _problem(a, b, out)
+                return product(a, b, out, table, allowed, result_dtype)
+    p, result = _problem(a, b, out, allowed=allowed, what=table, result_dtype=result_dtype)
     if p.m == 0 or p.n == 0 or p.batches == 0:
         return result
     if p.k == 0:
         p.out.to_array()[...] = 0
         return result
-    choice = tuner.select(p, run=True)
+    choice = engine.tuner.select(p, run=True)
     if sig is not None:
-        _remember(_plans, sig, choice, p, result, a, b, out)
+        _remember(engine, table, sig, choice, p, result, a, b, out)
     return result
 
 
 # -- bound plans: repeated calls with the same geometry ------------------------------------------
-_MAX_PLANS = 256
-_plans: dict[tuple, "_Plan"] = {}
-#: every table of bound plans (int_matmul keeps its own), for `forget`
-_plan_tables: list[dict] = [_plans]
-
-
 _cupy_ndarray: Any = None  # cupy.ndarray, once CuPy has been imported by a call
 
 
@@ -213,17 +207,16 @@ def _signature(a: Any, b: Any, out: Any) -> tuple | None:
             out.strides, out.dtype.char)
 
 
-def _remember(table: dict, sig: tuple, choice: Any, p: Problem, result: Any, a: Any, b: Any,
-              out: Any) -> None:
-    """Keep the chosen candidate's bound runner (if it has one) for ``sig`` in ``table``."""
+def _remember(engine: Engine, table: str, sig: tuple, choice: Any, p: Problem, result: Any,
+              a: Any, b: Any, out: Any) -> None:
+    """Keep the chosen candidate's bound runner (if it has one) for ``sig`` in the engine's
+    plan table ``table``."""
     runner = choice.candidate.bind(p)
     if runner is None:
         return
-    if len(table) >= _MAX_PLANS:
-        table.pop(next(iter(table)))
     plan = _Plan(runner, p, result.shape, a, b, out)
     plan.dtype = result.dtype            # int_matmul: int64 results of integer operands
-    table[sig] = plan
+    engine.remember(table, sig, plan)
 
 
 def _byte_span(shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
@@ -278,8 +271,9 @@ class _Plan:
 
 
 def forget() -> None:
-    """Drop every in-memory tuning decision and bound plan (the cache file is read again).
-    Call it after changing ``DSPK_TUNE`` in a running process.
+    """Drop every in-memory tuning decision, bound plan and prepared operand of the engine in
+    use (the cache file is read again). Call it after changing ``DSPK_TUNE`` in a running
+    process.
 
     The cache file itself is kept (``dspk tune-cache clear`` removes it).
 
@@ -293,9 +287,7 @@ def forget() -> None:
     >>> matmul(x, x.T).shape
     (3, 3)
     """
-    for table in _plan_tables:
-        table.clear()
-    tuner.forget()
+    current_engine().forget()
 
 
 @dataclass
@@ -399,11 +391,12 @@ def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
     because: ...
     """
     p, _ = _any_problem(a, b, out)
+    tuner = current_engine().tuner
     names = {c.name: (c.unavailable(p) or "available")
              for c in tuner.candidates(p.gpu, p.dtype.kind)}
-    if tune or tune_mode() == "off":
+    if tune or tuner.mode == "off":
         choice = tuner.select(p, run=False)
     else:
         choice = tuner.cached(p) or tuner.first_available(
             p, "not tuned yet (explain(tune=False)): first available candidate")
-    return Explanation(choice, names, tune_mode(), (p.batches, p.m, p.n, p.k))
+    return Explanation(choice, names, tuner.mode, (p.batches, p.m, p.n, p.k))

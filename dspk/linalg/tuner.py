@@ -117,13 +117,31 @@ class Choice:
 class Tuner:
     """Chooses a candidate per key; see the module docstring."""
 
-    def __init__(self, candidates: Callable[[bool], list[Candidate]]):
+    def __init__(self, candidates: Callable[[bool], list[Candidate]],
+                 cache_dir: str | os.PathLike | None = None, mode: str | None = None):
+        if mode is not None and mode not in TUNE_MODES:
+            raise ValueError(f"mode: expected one of {TUNE_MODES} or None (DSPK_TUNE), got "
+                             f"{mode!r}")
         self._candidates = candidates
+        self._cache_dir = None if cache_dir is None else Path(cache_dir)
+        self._mode = mode
         self._by_name: dict[bool, dict[str, Candidate]] = {}
         self._memory: dict[tuple, dict] = {}
         self._file_seen: tuple | None = None   # (path, stat signature) of the file last read
         self._file_entries: dict[str, dict] = {}
         self._warned_write = False
+
+    @property
+    def mode(self) -> str:
+        """``"on"``, ``"off"`` or ``"readonly"``: the one given, else ``DSPK_TUNE`` now."""
+        return self._mode if self._mode is not None else tune_mode()
+
+    @property
+    def cache_file(self) -> Path:
+        """The JSON cache: in the folder given, else in ``DSPK_CACHE_DIR`` now."""
+        if self._cache_dir is not None:
+            return self._cache_dir / f"tuner-v{CACHE_SCHEMA}.json"
+        return cache_path()
 
     # -- keys ----------------------------------------------------------------------------------
     @staticmethod
@@ -152,7 +170,7 @@ class Tuner:
     def select(self, p: Problem, run: bool = False) -> Choice:
         """The candidate for ``p``. With ``run=True`` the product is also computed into
         ``p.out`` (tuning computes it anyway)."""
-        mode = tune_mode()
+        mode = self.mode
         names = self._names(p.gpu, p.dtype.kind)
         key = self.key(p)
         if mode == "off":
@@ -166,7 +184,7 @@ class Tuner:
         if mode == "readonly":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
                                          "choice: first available candidate", run)
-        with _cache_lock(cache_path()):
+        with _cache_lock(self.cache_file):
             choice = self.cached(p, key)          # another process may have tuned it meanwhile
             if choice is not None:
                 choice.candidate.run(p)
@@ -269,7 +287,7 @@ class Tuner:
         among product candidates: cached ranking, else each runner is run, its result checked
         against the first runner's (the reference) with ``agree`` (None, or why not), timed,
         and the ranking stored under ``key``. Returns (name, why)."""
-        mode = tune_mode()
+        mode = self.mode
         names = list(runners)
         if mode == "off":
             return names[0], "DSPK_TUNE=off: first implementation"
@@ -280,7 +298,7 @@ class Tuner:
                     return name, "cache"
         if mode == "readonly":
             return names[0], "DSPK_TUNE=readonly and no cached choice"
-        with _cache_lock(cache_path()):
+        with _cache_lock(self.cache_file):
             entry = self._from_file(key)          # another process may have tuned it meanwhile
             for name in (entry or {}).get("ranking", []):
                 if name in runners:
@@ -321,7 +339,7 @@ class Tuner:
         """The file's entry for ``key``. Called on a miss in memory, so a long-lived process
         sees what other processes stored since it last looked: the file is read again whenever
         its stat signature changed (one ``stat`` per miss otherwise)."""
-        path = cache_path()
+        path = self.cache_file
         seen = (path, _signature(path))
         if seen != self._file_seen:
             self._file_entries = _read_cache(path)
@@ -334,7 +352,7 @@ class Tuner:
     def _save(self, key: tuple, entry: dict) -> dict:
         """Store ``entry`` unless another process stored ``key`` first; returns the entry kept
         (then also in memory), so that processes sharing the file agree."""
-        path = cache_path()
+        path = self.cache_file
         try:
             entry = _merge_into_cache(path, self.key_str(key), entry)
         except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,15 @@ def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
     array([[1.66666667, 3.83333333],
            [3.83333333, 8.91666667]])
     """
-    traces(x, allow_int16=True)
+    xp = traces(x, allow_int16=True)
     if x.shape[0] > 4 * x.shape[1]:
         channels_first_hint(x)
+    n = x.shape[1]
+    if xp is not np and x.dtype == np.int16 and (n < 2**16 or not center) and n - ddof > 0:
+        # one chunk on the GPU: the product with its row sums, then one finishing kernel
+        # (the accumulator's bookkeeping is host time the GPU would wait for)
+        s_mat, s = int_gram(x)
+        return _int_cov_gpu(s_mat, s, n, int(ddof), bool(center))
     acc = CovarianceAccumulator(center=center, ddof=ddof)
     acc.add(x)
     return acc.result()
@@ -184,12 +191,38 @@ def _int_cov_gpu(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     ``center``, only while n·S − s·sᵀ is exact in int64 (n < 2^16)."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
 
-    from ..kernels import grid_1d, kernel  # noqa: PLC0415
-
     c = s_mat.shape[0]
+    if not s_mat.flags.c_contiguous:
+        s_mat = cp.ascontiguousarray(s_mat)
     out = cp.empty((c, c), dtype=np.float64)
     denom = float(n * (n - ddof)) if center else float(n - ddof)
-    fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
-    fn(grid_1d(c * c), (256,), (cp.ascontiguousarray(s_mat), s, np.int32(c), np.int64(n),
-                                np.float64(denom), out))
+    _finish_launch(c, center)(cp.cuda.get_current_stream().ptr, s_mat.data.ptr, s.data.ptr,
+                              out.data.ptr, n, denom)
     return out
+
+
+def _finish_launch(c: int, center: bool) -> Any:
+    """int_cov_finish for C channels on the current device, its launch packed once
+    (`FastLaunch`; n and the divisor are call-time parameters: 8-byte values, the divisor
+    as its float64 bits)."""
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+    key = (cp.cuda.runtime.getDevice(), c, center)
+    launch = _FINISH.get(key)
+    if launch is None:
+        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
+
+        fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
+        dyn = ("ptr", None)
+        fast = FastLaunch(fn, grid_1d(c * c), (256,), [dyn, dyn, ("i32", c), dyn, dyn, dyn])
+
+        def launch(stream: int, ps: int, pv: int, po: int, n: int, denom: float) -> None:
+            fast(stream, ps, pv, n, _F64_BITS.unpack(_F64.pack(denom))[0], po)
+
+        if len(_FINISH) < 64:
+            _FINISH[key] = launch
+    return launch
+
+
+_FINISH: dict = {}
+_F64, _F64_BITS = struct.Struct("<d"), struct.Struct("<Q")

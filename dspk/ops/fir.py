@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..linalg.matmul import tuner
+from ..linalg.engine import current_engine
 from ._checks import traces
 from ._parallel import blocks
 
@@ -237,6 +237,7 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
             impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
     if len(impls) == 1:
         return fft()
+    tuner = current_engine().tuner
     key = ("fir", tuner.stamp(gpu, x.device.id if gpu else None), x.dtype.name,
            *(int(v).bit_length() for v in (C, n, taps, k)))
     tol = 1e-4 if x.dtype == np.float32 else 1e-10

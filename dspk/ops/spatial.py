@@ -3,6 +3,8 @@ references."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -10,7 +12,7 @@ import numpy as np
 from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
-from ..linalg.matmul import tuner
+from ..linalg.engine import current_engine
 from ..linalg.prepared import PreparedCache
 from ._checks import FLOATS, geometry, traces
 from .distance import probe_sqdist
@@ -302,6 +304,7 @@ class SpatialFilter:
             self.chosen = name
             return self.implementations(x, only=name)[name]()
         impls = self.implementations(x)
+        tuner = current_engine().tuner
         key = ("spatial_filter", tuner.stamp(gpu, x.device.id if gpu else None),
                x.dtype.name, *(int(v).bit_length() for v in (*w.shape, x.shape[1],
                                                               self.max_row_nnz)))
@@ -350,7 +353,9 @@ def spatial_filter(w: Any, x: Any) -> Any:
     seen once. When the same W comes again (recognised by its content, so a W modified in
     place counts as new), it is prepared as a `SpatialFilter` (see there for the
     implementations and how one is chosen) and kept with the last 8 matrices: calling this in
-    a loop then costs a fingerprint of W per call over ``SpatialFilter(W)(x)``.
+    a loop then costs a fingerprint of W per call over ``SpatialFilter(W)(x)``. A W found
+    dense (nothing to prepare) goes to the dense product directly from then on, without the
+    fingerprint (its buffer is remembered; the verdict is checked again every 64 calls).
 
     Parameters
     ----------
@@ -375,14 +380,67 @@ def spatial_filter(w: Any, x: Any) -> Any:
     """
     traces(x)
     _check_w(w)
-    prepared = _PREPARED_FILTERS.get(w)
-    if prepared is not None:
-        return prepared(x)
-    # first sight of this W: the product without preparation (W's analysis and the sparse
-    # kernel's plan cost ~3 ms on an H200, against 0.4 ms for the dense product of 384
-    # channels; a W that comes back is prepared then)
+    verdicts = _dense_verdicts()
+    ident = _identity(w)
+    if not verdicts.dense(ident):
+        prepared = _prepared_filters().get(w)
+        if prepared is not None:
+            if not prepared.sparse:
+                verdicts.add(ident)
+            return prepared(x)
+    # A W seen for the first time: the product without preparation (W's analysis and the
+    # sparse kernel's plan cost ~3 ms on an H200, against 0.4 ms for the dense product of
+    # 384 channels; a W that comes back is prepared then). A W known to be dense: nothing
+    # to prepare, and its fingerprint (a device round trip) would only add to the product.
     _check_pair(w, x)
     return matmul(w.astype(x.dtype, copy=False), x)
+
+
+def _identity(w: Any) -> tuple:
+    """The buffer ``w`` occupies: address, shape, strides, dtype, device (not its content)."""
+    if is_cupy_array(w):
+        return (w.data.ptr, w.shape, w.strides, w.dtype.char, w.data.device_id)
+    return (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.char, None)
+
+
+class _DenseVerdicts:
+    """Buffers whose W was found dense (a SpatialFilter with nothing to prepare): while a
+    verdict lasts, `spatial_filter` sends W straight to the dense product without a
+    fingerprint. That is correct whatever the buffer holds by then (the dense product reads
+    W itself); a verdict expires after `RECHECK` calls, so that a sparse W written into the
+    same memory is found and prepared."""
+
+    RECHECK = 64
+    MAX = 64
+
+    def __init__(self) -> None:
+        self._left: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def dense(self, ident: tuple) -> bool:
+        with self._lock:
+            left = self._left.get(ident)
+            if left is None:
+                return False
+            if left <= 1:
+                del self._left[ident]
+                return False
+            self._left[ident] = left - 1
+            return True
+
+    def add(self, ident: tuple) -> None:
+        with self._lock:
+            self._left[ident] = self.RECHECK
+            while len(self._left) > self.MAX:
+                self._left.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._left.clear()
+
+
+def _dense_verdicts() -> _DenseVerdicts:
+    return current_engine().prepared("spatial_filter_dense", _DenseVerdicts)
 
 
 def _check_w(w: Any) -> None:
@@ -403,9 +461,11 @@ def _check_pair(w: Any, x: Any) -> Any:
     return xp
 
 
-#: the SpatialFilters of the matrices spatial_filter was called with lately (prepared on the
-#: second call with the same content)
-_PREPARED_FILTERS = PreparedCache(SpatialFilter, prepare_on=2)
+def _prepared_filters() -> PreparedCache:
+    """The engine's SpatialFilters of the matrices spatial_filter was called with lately
+    (prepared on the second call with the same content)."""
+    return current_engine().prepared(
+        "spatial_filter", lambda: PreparedCache(SpatialFilter, prepare_on=2))
 
 
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
@@ -492,6 +552,7 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
                 if car_reason(a) is None:
                     impls["select_kernel"] = lambda: car_median(a)
             if len(impls) > 1:
+                tuner = current_engine().tuner
                 key = ("median_reference", tuner.stamp(gpu, a.device.id if gpu else None),
                        a.dtype.name, *(int(v).bit_length() for v in a.shape))
                 name, _ = tuner.choose(key, impls, gpu, _identical)
