@@ -303,3 +303,21 @@ def test_to_hdf5_a_failed_block_leaves_no_output(tmp_path, monkeypatch):
     with dask.config.set(scheduler="sync"), pytest.raises(OSError, match="disk full"):
         dd.to_hdf5(y, tmp_path / "o.h5", fs=FS)
     assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.partial").exists()
+
+
+def test_dask_uses_only_the_public_api_of_the_pipeline():
+    """dspk.dask reaches into no private member of the pipeline, its job or a recording (the
+    issue's list: _run_steps, _detector, _save_metadata, _job_record, _block, _xp,
+    _set_whitening, and the recordings' private reopening)."""
+    import ast
+
+    tree = ast.parse(Path(dd.__file__).read_text())
+    private = sorted({node.attr for node in ast.walk(tree)
+                      if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                      and not node.attr.startswith("__")
+                      and not (isinstance(node.value, ast.Name) and node.value.id == "self")})
+    imported = sorted({alias.name for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0]
+                       in ("pipeline", "io") for alias in node.names
+                       if alias.name.startswith("_")})
+    assert private == [] and imported == []
