@@ -13,8 +13,7 @@
 //                   -> int64 out (any strides): over the partials, the sum of the plane products
 //                   with weights 65536, 256, 256, 1, plus the centring correction
 //                   128*(row sum of a + column sum of b) - 128^2*K, or accumulated onto out for
-//                   the later K chunks. sym3: an X·Xᵀ of int16 whose GEMM skipped the l·hᵀ
-//                   block (3 of the 4 plane blocks: l·hᵀ = (h·lᵀ)ᵀ), read transposed.
+//                   the later K chunks.
 // Grids: pack_planes: x over K in blocks of 4*blockDim, y over the B*Rp rows (looped past
 // 65535). 64-bit offsets: a packed operand may exceed 2^31 bytes.
 
@@ -145,7 +144,7 @@ __global__ void combine_planes(const int* __restrict__ c, int S, int P, int Mp, 
                                long long som, long long son,
                                const long long* __restrict__ rowsum_a,
                                const long long* __restrict__ colsum_b, long long kcorr,
-                               int first, int sym3)
+                               int first)
 {
     const long long total = (long long)B * M * N;
     const long long ldc = (long long)P * Np;
@@ -161,9 +160,7 @@ __global__ void combine_planes(const int* __restrict__ c, int S, int P, int Mp, 
             if (P == 2) {
                 const long long hh = cb[(long long)i * ldc + j];
                 const long long hl = cb[(long long)i * ldc + Np + j];
-                // sym3 (X·Xᵀ): the l·hᵀ block was not computed; it is (h·lᵀ)ᵀ
-                const long long lh = sym3 ? cb[(long long)j * ldc + Np + i]
-                                          : cb[(long long)(Mp + i) * ldc + j];
+                const long long lh = cb[(long long)(Mp + i) * ldc + j];
                 const long long ll = cb[(long long)(Mp + i) * ldc + Np + j];
                 v += 65536LL * hh + 256LL * (hl + lh) + ll;
             } else {

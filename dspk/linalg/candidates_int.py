@@ -165,9 +165,6 @@ class Int8TensorCore(Candidate):
         kp = splits * kc
         sums = dt != np.int8
         sym = p.symmetric
-        # X·Xᵀ of int16: the h·hᵀ, h·lᵀ and l·lᵀ plane blocks only (27 of 36 tiles of 128² for
-        # 384 channels); the combine reads l·hᵀ as (h·lᵀ)ᵀ
-        sym3 = sym and P == 2
         def pack_launch(v: Any, rows: int, rp: int) -> FastLaunch:
             fn, per, rows_kernel = _pack_kernel(v, dt, 1)
             sb, sr, sk = v.strides
@@ -184,7 +181,7 @@ class Int8TensorCore(Candidate):
                               ("i32", np_), ("i32", 1), ("i32", M), ("i32", N), ("ptr", None),
                               ("i64", out.strides[0]), ("i64", out.strides[1]),
                               ("i64", out.strides[2]), ("ptr", None), ("ptr", None),
-                              ("i64", 128 * 128 * K), ("i32", 1), ("i32", 1 if sym3 else 0)])
+                              ("i64", 128 * 128 * K), ("i32", 1)])
         qa_n, qb_n = P * mp * kp, 0 if sym else P * np_ * kp
         c_n = splits * P * mp * P * np_
         rs_n = (M + (0 if sym else N)) if sums else 0
@@ -214,19 +211,9 @@ class Int8TensorCore(Candidate):
                 pack_b(stream, pb, qb, cb if sums else 0)
             # row-major C[P*Mp, P*Np] = A·Bᵀ with K contiguous in both: cuBLAS "TN" on Cᵀ;
             # the split-K chunks are the GEMM's batch
-            handle = handle_of()
-            if sym3:   # rows of h against [h; l], then l against l
-                gemm(handle, OP_T, OP_N, P * np_, mp, kc, one, qb, CUDA_R_8I, kp, kc,
-                     qa, CUDA_R_8I, kp, kc, zero, c32, CUDA_R_32I, ldc, plane_c, splits,
-                     CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
-                gemm(handle, OP_T, OP_N, np_, mp, kc, one, qb + np_ * kp, CUDA_R_8I, kp, kc,
-                     qa + mp * kp, CUDA_R_8I, kp, kc, zero, c32 + 4 * (mp * ldc + np_),
-                     CUDA_R_32I, ldc, plane_c, splits, CUBLAS_COMPUTE_32I,
-                     CUBLAS_GEMM_DEFAULT)
-            else:
-                gemm(handle, OP_T, OP_N, P * np_, P * mp, kc, one, qb, CUDA_R_8I, kp, kc,
-                     qa, CUDA_R_8I, kp, kc, zero, c32, CUDA_R_32I, ldc, plane_c, splits,
-                     CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
+            gemm(handle_of(), OP_T, OP_N, P * np_, P * mp, kc, one, qb, CUDA_R_8I, kp, kc,
+                 qa, CUDA_R_8I, kp, kc, zero, c32, CUDA_R_32I, ldc, plane_c, splits,
+                 CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT)
             combine(stream, c32, po, ra if sums else 0, cb if sums else 0)
 
         return run
@@ -291,7 +278,7 @@ class Int8TensorCore(Candidate):
                      np.int64(out.strides[0]), np.int64(out.strides[1]),
                      np.int64(out.strides[2]), np.uint64(0 if ra is None else ra.data.ptr),
                      np.uint64(0 if cb is None else cb.data.ptr), np.int64(128 * 128 * K),
-                     np.int32(1 if k0 == 0 else 0), np.int32(0)))
+                     np.int32(1 if k0 == 0 else 0)))
 
 
 def _split_k(batches: int, rows: int, cols: int, k: int, props: dict) -> tuple[int, int]:
