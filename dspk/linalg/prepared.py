@@ -10,9 +10,12 @@ the Python object holding it.
 
 The fingerprint of a CuPy array is computed on its device (dspk/kernels/fingerprint.cu: one
 pass over the bytes, a few µs for a 384 × 384 matrix, then an 8-byte copy back, that is, a wait
-for the work queued before); of a NumPy array, with BLAKE2b. Where preparing costs less than
-that wait — a template bank on the GPU — `dspk.match` does not look the operand up at all: it
-loads it into a bank kept per shape and stream and packs it again, on the device.
+for the work queued before); of a NumPy array, with BLAKE2b. A cache that prepares on a
+second sighting does not wait for the hash of a GPU buffer it has no reason to think repeated:
+it starts the hash, counts it when it has landed, and answers "not prepared" at once. Where
+preparing costs less than that wait — a template bank on the GPU — `dspk.match` does not look
+the operand up at all: it loads it into a bank kept per shape and stream and packs it again,
+on the device.
 """
 
 from __future__ import annotations
@@ -57,24 +60,46 @@ def _device_hash(a: Any) -> int:
     nbytes = a.nbytes
     if nbytes == 0:
         return 0
-    return _hasher(dev).hash(a.data.ptr, nbytes, cp.cuda.get_current_stream().ptr)
+    return _hasher(dev).hash(a.data.ptr, nbytes, cp.cuda.get_current_stream())
+
+
+def _start_hash(a: Any) -> tuple | None:
+    """Start `_device_hash` of a C-contiguous CuPy array on the current device without
+    waiting: (hasher, number, event), or None where that does not apply."""
+    import cupy as cp  # noqa: PLC0415
+
+    dev = a.data.device_id
+    if dev != cp.cuda.runtime.getDevice() or not a.flags.c_contiguous or a.nbytes == 0:
+        return None
+    hasher = _hasher(dev)
+    number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream())
+    return hasher, number, event
+
+
+def _identity(a: Any) -> tuple:
+    """The buffer a CuPy array occupies (not its content)."""
+    return (a.data.ptr, a.shape, a.strides, a.dtype.str, a.data.device_id)
 
 
 class _DeviceHasher:
-    """The fingerprint kernel's launches on one device, with a device word and a pinned host
-    word for its result: a hash is a memset, a launch and an 8-byte copy back (then the
-    wait), about 10 µs of host time rather than the ~40 of allocating and converting on
-    every call."""
+    """The fingerprint kernel's launches on one device, and a ring of device words with their
+    pinned host copies for the results: a hash is a memset, a launch and an 8-byte copy back,
+    about 10 µs of host time rather than the ~40 of allocating and converting on every call.
+    `start` does not wait (the copy lands when the stream gets there, which its event
+    tells; then `value`); `hash` waits."""
+
+    RING = 256
 
     def __init__(self, device_id: int) -> None:
         import cupy as cp  # noqa: PLC0415
         import cupyx  # noqa: PLC0415
 
         self._cp = cp
-        self._word = cp.empty(1, dtype=np.uint64)
-        self._host = cupyx.empty_pinned(1, dtype=np.uint64)
+        self._words = cp.zeros(self.RING, dtype=np.uint64)
+        self._host = cupyx.zeros_pinned(self.RING, dtype=np.uint64)
         self._launches: dict = {}
         self._lock = threading.Lock()
+        self.count = 0           # hashes started (a slot is reused RING hashes later)
 
     def _launch(self, words: int, wide: bool) -> Any:
         from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
@@ -85,22 +110,44 @@ class _DeviceHasher:
             name = "fingerprint64<unsigned int>" if wide else "fingerprint64<unsigned char>"
             fn = FastLaunch(kernel("fingerprint.cu", name),
                             grid_1d(words, _FP_BLOCK, _FP_MAX_BLOCKS), (_FP_BLOCK,),
-                            [("ptr", None), ("i64", words), ("u64", self._word)])
+                            [("ptr", None), ("i64", words), ("ptr", None)])
             if len(self._launches) < 256:
                 self._launches[key] = fn
         return fn
 
-    def hash(self, ptr: int, nbytes: int, stream: int) -> int:
+    def start(self, ptr: int, nbytes: int, stream: Any, event: bool = True) -> tuple:
+        """Launch the hash of ``nbytes`` at ``ptr`` on ``stream`` (a CuPy stream): (number,
+        event or None)."""
         runtime = self._cp.cuda.runtime
+        sp = stream.ptr
         wide = nbytes % 4 == 0 and ptr % 4 == 0
         launch = self._launch(nbytes // 4 if wide else nbytes, wide)
         with self._lock:
-            runtime.memsetAsync(self._word.data.ptr, 0, 8, stream)
-            launch(stream, ptr)
-            runtime.memcpyAsync(self._host.ctypes.data, self._word.data.ptr, 8,
-                                runtime.memcpyDeviceToHost, stream)
-            runtime.streamSynchronize(stream)
-            return int(self._host[0])
+            number = self.count
+            self.count += 1
+            slot = number % self.RING
+            word = self._words.data.ptr + 8 * slot
+            runtime.memsetAsync(word, 0, 8, sp)
+            launch(sp, ptr, word)
+            runtime.memcpyAsync(self._host.ctypes.data + 8 * slot, word, 8,
+                                runtime.memcpyDeviceToHost, sp)
+        done = None
+        if event:
+            done = self._cp.cuda.Event(block=False, disable_timing=True)
+            done.record(stream)
+        return number, done
+
+    def value(self, number: int) -> int | None:
+        """The hash ``number``, once its copy has landed; None if its slot was reused."""
+        if self.count - number > self.RING:
+            return None
+        return int(self._host[number % self.RING])
+
+    def hash(self, ptr: int, nbytes: int, stream: Any) -> int:
+        number, _ = self.start(ptr, nbytes, stream, event=False)
+        stream.synchronize()
+        value = self.value(number)
+        return 0 if value is None else value
 
 
 _hashers: dict = {}
@@ -153,13 +200,40 @@ class PreparedCache:
         self.prepare_on = int(prepare_on)
         self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
         self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
+        self._pending: list = []                      # (identity, shape/dtype, hash started)
+        self._last: OrderedDict = OrderedDict()        # identity -> fingerprint seen there
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def get(self, operand: Any) -> Any:
         """The prepared object for ``operand``: built now on the ``prepare_on``-th sighting of
-        this content, None before it."""
+        this content, None before it.
+
+        With ``prepare_on`` > 1 and a CuPy operand, a buffer whose last known content was not
+        seen ``prepare_on`` times is not waited for: its hash is started and counted when it
+        has landed (a later call), and None is returned now. Only a buffer that looks
+        repeated (or holds a prepared operand) costs the wait for its fingerprint. So a new
+        operand on every call never waits, and a repeated one is prepared from its third
+        call."""
+        if self.prepare_on > 1 and is_cupy_array(operand):
+            ident = _identity(operand)
+            with self._lock:
+                self._fold()
+                last = self._last.get(ident)
+                hot = last is not None and (last in self._entries or
+                                            self._seen.get(last, 0) >= self.prepare_on)
+            if not hot:
+                started = _start_hash(operand)
+                if started is not None:
+                    with self._lock:
+                        self.misses += 1
+                        self._pending.append((ident, started))
+                        del self._pending[:-_MAX_SEEN]
+                    return None
         key = fingerprint(operand)
+        if is_cupy_array(operand):
+            with self._lock:
+                self._remember_last(_identity(operand), key)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -184,11 +258,37 @@ class PreparedCache:
                     self._entries.popitem(last=False)
         return obj
 
+    def _fold(self) -> None:
+        """Count the started hashes that have landed (under the lock)."""
+        keep = []
+        for ident, (hasher, number, event) in self._pending:
+            if not event.done:
+                keep.append((ident, (hasher, number, event)))
+                continue
+            value = hasher.value(number)
+            if value is None:
+                continue
+            ptr, shape, strides, dtype, dev = ident
+            key = ("cupy", dev, shape, dtype, value)
+            self._seen[key] = self._seen.pop(key, 0) + 1
+            while len(self._seen) > _MAX_SEEN:
+                self._seen.popitem(last=False)
+            self._remember_last(ident, key)
+        self._pending = keep
+
+    def _remember_last(self, ident: tuple, key: tuple) -> None:
+        self._last[ident] = key
+        self._last.move_to_end(ident)
+        while len(self._last) > _MAX_SEEN:
+            self._last.popitem(last=False)
+
     def clear(self) -> None:
         """Forget every prepared object (and every sighting)."""
         with self._lock:
             self._entries.clear()
             self._seen.clear()
+            self._pending.clear()
+            self._last.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -350,10 +350,12 @@ def spatial_filter(w: Any, x: Any) -> Any:
 
     The first call with a W computes the dense product (`dspk.linalg.matmul`): W's analysis
     and the sparse kernel's plan cost more than one product, so they are not paid for a W
-    seen once. When the same W comes again (recognised by its content, so a W modified in
-    place counts as new), it is prepared as a `SpatialFilter` (see there for the
-    implementations and how one is chosen) and kept with the last 8 matrices: calling this in
-    a loop then costs a fingerprint of W per call over ``SpatialFilter(W)(x)``. A W found
+    seen once (on the GPU its fingerprint is started but not waited for). When the same W
+    comes again (recognised by its content, so a W modified in place counts as new: from the
+    second call on the CPU, the third on the GPU), it is prepared as a `SpatialFilter` (see
+    there for the implementations and how one is chosen) and kept with the last 8 matrices:
+    calling this in a loop then costs a fingerprint of W per call over
+    ``SpatialFilter(W)(x)``. A W found
     dense (nothing to prepare) goes to the dense product directly from then on, without the
     fingerprint (its buffer is remembered; the verdict is checked again every 64 calls).
 
