@@ -615,7 +615,10 @@ class _OneShotBanks:
             with cp.cuda.Device(dev):
                 return self.run(templates, work)
         stream = cp.cuda.get_current_stream().ptr
-        key = (templates.shape, templates.strides, templates.dtype.char, dev, stream)
+        # the per-thread default stream has one handle (cudaStreamPerThread) for a different
+        # stream in every thread
+        key = (templates.shape, templates.strides, templates.dtype.char, dev, stream,
+               threading.get_ident() if stream == _PER_THREAD_STREAM else None)
         entry = self._banks.get(key)
         fresh = entry is None
         if fresh:
@@ -653,6 +656,7 @@ def _one_shot_banks() -> _OneShotBanks:
 #: the bank caches computed from the templates' values (dropped by a reload)
 _CONTENT_CACHES = ("sums", "matrix", "dp4a")
 _DEVICE_TO_DEVICE = 3   # cudaMemcpyDeviceToDevice
+_PER_THREAD_STREAM = 2  # cudaStreamPerThread
 
 
 def _agree(got: Any, ref: Any) -> str | None:

@@ -108,7 +108,35 @@ def test_forget_drops_the_plans_of_the_engine_in_use(tmp_path):
         n = len(engine.plans["matmul"])
         dspk.linalg.forget()
         assert not engine.plans["matmul"]
-        assert n <= 1
+        assert n == 1
+
+
+def test_one_engine_entered_by_two_threads_at_once(tmp_path):
+    """Each thread unwinds its own block, in any order of exits."""
+    engine = Engine(cache_dir=tmp_path)
+    order = threading.Barrier(2, timeout=20)
+    seen, errors = {}, []
+
+    def worker(name, first_out):
+        try:
+            with engine:
+                order.wait()                       # both inside
+                if not first_out:
+                    order.wait()                   # the other one has left
+                seen[name] = current_engine() is engine
+            if first_out:
+                order.wait()
+            seen[name + " after"] = current_engine() is default_engine()
+        except Exception as exc:                   # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=("a", True)),
+               threading.Thread(target=worker, args=("b", False))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and all(seen.values()) and len(seen) == 4
 
 
 def test_engine_repr_names_mode_and_cache(tmp_path):
@@ -118,8 +146,8 @@ def test_engine_repr_names_mode_and_cache(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_products_on_a_device_that_is_not_current():
-    """int_matmul, int_gram and matmul of arrays on GPU 1 while GPU 0 is current (the shared
-    product path switches device; int_matmul had lost that switch)."""
+    """int_matmul, int_gram, matmul and covariance of arrays on GPU 1 while GPU 0 is current
+    (the shared product path switches device; int_matmul had lost that switch)."""
     import cupy as cp
 
     if cp.cuda.runtime.getDeviceCount() < 2:
@@ -133,6 +161,9 @@ def test_gpu_products_on_a_device_that_is_not_current():
         got = dspk.int_matmul(x, x.T)
         s_mat, s = dspk.linalg.int_gram(x)
         c = dspk.matmul(xf, xf.T)
+        cov = dspk.covariance(x)
+    assert cov.device.id == 1
+    np.testing.assert_array_equal(cov.get(), dspk.covariance(h))
     h64 = h.astype(np.int64)
     assert got.device.id == 1 and np.array_equal(got.get(), h64 @ h64.T)
     assert np.array_equal(s_mat.get(), h64 @ h64.T) and np.array_equal(s.get(), h64.sum(1))

@@ -442,3 +442,13 @@ def test_every_recording_closes_and_reopens_from_its_spec(tmp_path, kind):
     with pytest.raises(RecordingError, match="closed"):
         rec.read(0, 10)
     rec.close()                                  # twice: harmless
+
+
+def test_reopen_of_an_in_memory_recording_is_its_own():
+    """Closing what reopen gave leaves the original open (and readable)."""
+    rec = open_recording(np.arange(40, dtype=np.int16).reshape(20, 2), fs=1000.0)
+    with rec.reopen() as again:
+        assert again is not rec
+        np.testing.assert_array_equal(again.read(0, 5), rec.read(0, 5))
+    assert again.closed and not rec.closed
+    rec.read(0, 5)

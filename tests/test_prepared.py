@@ -165,8 +165,8 @@ def test_dense_w_skips_the_fingerprint_and_stays_correct(xp):
     store = _prepared_filters()
     store.clear()
     rng = np.random.default_rng(6)
-    w = xp.asarray(rng.standard_normal((48, 48)).astype(np.float32))
-    x = xp.asarray(rng.standard_normal((48, 700)).astype(np.float32))
+    w = xp.asarray(rng.standard_normal((96, 96)).astype(np.float32))
+    x = xp.asarray(rng.standard_normal((96, 700)).astype(np.float32))
 
     def check():
         ref = np.asarray(to_numpy(w), np.float64) @ np.asarray(to_numpy(x), np.float64)
@@ -181,13 +181,11 @@ def test_dense_w_skips_the_fingerprint_and_stays_correct(xp):
     assert (store.hits, store.misses) == (hits, misses)          # no fingerprint taken
     w[5, 7] += 3.0                                               # in place: still right
     check()
-    sparse = np.zeros((48, 48), np.float32)                      # a sparse W, same buffer
-    for i in range(48):
-        sparse[i, max(0, i - 1):i + 2] = (1.0, -2.0, 1.0)[:min(i + 2, 48) - max(0, i - 1)]
-    w[...] = xp.asarray(sparse)
-    for _ in range(_DenseVerdicts.RECHECK + 2):
+    geom = np.c_[np.zeros(96), 20.0 * np.arange(96)]             # a sparse W, same buffer
+    w[...] = xp.asarray(dspk.ops.laplacian_matrix(geom, n_neighbors=2).astype(np.float32))
+    for _ in range(_DenseVerdicts.RECHECK + 3):
         check()
-    assert store.misses > misses                                 # checked again, prepared
+    assert any(f.sparse for f, _ in store._entries.values())     # checked again, prepared
 
 
 @pytest.mark.gpu
@@ -198,6 +196,7 @@ def test_gpu_new_operands_are_never_waited_for():
     never served a stale plan."""
     import cupy as cp
 
+    from dspk.linalg.prepared import _hasher
     from dspk.ops.spatial import _prepared_filters
 
     store = _prepared_filters()
@@ -209,11 +208,14 @@ def test_gpu_new_operands_are_never_waited_for():
     x = cp.asarray(rng.standard_normal((96, 2000)).astype(np.float32))
     fresh = [cp.asarray(w0 * (1 + 0.01 * i)) for i in range(6)]
     hits = store.hits                                            # (counts since the process began)
+    hasher = _hasher(0)
+    started, waited = hasher.count, hasher.waited
     for w in fresh:
         y = dspk.spatial_filter(w, x)
         np.testing.assert_allclose(y.get(), w.get().astype(np.float64) @ x.get(), rtol=1e-4,
                                    atol=1e-4)
     assert len(store) == 0 and store.hits == hits
+    assert hasher.count - started == 6 and hasher.waited == waited   # started, never waited
     w = fresh[0]
     for i in range(6):
         if i == 4:
@@ -224,3 +226,30 @@ def test_gpu_new_operands_are_never_waited_for():
                                    atol=1e-4)
         if i == 1:
             assert len(store) == 1                               # its third call: prepared
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_a_prepared_filter_never_reads_the_callers_buffer(xp, kind):
+    """The cache finds a filter by the content W had: a W overwritten after it was prepared
+    must not change what the filter of the old content computes (a dense filter reads W on
+    every call; a sparse one builds a plan per dtype of x, here float64 after the change)."""
+    from dspk.ops.spatial import _prepared_filters
+
+    _prepared_filters().clear()
+    rng = np.random.default_rng(9)
+    geom = np.c_[np.tile([0.0, 32.0], 48), 20.0 * np.arange(96)]
+    if kind == "dense":
+        w = xp.asarray(rng.standard_normal((96, 96)).astype(np.float32))
+    else:
+        w = xp.asarray(dspk.whitening_matrix(np.cov(rng.standard_normal((96, 4000))),
+                                             geometry_um=geom, n_neighbors=8).astype(np.float32))
+    x = xp.asarray(rng.standard_normal((96, 800)).astype(np.float32))
+    for _ in range(3):
+        dspk.spatial_filter(w, x)                                # prepared (2nd or 3rd call)
+    w_orig = w.copy()
+    w[...] = w * 2.0 + 1.0                                       # the buffer holds another W
+    for dtype in (np.float32, np.float64):
+        xd = x.astype(dtype)
+        y = dspk.spatial_filter(w_orig, xd)                      # the old content again
+        ref = np.asarray(to_numpy(w_orig), np.float64) @ np.asarray(to_numpy(xd), np.float64)
+        np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-4, atol=1e-4)

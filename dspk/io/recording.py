@@ -3,6 +3,8 @@ binaries (Kilosort / SpikeGLX: int16 [samples, channels])."""
 
 from __future__ import annotations
 
+import copy
+
 import os
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -229,18 +231,26 @@ class Recording:
 
     def reopen(self) -> "Recording":
         """A recording of the same samples and metadata with its own file handle
-        (``self.spec().open()``; an in-memory recording is returned as it is). Close it when
-        done; this one stays open.
+        (``self.spec().open()``; for an in-memory recording, a shallow copy sharing its
+        samples). Close it when done; this one stays open.
 
         Examples
         --------
         >>> import numpy as np
         >>> from dspk.io import open_recording
         >>> rec = open_recording(np.zeros((3000, 2), np.int16), fs=30000.0)
-        >>> rec.reopen().n_samples
+        >>> with rec.reopen() as again:
+        ...     again.n_samples
         3000
+        >>> rec.closed
+        False
         """
-        return self.spec().open()
+        spec = self.spec()
+        if spec.recording is not None:
+            again = copy.copy(spec.recording)
+            again.closed = False
+            return again
+        return spec.open()
 
     def _check_open(self) -> None:
         if self.closed:

@@ -90,7 +90,6 @@ class Engine:
         self.plans: dict[str, dict] = {name: {} for name in PLAN_TABLES}
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._tokens: list[Token] = []
 
     def prepared(self, name: str, make: Callable[[], Any]) -> Any:
         """The store of prepared operands called ``name`` (made by ``make()`` on first use):
@@ -126,11 +125,15 @@ class Engine:
         return self.tuner.mode
 
     def __enter__(self) -> "Engine":
-        self._tokens.append(_CURRENT.set(self))
+        # the reset tokens live in the context too: one engine may be entered by several
+        # threads or tasks at once, each unwinding its own blocks
+        _TOKENS.set(_TOKENS.get() + (_CURRENT.set(self),))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _CURRENT.reset(self._tokens.pop())
+        tokens = _TOKENS.get()
+        _TOKENS.set(tokens[:-1])
+        _CURRENT.reset(tokens[-1])
 
     def __repr__(self) -> str:
         return (f"Engine(mode={self.tuner.mode!r}, cache={str(self.tuner.cache_file)!r}, "
@@ -139,6 +142,7 @@ class Engine:
 
 _DEFAULT = Engine()
 _CURRENT: ContextVar[Engine] = ContextVar("dspk_engine", default=_DEFAULT)
+_TOKENS: ContextVar[tuple[Token, ...]] = ContextVar("dspk_engine_tokens", default=())
 
 
 def current_engine() -> Engine:

@@ -88,6 +88,9 @@ def int_gram(x: Any) -> tuple:
     if getattr(x, "ndim", None) != 2:
         raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
                          f"{getattr(x, 'shape', type(x).__name__)}")
+    if x.dtype not in INT_DTYPES:
+        raise TypeError(f"x: unsupported dtype {x.dtype}; int_gram takes "
+                        f"{', '.join(d.name for d in INT_DTYPES)}")
     if is_cupy_array(x):
         cp = cupy_module()
         if x.device.id != cp.cuda.runtime.getDevice():

@@ -259,13 +259,13 @@ class _Plan:
                 ol, oh = po + self.span_o[0], po + self.span_o[1]
                 if (ol <= pa + self.span_a[1] and pa + self.span_a[0] <= oh) or \
                         (ol <= pb + self.span_b[1] and pb + self.span_b[0] <= oh):
-                    _problem(a, b, out)  # raises the precise error
+                    _any_problem(a, b, out)  # raises the precise error
             self.runner(pa, pb, po)
             return out
         if out is None:
             out = np.empty(self.shape, self.dtype)
         elif np.may_share_memory(out, a) or np.may_share_memory(out, b):
-            _problem(a, b, out)
+            _any_problem(a, b, out)
         self.runner(a, b, out)
         return out
 

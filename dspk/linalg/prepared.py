@@ -86,7 +86,8 @@ class _DeviceHasher:
     pinned host copies for the results: a hash is a memset, a launch and an 8-byte copy back,
     about 10 µs of host time rather than the ~40 of allocating and converting on every call.
     `start` does not wait (the copy lands when the stream gets there, which its event
-    tells; then `value`); `hash` waits."""
+    tells; then `value`: a started hash only counts sightings, so a slot reused too early
+    costs a miscount, never a wrong result); `hash` waits, in words of its own thread."""
 
     RING = 256
 
@@ -99,7 +100,9 @@ class _DeviceHasher:
         self._host = cupyx.zeros_pinned(self.RING, dtype=np.uint64)
         self._launches: dict = {}
         self._lock = threading.Lock()
+        self._local = threading.local()
         self.count = 0           # hashes started (a slot is reused RING hashes later)
+        self.waited = 0          # hashes waited for (`hash`)
 
     def _launch(self, words: int, wide: bool) -> Any:
         from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
@@ -144,10 +147,25 @@ class _DeviceHasher:
         return int(self._host[number % self.RING])
 
     def hash(self, ptr: int, nbytes: int, stream: Any) -> int:
-        number, _ = self.start(ptr, nbytes, stream, event=False)
+        """The hash of ``nbytes`` at ``ptr``, waited for: in this thread's own words (not the
+        ring, whose slots other threads' `start` calls could reuse while this one waits)."""
+        runtime = self._cp.cuda.runtime
+        mine = getattr(self._local, "words", None)
+        if mine is None:
+            import cupyx  # noqa: PLC0415
+
+            mine = self._local.words = (self._cp.empty(1, dtype=np.uint64),
+                                        cupyx.empty_pinned(1, dtype=np.uint64))
+        word, host = mine
+        wide = nbytes % 4 == 0 and ptr % 4 == 0
+        launch = self._launch(nbytes // 4 if wide else nbytes, wide)
+        sp = stream.ptr
+        runtime.memsetAsync(word.data.ptr, 0, 8, sp)
+        launch(sp, ptr, word.data.ptr)
+        runtime.memcpyAsync(host.ctypes.data, word.data.ptr, 8, runtime.memcpyDeviceToHost, sp)
         stream.synchronize()
-        value = self.value(number)
-        return 0 if value is None else value
+        self.waited += 1
+        return int(host[0])
 
 
 _hashers: dict = {}

@@ -191,6 +191,10 @@ def _int_cov_gpu(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     ``center``, only while n·S − s·sᵀ is exact in int64 (n < 2^16)."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
 
+    dev = s_mat.data.device_id
+    if dev != cp.cuda.runtime.getDevice():
+        with cp.cuda.Device(dev):
+            return _int_cov_gpu(s_mat, s, n, ddof, center)
     c = s_mat.shape[0]
     if not s_mat.flags.c_contiguous:
         s_mat = cp.ascontiguousarray(s_mat)

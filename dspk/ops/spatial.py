@@ -468,7 +468,13 @@ def _prepared_filters() -> PreparedCache:
     """The engine's SpatialFilters of the matrices spatial_filter was called with lately
     (prepared on the second call with the same content)."""
     return current_engine().prepared(
-        "spatial_filter", lambda: PreparedCache(SpatialFilter, prepare_on=2))
+        "spatial_filter", lambda: PreparedCache(_filter_of_copy, prepare_on=2))
+
+
+def _filter_of_copy(w: Any) -> SpatialFilter:
+    """A SpatialFilter of a copy of W: the cache finds it by the content W had, so it must not
+    read the caller's buffer, which may hold other values by the next call."""
+    return SpatialFilter(w.copy())
 
 
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
