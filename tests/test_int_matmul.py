@@ -143,6 +143,8 @@ def test_int_gram_gives_the_product_and_the_row_sums(xp, dtype, shape):
 def test_int_gram_bad_input(xp):
     with pytest.raises(ValueError, match="x: expected a 2-D"):
         dspk.linalg.int_gram(xp.zeros((2, 3, 4), np.int16))
+    with pytest.raises(ValueError, match="x: expected a 2-D"):
+        dspk.linalg.int_gram([[1, 2], [3, 4]])
     with pytest.raises(TypeError, match="x: unsupported dtype float32"):
         dspk.linalg.int_gram(xp.zeros((2, 3), np.float32))
 

@@ -79,15 +79,15 @@ def int_gram(x: Any) -> tuple:
     >>> s_mat.tolist(), s.tolist()
     ([[14, -68304], [-68304, 1973741824]], [2, -2768])
     """
+    if getattr(x, "ndim", None) != 2:
+        raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
     engine = current_engine()
     sig = _signature(x, x.T, None)
     if sig is not None:
         plan = engine.plans["int_gram"].get(sig)
         if plan is not None:
             return plan(x)
-    if getattr(x, "ndim", None) != 2:
-        raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
     if x.dtype not in INT_DTYPES:
         raise TypeError(f"x: unsupported dtype {x.dtype}; int_gram takes "
                         f"{', '.join(d.name for d in INT_DTYPES)}")
