@@ -218,7 +218,7 @@ class PreparedCache:
         self.prepare_on = int(prepare_on)
         self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
         self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
-        self._pending: list = []                      # (identity, shape/dtype, hash started)
+        self._pending: list = []                      # (identity, (hasher, number, event))
         self._last: OrderedDict = OrderedDict()        # identity -> fingerprint seen there
         self._lock = threading.Lock()
         self.hits = self.misses = 0
