@@ -76,9 +76,12 @@ def _start_hash(a: Any) -> tuple | None:
     return hasher, number, event
 
 
-def _identity(a: Any) -> tuple:
-    """The buffer a CuPy array occupies (not its content)."""
-    return (a.data.ptr, a.shape, a.strides, a.dtype.str, a.data.device_id)
+def buffer_identity(a: Any) -> tuple:
+    """The buffer a NumPy or CuPy array occupies: address, shape, strides, dtype, device (not
+    its content)."""
+    if is_cupy_array(a):
+        return (a.data.ptr, a.shape, a.strides, a.dtype.str, a.data.device_id)
+    return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str, None)
 
 
 class _DeviceHasher:
@@ -234,7 +237,7 @@ class PreparedCache:
         operand on every call never waits, and a repeated one is prepared from its third
         call."""
         if self.prepare_on > 1 and is_cupy_array(operand):
-            ident = _identity(operand)
+            ident = buffer_identity(operand)
             with self._lock:
                 self._fold()
                 last = self._last.get(ident)
@@ -251,7 +254,7 @@ class PreparedCache:
         key = fingerprint(operand)
         if is_cupy_array(operand):
             with self._lock:
-                self._remember_last(_identity(operand), key)
+                self._remember_last(buffer_identity(operand), key)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:

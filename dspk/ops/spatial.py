@@ -13,7 +13,7 @@ from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
-from ..linalg.prepared import PreparedCache
+from ..linalg.prepared import PreparedCache, buffer_identity
 from ._checks import FLOATS, geometry, traces
 from .distance import probe_sqdist
 from ._parallel import blocks
@@ -383,7 +383,7 @@ def spatial_filter(w: Any, x: Any) -> Any:
     xp = traces(x)
     _check_w(w)
     verdicts = _dense_verdicts()
-    ident = _identity(w)
+    ident = buffer_identity(w)
     if not verdicts.dense(ident):
         prepared = _prepared_filters().get(w)
         if prepared is not None:
@@ -396,13 +396,6 @@ def spatial_filter(w: Any, x: Any) -> Any:
     # to prepare, and its fingerprint (a device round trip) would only add to the product.
     _check_pair(w, x, xp)
     return matmul(w if w.dtype == x.dtype else w.astype(x.dtype), x)
-
-
-def _identity(w: Any) -> tuple:
-    """The buffer ``w`` occupies: address, shape, strides, dtype, device (not its content)."""
-    if is_cupy_array(w):
-        return (w.data.ptr, w.shape, w.strides, w.dtype.char, w.data.device_id)
-    return (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.char, None)
 
 
 class _DenseVerdicts:
