@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
 from dspk.linalg import matmul
-from dspk.linalg.candidates_cpu import COLUMN_BLOCK, cpu_candidates
+from dspk.linalg.candidates_cpu import column_block, cpu_candidates
 from dspk.linalg.threads import blas_threads, parallel_blocks, single_threaded_blas
 from dspk.ops import PCA, whitening_matrix
 
@@ -42,7 +42,7 @@ def _same_bits(results):
 
 
 @settings(max_examples=25, deadline=None)
-@given(m=st.integers(1, 200), k=st.integers(1, 6000), n=st.integers(1, 3 * COLUMN_BLOCK + 7),
+@given(m=st.integers(1, 200), k=st.integers(1, 6000), n=st.integers(1, 12_295),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
 def test_every_cpu_candidate_gives_the_same_bits_on_any_thread_count(m, k, n, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -59,6 +59,16 @@ def test_every_cpu_candidate_gives_the_same_bits_on_any_thread_count(m, k, n, dt
             return q.out.to_array().copy()
 
         _same_bits(_under_each_thread_count(run))
+
+
+def test_column_blocks_depend_on_the_shape_alone():
+    """Enough blocks to share a chunk's product among threads, none too small to be worth a
+    dispatch; multiples of 256 columns."""
+    w = np.zeros((384, 384), np.float32)
+    assert 6000 // column_block(w, 6000) >= 2                     # a short chunk is shared
+    assert 60_000 // column_block(w, 60_000) >= 8
+    assert column_block(np.zeros((4, 4), np.float32), 60_000) >= 60_000   # skinny: one block
+    assert all(column_block(w, n) % 256 == 0 for n in (1, 999, 60_000, 10**7))
 
 
 def test_a_covariance_with_a_long_reduction_gives_the_same_bits(tmp_path, monkeypatch):

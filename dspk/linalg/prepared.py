@@ -63,15 +63,21 @@ def _device_hash(a: Any) -> int:
     return _hasher(dev).hash(a.data.ptr, nbytes, cp.cuda.get_current_stream())
 
 
-def _start_hash(a: Any) -> tuple | None:
-    """Start `_device_hash` of a C-contiguous CuPy array on the current device without
-    waiting: (hasher, number, event), or None where that does not apply."""
+def _hashable_now(a: Any) -> bool:
+    """Whether `_start_hash` applies to CuPy array ``a``: C-contiguous, not empty, on the
+    current device."""
     import cupy as cp  # noqa: PLC0415
 
-    dev = a.data.device_id
-    if dev != cp.cuda.runtime.getDevice() or not a.flags.c_contiguous or a.nbytes == 0:
-        return None
-    hasher = _hasher(dev)
+    return (a.flags.c_contiguous and a.nbytes > 0 and
+            a.data.device_id == cp.cuda.runtime.getDevice())
+
+
+def _start_hash(a: Any) -> tuple:
+    """Start `_device_hash` of ``a`` (see `_hashable_now`) on the current stream without
+    waiting: (hasher, number, event)."""
+    import cupy as cp  # noqa: PLC0415
+
+    hasher = _hasher(a.data.device_id)
     number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream())
     return hasher, number, event
 
@@ -235,7 +241,18 @@ class PreparedCache:
         has landed (a later call), and None is returned now. Only a buffer that looks
         repeated (or holds a prepared operand) costs the wait for its fingerprint. So a new
         operand on every call never waits, and a repeated one is prepared from its third
-        call."""
+        call. `lookup` does the same but lets the caller start the hash later."""
+        obj, sight = self.lookup(operand)
+        if sight is not None:
+            sight()
+        return obj
+
+    def lookup(self, operand: Any) -> tuple[Any, Callable[[], None] | None]:
+        """`get`, but where `get` would start a hash without waiting for it, (None, sight):
+        the caller computes without preparation, then calls ``sight()``, which starts the
+        hash on the current stream. Queued behind the caller's work, the hash neither
+        delays it on the GPU nor adds host time before its launch (what a user who times a
+        one-shot call on an idle GPU sees). Otherwise (the object or None, None)."""
         if self.prepare_on > 1 and is_cupy_array(operand):
             ident = buffer_identity(operand)
             with self._lock:
@@ -243,14 +260,18 @@ class PreparedCache:
                 last = self._last.get(ident)
                 hot = last is not None and (last in self._entries or
                                             self._seen.get(last, 0) >= self.prepare_on)
-            if not hot:
-                started = _start_hash(operand)
-                if started is not None:
-                    with self._lock:
-                        self.misses += 1
-                        self._pending.append((ident, started))
-                        del self._pending[:-_MAX_SEEN]
-                    return None
+            if not hot and _hashable_now(operand):
+                return None, lambda: self._sight(ident, operand)
+        return self._get_waited(operand), None
+
+    def _sight(self, ident: tuple, operand: Any) -> None:
+        started = _start_hash(operand)
+        with self._lock:
+            self.misses += 1
+            self._pending.append((ident, started))
+            del self._pending[:-_MAX_SEEN]
+
+    def _get_waited(self, operand: Any) -> Any:
         key = fingerprint(operand)
         if is_cupy_array(operand):
             with self._lock:

@@ -350,14 +350,14 @@ def spatial_filter(w: Any, x: Any) -> Any:
 
     The first call with a W computes the dense product (`dspk.linalg.matmul`): W's analysis
     and the sparse kernel's plan cost more than one product, so they are not paid for a W
-    seen once (on the GPU its fingerprint is started but not waited for). When the same W
-    comes again (recognised by its content, so a W modified in place counts as new: from the
-    second call on the CPU, the third on the GPU), it is prepared as a `SpatialFilter` (see
-    there for the implementations and how one is chosen) and kept with the last 8 matrices:
-    calling this in a loop then costs a fingerprint of W per call over
-    ``SpatialFilter(W)(x)``. A W found
-    dense (nothing to prepare) goes to the dense product directly from then on, without the
-    fingerprint (its buffer is remembered; the verdict is checked again every 64 calls).
+    seen once (on the GPU its fingerprint is started behind the product, not waited for).
+    When the same W comes again (recognised by its content, so a W modified in place counts
+    as new: from the second call on the CPU, the third on the GPU), it is prepared as a
+    `SpatialFilter` (see there for the implementations and how one is chosen) and kept with
+    the last 8 matrices: calling this in a loop then costs a fingerprint of W per call over
+    ``SpatialFilter(W)(x)``. A W found dense (nothing to prepare) goes to the dense product
+    directly from then on, without the fingerprint (its buffer is remembered; the verdict
+    is checked again every 64 calls).
 
     Parameters
     ----------
@@ -384,18 +384,23 @@ def spatial_filter(w: Any, x: Any) -> Any:
     _check_w(w)
     verdicts = _dense_verdicts()
     ident = buffer_identity(w)
+    sight = None
     if not verdicts.dense(ident):
-        prepared = _prepared_filters().get(w)
+        prepared, sight = _prepared_filters().lookup(w)
         if prepared is not None:
             if not prepared.sparse:
                 verdicts.add(ident)
             return prepared(x)
     # A W seen for the first time: the product without preparation (W's analysis and the
     # sparse kernel's plan cost ~3 ms on an H200, against 0.4 ms for the dense product of
-    # 384 channels; a W that comes back is prepared then). A W known to be dense: nothing
-    # to prepare, and its fingerprint (a device round trip) would only add to the product.
+    # 384 channels; a W that comes back is prepared then). Its sighting (on the GPU, a hash
+    # started without waiting) is queued behind the product, not ahead of it. A W known to
+    # be dense: nothing to prepare, and its fingerprint would only add to the product.
     _check_pair(w, x, xp)
-    return matmul(w if w.dtype == x.dtype else w.astype(x.dtype), x)
+    y = matmul(w if w.dtype == x.dtype else w.astype(x.dtype), x)
+    if sight is not None:
+        sight()
+    return y
 
 
 class _DenseVerdicts:
