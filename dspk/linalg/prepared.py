@@ -72,13 +72,15 @@ def _hashable_now(a: Any) -> bool:
             a.data.device_id == cp.cuda.runtime.getDevice())
 
 
-def _start_hash(a: Any) -> tuple:
-    """Start `_device_hash` of ``a`` (see `_hashable_now`) on the current stream without
-    waiting: (hasher, number, event)."""
+def _start_hash(a: Any, after: Any = None) -> tuple:
+    """Start `_device_hash` of ``a`` (see `_hashable_now`) without waiting: (hasher, number,
+    event). On the current stream, or, with ``after`` (a `_DeviceHasher.mark` of the current
+    stream), beside it (see `_DeviceHasher.start`)."""
     import cupy as cp  # noqa: PLC0415
 
     hasher = _hasher(a.data.device_id)
-    number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream())
+    number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream(),
+                                 after=after)
     return hasher, number, event
 
 
@@ -109,6 +111,9 @@ class _DeviceHasher:
         self._host = cupyx.zeros_pinned(self.RING, dtype=np.uint64)
         self._launches: dict = {}
         self._lock = threading.Lock()
+        self._side = cp.cuda.Stream(non_blocking=True)
+        self._marks = [cp.cuda.Event(block=False, disable_timing=True) for _ in range(16)]
+        self._marks_next = 0
         self._local = threading.local()
         self.count = 0           # hashes started (a slot is reused RING hashes later)
         self.waited = 0          # hashes waited for (`hash`)
@@ -127,11 +132,30 @@ class _DeviceHasher:
                 self._launches[key] = fn
         return fn
 
-    def start(self, ptr: int, nbytes: int, stream: Any, event: bool = True) -> tuple:
+    def mark(self, stream: Any) -> Any:
+        """An event recorded on ``stream`` now (from a ring: no allocation, ~1 µs), for
+        `start`'s ``after``."""
+        with self._lock:
+            slot = self._marks_next
+            self._marks_next = (slot + 1) % len(self._marks)
+        mark = self._marks[slot]
+        mark.record(stream)
+        return mark
+
+    def start(self, ptr: int, nbytes: int, stream: Any, event: bool = True,
+              after: Any = None) -> tuple:
         """Launch the hash of ``nbytes`` at ``ptr`` on ``stream`` (a CuPy stream): (number,
-        event or None)."""
+        event or None).
+
+        With ``after`` (a `mark` of ``stream`` taken before work queued since): on a side
+        stream that starts at the mark, so the hash runs beside that work instead of after
+        it, and ``stream`` waits for the hash before anything queued later (so the bytes
+        hashed are those the work read, and the buffer outlives the hash)."""
         runtime = self._cp.cuda.runtime
-        sp = stream.ptr
+        run_on = stream if after is None else self._side
+        if after is not None:
+            run_on.wait_event(after)
+        sp = run_on.ptr
         wide = nbytes % 4 == 0 and ptr % 4 == 0
         launch = self._launch(nbytes // 4 if wide else nbytes, wide)
         with self._lock:
@@ -144,10 +168,12 @@ class _DeviceHasher:
             runtime.memcpyAsync(self._host.ctypes.data + 8 * slot, word, 8,
                                 runtime.memcpyDeviceToHost, sp)
         done = None
-        if event:
+        if event or after is not None:
             done = self._cp.cuda.Event(block=False, disable_timing=True)
-            done.record(stream)
-        return number, done
+            done.record(run_on)
+        if after is not None:
+            stream.wait_event(done)
+        return number, done if event else None
 
     def value(self, number: int) -> int | None:
         """The hash ``number``, once its copy has landed; None if its slot was reused."""
@@ -250,9 +276,11 @@ class PreparedCache:
     def lookup(self, operand: Any) -> tuple[Any, Callable[[], None] | None]:
         """`get`, but where `get` would start a hash without waiting for it, (None, sight):
         the caller computes without preparation, then calls ``sight()``, which starts the
-        hash on the current stream. Queued behind the caller's work, the hash neither
-        delays it on the GPU nor adds host time before its launch (what a user who times a
-        one-shot call on an idle GPU sees). Otherwise (the object or None, None)."""
+        hash on a side stream from a mark of the current stream taken now, so it runs beside
+        the caller's work; the current stream waits for it before anything queued after.
+        The hash neither delays that work on the GPU nor adds host time before its launch
+        but the mark's (what a user who times a one-shot call on an idle GPU sees).
+        Otherwise (the object or None, None)."""
         if self.prepare_on > 1 and is_cupy_array(operand):
             ident = buffer_identity(operand)
             with self._lock:
@@ -261,11 +289,14 @@ class PreparedCache:
                 hot = last is not None and (last in self._entries or
                                             self._seen.get(last, 0) >= self.prepare_on)
             if not hot and _hashable_now(operand):
-                return None, lambda: self._sight(ident, operand)
+                import cupy as cp  # noqa: PLC0415
+
+                mark = _hasher(operand.data.device_id).mark(cp.cuda.get_current_stream())
+                return None, lambda: self._sight(ident, operand, mark)
         return self._get_waited(operand), None
 
-    def _sight(self, ident: tuple, operand: Any) -> None:
-        started = _start_hash(operand)
+    def _sight(self, ident: tuple, operand: Any, mark: Any) -> None:
+        started = _start_hash(operand, after=mark)
         with self._lock:
             self.misses += 1
             self._pending.append((ident, started))
