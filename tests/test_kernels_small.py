@@ -64,6 +64,48 @@ def test_small_shapes_every_kernel(dtype):
               {"direct_gram_tiled4", "cublas"})
 
 
+#: the wx_tile variants registered in gpu_candidates()
+WX_TILE = {"direct_wxtile32c2s4w8", "direct_wxtile16c1s4w8", "direct_wxtile64c2s6w16",
+           "direct_wxtile32c2s3w12"}
+#: the one that also takes M <= 8 (32 column vectors of lanes per warp row)
+WX_TILE_NARROW = {"direct_wxtile64c2s6w16"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_wx_tile_kernels(dtype):
+    """wx_tile (a persistent, cp.async-pipelined register tile) on ragged shapes: a last column
+    tile cut inside a 16-byte vector, M not a multiple of 8, K odd (a partial k-chunk, and K
+    smaller than one chunk), several tiles per CTA (batches share the CTAs of a wave), a
+    broadcast W, M <= 8, and the mirrored orientation X·W (via outᵀ = Wᵀ·Xᵀ)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(3)
+
+    def arr(*shape):
+        return cp.asarray(rng.standard_normal(shape).astype(dtype))
+
+    def padded_out(*shape):  # [..., n] with 16-byte rows: a column range of a wider array
+        wide = -(-shape[-1] // 4) * 4
+        return MatrixView.of(cp.zeros(shape[:-1] + (wide,), dtype)).cols(0, shape[-1])
+
+    # M = 30 of a 32-row tile, K = 7 < one k-chunk, N = 1001: last vector holds one column
+    x = arr(7, 1004)[:, :1001]
+    check_all(arr(30, 7), x, WX_TILE, out=padded_out(30, 1001))
+    # 24 batches with one W: a CTA per batch loops over several tiles; K = 61 is 3 chunks of
+    # 16 and one of 13 (float32, 64-row variant), N = 5001 ends mid-vector
+    xb = MatrixView.of(arr(24, 61, 5004)).cols(0, 5001)
+    check_all(arr(64, 61), xb, WX_TILE, out=padded_out(24, 64, 5001))
+    # a W per batch, M = 47, K = 128 (two 64-element W rows of shared memory per k-chunk pair)
+    xb = MatrixView.of(arr(3, 128, 2052)).cols(0, 2050)
+    check_all(arr(3, 47, 128), xb, WX_TILE, out=padded_out(3, 47, 2050))
+    # M = 6: only the variant whose warps span 32 column vectors takes an 8-row tile
+    x = arr(61, 2004)[:, :2001]
+    check_all(arr(6, 61), x, WX_TILE_NARROW, out=padded_out(6, 2001))
+    # mirrored: (X·W)[2001, 17] = xᵀ·wᵀ with a column-major out, run as w·x into outᵀ
+    out_t = MatrixView.of(cp.zeros((17, 2004), dtype)).cols(0, 2001).T
+    check_all(x.T, arr(17, 61).T, WX_TILE, out=out_t)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
 def test_small_integer_products_on_tensor_cores(dtype):
     """Packing (padding, planes), the int8 GEMM and the int64 recombination, on small ragged

@@ -13,6 +13,10 @@
 //               output columns and reads each X element once.
 //   wx_vec      the same with 4 consecutive columns per thread (16-byte loads and stores, each W
 //               value feeds 4 FMAs) and the rows split over SLICES warps-groups.
+//   wx_tile     the same as a register-tiled GEMM: persistent CTAs stage W once (transposed, in
+//               shared memory) and stream column tiles of X through a cp.async pipeline of
+//               STAGES k-chunks; each thread owns 8 rows x TC columns, so per k it makes
+//               2-4 16-byte shared loads for 32-64 FMAs, and stores 16-byte vectors.
 //   splitk_reduce  sums split-K partials in a fixed order, coalesced (256/G outputs x G groups
 //               of partials per block); optionally mirrors a symmetric result.
 //   symblock_reduce  the same for partial products of the upper-triangular blocks of X·Xᵀ
@@ -568,6 +572,233 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// wx_tile: out[b, m, n] = sum_k W[b, m, k] X[b, k, n] for M <= MM (8, 16, 32 or 64) and a wide
+// X and out with unit column stride and 16-byte aligned rows (checked by the caller).
+//
+// Why another W·X kernel: wx_vec reads X straight from global memory into registers, so each
+// thread waits on its own loads, and each X vector it loads feeds only MT rows; on an H200 it
+// runs the 64x64 spatial filter at ~1/3 of the FP32 rate and ~1/4 of the copy rate. Here the
+// two floors of that product (64x64·64x60000 float32: ~7.5 us of HBM traffic, ~8 us of FMAs)
+// overlap:
+//   - persistent CTAs (grid.x = about the CTAs that fit on the device, chosen on the host;
+//     grid.y = batch): W[b] is staged once per CTA, and the copy pipeline runs across column
+//     tiles, so the next tile's X is in flight while this one is multiplied (a CTA of one
+//     tile exposes the DRAM latency at its start, and with K = 64 a tile is only a few k-steps);
+//   - X moves global -> shared by cp.async, STAGES k-chunks of KC rows x TN columns in flight,
+//     no register round trip (the loads of a stage do not wait on each other or on the FMAs);
+//     the last column tile and the k rows past K are zero-filled by the copy itself;
+//   - a classic SGEMM micro-tile: each thread owns TM = 8 rows x TC columns in registers; per k
+//     it reads its 8 W values and TC X values with 16-byte shared loads (2 + 2 for float, TC = 8)
+//     and issues TM*TC FMAs, so FMAs are ~94% of the issued instructions;
+//   - lanes form WR x WC groups in a warp (4 x 8 when MM >= 32), and a thread's rows and columns
+//     are interleaved by 16-byte vectors (vector v at v*VE*WR + lr*VE rows, v*VE*WC + lc*VE
+//     columns), so every shared load of a warp reads WR or WC consecutive 16-byte words (no
+//     bank conflict) and every global store of a warp writes whole 128-byte lines.
+// W is staged as Ws[k][m] with a row pitch of MM + VE elements: rows stay 16-byte aligned and
+// the transposing writes (lanes 8 k x 4 m, so that the global reads of a row-major W are 32-byte
+// sectors) hit 32 different banks. Ws is zero for k >= K and m >= M, X for k >= K and n >= N:
+// the padded products add exact zeros (and never 0 * garbage, which could be NaN).
+// Each k-chunk is a pipeline step; step s of a CTA is k-chunk s % kch of its (s / kch)-th tile
+// (tiles blockIdx.x, blockIdx.x + gridDim.x, ...). Products are fma() in T, summed over k in
+// increasing order: deterministic, and exact in the operands' precision.
+// Shared memory (dynamic): STAGES*KC*TN + ceil(K/KC)*KC*(MM + VE) elements.
+// ------------------------------------------------------------------------------------------
+template <typename T> struct WtVec;  // 16 bytes of T
+template <> struct WtVec<float> {
+    static constexpr int n = 4;
+    static __device__ __forceinline__ void load(const float* p, float* v) {
+        const float4 t = *reinterpret_cast<const float4*>(p);
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    }
+    static __device__ __forceinline__ void store(float* p, const float* v) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+template <> struct WtVec<double> {
+    static constexpr int n = 2;
+    static __device__ __forceinline__ void load(const double* p, double* v) {
+        const double2 t = *reinterpret_cast<const double2*>(p);
+        v[0] = t.x; v[1] = t.y;
+    }
+    static __device__ __forceinline__ void store(double* p, const double* v) {
+        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+    }
+};
+
+// BYTES (4, 8 or 16) bytes to shared dst: the first `bytes` from global src, zeros after (all
+// zeros when bytes == 0, and then src is not read). Asynchronous on sm_80+ (cp.async; .cg, L2
+// only, for the streamed 16-byte X vectors); older GPUs copy synchronously, which gives the
+// same shared contents by the time the caller's wait and __syncthreads() are passed.
+template <int BYTES, typename T>
+__device__ __forceinline__ void wt_copy(T* dst, const T* src, int bytes)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(d), "l"(src), "r"(bytes));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                     :: "r"(d), "l"(src), "n"(BYTES), "r"(bytes));
+#else
+#pragma unroll
+    for (int i = 0; i < BYTES / (int)sizeof(T); ++i)
+        dst[i] = i * (int)sizeof(T) < bytes ? src[i] : T(0);
+#endif
+}
+
+__device__ __forceinline__ void wt_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most PENDING of this thread's committed copy groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void wt_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");
+#endif
+}
+
+// The copies of one pipeline step: rows k0 .. k0+KC-1, columns n0 .. n0+TN-1 of X[b] into the
+// stage buffer xs [KC][TN], one 16-byte vector per copy (consecutive threads, consecutive
+// vectors: coalesced reads, conflict-free writes). A vector that straddles N is copied in part
+// (the row starts are 16-byte aligned, so the vector's address is too); rows >= K and vectors
+// past N are zero-filled.
+template <typename T, int TN, int KC, int NT>
+__device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int sxk, int K,
+                                           int N, int k0, int n0, int tid)
+{
+    constexpr int VE = WtVec<T>::n, TV = TN / VE, CH = KC * TV;
+#pragma unroll
+    for (int e0 = 0; e0 < CH; e0 += NT) {
+        const int e = e0 + tid;
+        if (CH % NT == 0 || e < CH) {
+            const int k = k0 + e / TV, n = n0 + (e % TV) * VE;
+            const int bytes = (k < K && n < N) ? min(N - n, VE) * (int)sizeof(T) : 0;
+            wt_copy<16>(xs + e * VE, bytes ? Xb + k * sxk + n : Xb, bytes);
+        }
+    }
+}
+
+template <typename T, int MM, int TN, int TC, int KC, int STAGES>
+__global__ void __launch_bounds__((MM / 8) * (TN / TC))
+wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
+        const T* __restrict__ X, int sxb, int sxk,
+        int M, int K, int N, T* __restrict__ out, int sob, int som)
+{
+    constexpr int TM = 8;                     // rows per thread
+    constexpr int VE = WtVec<T>::n;           // elements per 16-byte vector
+    constexpr int RY = MM / TM, CX = TN / TC, NT = RY * CX;
+    constexpr int WR = RY < 4 ? RY : 4, WC = 32 / WR;  // lanes of a warp: WR rows x WC columns
+    constexpr int WP = MM + VE;               // Ws row pitch
+    static_assert(MM % TM == 0 && MM >= 8 && MM <= 64, "MM is 8, 16, 32 or 64");
+    static_assert(TC % VE == 0 && TN % TC == 0, "whole 16-byte vectors per thread");
+    static_assert(CX % WC == 0 && NT % 32 == 0 && NT <= 1024, "whole warps of WR x WC lanes");
+    static_assert(STAGES >= 2 && KC >= 1, "a pipeline of at least two stages");
+
+    extern __shared__ __align__(16) unsigned char wt_smem[];
+    T* Xs = reinterpret_cast<T*>(wt_smem);    // [STAGES][KC][TN]
+    T* Ws = Xs + STAGES * KC * TN;            // [KP][WP]
+
+    const int tid = threadIdx.x, b = blockIdx.y;
+    const int kch = K > 0 ? (K + KC - 1) / KC : 1;  // k-chunks per tile (K = 0: one of zeros)
+    const int KP = kch * KC;
+    const int tiles = (N + TN - 1) / TN;
+    const int G = gridDim.x, first = blockIdx.x;
+    const int steps = (first < tiles ? (tiles - 1 - first) / G + 1 : 0) * kch;
+    const T* Wb = W + b * swb;
+    const T* Xb = X + b * sxb;
+
+    // W[b] transposed into Ws; these copies join the first group, so step 0's wait covers them.
+    const int kp8 = (KP + 7) & ~7;
+    for (int e = tid; e < kp8 * MM; e += NT) {
+        const int m = (e >> 3) % MM, k = ((e >> 3) / MM) * 8 + (e & 7);
+        if (k < KP) {
+            const bool in = k < K && m < M;
+            wt_copy<(int)sizeof(T)>(Ws + k * WP + m, in ? Wb + m * swm + k * swk : Wb,
+                                    in ? (int)sizeof(T) : 0);
+        }
+    }
+    auto issue = [&](int s) {
+        const int tile = first + (s / kch) * G;
+        wt_issue_x<T, TN, KC, NT>(Xs + (s % STAGES) * (KC * TN), Xb, sxk, K, N,
+                                  (s % kch) * KC, tile * TN, tid);
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) issue(s);
+        wt_commit();  // committed even when empty: the group count is what wt_wait counts
+    }
+
+    const int lane = tid & 31, warp = tid >> 5;
+    const int row0 = (warp / (CX / WC)) * (TM * WR) + (lane / WC) * VE;
+    const int col0 = (warp % (CX / WC)) * (TC * WC) + (lane % WC) * VE;
+    T acc[TM][TC];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
+
+    for (int s = 0; s < steps; ++s) {
+        // Step s's group is complete for this thread; the barrier makes every thread's copies
+        // visible, and says that all threads are done with step s-1's stage, which the copies
+        // issued next overwrite.
+        wt_wait<STAGES - 2>();
+        __syncthreads();
+        if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+        wt_commit();
+
+        const int kc = s % kch;
+        const T* xs = Xs + (s % STAGES) * (KC * TN) + col0;
+        const T* ws = Ws + kc * (KC * WP) + row0;
+#pragma unroll
+        for (int k = 0; k < KC; ++k) {
+            T a[TM], x[TC];
+#pragma unroll
+            for (int v = 0; v < TM / VE; ++v)
+                WtVec<T>::load(ws + k * WP + v * (VE * WR), a + v * VE);
+#pragma unroll
+            for (int v = 0; v < TC / VE; ++v)
+                WtVec<T>::load(xs + k * TN + v * (VE * WC), x + v * VE);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TC; ++j) acc[i][j] = fma(a[i], x[j], acc[i][j]);
+        }
+
+        if (kc == kch - 1) {  // the tile's last k-chunk: write it out, start the next
+            const int n0 = (first + (s / kch) * G) * TN + col0;
+            T* ob = out + b * sob;
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const int m = row0 + (i / VE) * (VE * WR) + i % VE;
+                if (m >= M) continue;
+#pragma unroll
+                for (int v = 0; v < TC / VE; ++v) {
+                    const int n = n0 + v * (VE * WC);
+                    if (n + VE <= N) {
+                        WtVec<T>::store(ob + m * som + n, &acc[i][v * VE]);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < VE; ++c)
+                            if (n + c < N) ob[m * som + n + c] = acc[i][v * VE + c];
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
+        }
+    }
+    wt_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
+}
+
 #ifdef DSPK_COMPILE_CHECK
 // Instances compiled by the CI test with nvcc (NVRTC compiles the ones used at run time).
 #define GS(T, A, D, S)                                                                      \
@@ -598,4 +829,10 @@ WXV(double, 8, 1, 16) WXV(float, 32, 2, 8) WXV(float, 16, 4, 8)
                                                 int, int, int, int, T*, int, int, int);
 WXD(float, 4, 4) WXD(float, 8, 2) WXD(float, 64, 1) WXD(float, 64, 2) WXD(double, 64, 1)
 WXD(double, 8, 1) WXD(float, 32, 4)
+#define WXT(T, MM, TN, TC, KC, S)                                                            \
+    template __global__ void wx_tile<T, MM, TN, TC, KC, S>(const T*, int, int, int, const T*,   \
+                                                          int, int, int, int, int, T*, int, int);
+WXT(float, 64, 128, 8, 16, 4) WXT(float, 64, 64, 4, 32, 4) WXT(float, 8, 256, 8, 8, 6)
+WXT(float, 32, 128, 8, 16, 3) WXT(float, 16, 64, 4, 4, 2) WXT(double, 64, 64, 4, 16, 4)
+WXT(double, 16, 128, 4, 8, 6) WXT(double, 8, 128, 4, 8, 6)
 #endif

@@ -47,6 +47,13 @@ def _sm_count(device_id: int) -> int:
     return int(device_properties(device_id)["multiProcessorCount"])
 
 
+@lru_cache(maxsize=None)
+def _smem_optin(device_id: int) -> int:
+    """Dynamic shared memory one CTA may opt in to (bytes): 227 KiB on Hopper."""
+    props = device_properties(device_id)
+    return int(props.get("sharedMemPerBlockOptin", 0) or props.get("sharedMemPerBlock", 48 << 10))
+
+
 def _pow2_at_least(n: int, lo: int) -> int:
     """The template size class used for a runtime dimension n (fewer compiled instances)."""
     v = lo
@@ -608,12 +615,129 @@ class WxVec(_SmallLeft):
         return run
 
 
+class WxTile(_SmallLeft):
+    """Small W [M ≤ 64] times a wide X with unit column stride, as a register-tiled GEMM in
+    persistent CTAs (``wx_tile`` in kernels/skinny.cu): W staged once per CTA, column tiles of X
+    streamed through a ``stages``-deep cp.async pipeline, 8 rows x ``col_vecs`` 16-byte column
+    vectors per thread.
+
+    Parameters
+    ----------
+    tile_vecs : int
+        Columns per tile, in 16-byte vectors (32: 128 float32 or 64 float64 columns).
+    col_vecs : int
+        16-byte column vectors per thread (1 or 2).
+    stages : int
+        Pipeline depth: k-chunks of X in shared memory (``stages - 1`` in flight while one is
+        multiplied).
+    warps : int
+        Resident warps per SM asked for; CTAs per SM = ``warps`` / warps per CTA, capped by
+        what the registers and shared memory allow, and the grid is that many per SM (at most
+        one CTA per tile).
+    """
+
+    MAX_M = 64
+    #: bytes of X per pipeline stage: k-chunk rows = STAGE_BYTES / (tile width in bytes). 8 KiB
+    #: keeps ~48 KiB of loads in flight per SM at 2 CTAs x 3 stages, about what it takes to
+    #: cover the H200's DRAM latency at its copy rate (4.1 TB/s x ~1.5 µs / 132 SMs)
+    STAGE_BYTES = 8 << 10
+
+    def __init__(self, tile_vecs: int, col_vecs: int, stages: int, warps: int):
+        super().__init__("same")
+        self.tile_vecs, self.col_vecs, self.stages, self.warps = tile_vecs, col_vecs, stages, warps
+        self.name = f"direct_wxtile{tile_vecs}c{col_vecs}s{stages}w{warps}"
+        self.summary = (f"direct register-tiled kernel for small W·X: persistent CTAs, W in "
+                        f"shared memory, {tile_vecs}x16-byte column tiles through a {stages}-stage "
+                        f"cp.async pipeline, 8 rows x {col_vecs}x16 bytes per thread, ~{warps} "
+                        f"warps per SM, one launch")
+
+    def _geometry(self, m: int, k: int, dtype: Any) -> tuple[int, int, int, int, int, int]:
+        """(MM rows per tile, TN columns per tile, TC columns per thread, KC rows per k-chunk,
+        threads per CTA, dynamic shared memory in bytes) for an [m, k] W of ``dtype``."""
+        item = np.dtype(dtype).itemsize
+        ve = 16 // item
+        mm = _pow2_at_least(m, 8)
+        tn, tc = self.tile_vecs * ve, self.col_vecs * ve
+        kc = max(4, min(self.STAGE_BYTES // (self.tile_vecs * 16), _pow2_at_least(k, 4)))
+        kp = max(1, -(-k // kc)) * kc
+        threads = (mm // 8) * (self.tile_vecs // self.col_vecs)
+        smem = (self.stages * kc * tn + kp * (mm + ve)) * item
+        return mm, tn, tc, kc, threads, smem
+
+    def _fits(self, p: Problem) -> str | None:
+        if p.m > self.MAX_M:
+            return f"{p.m} output rows > {self.MAX_M}"
+        mm, tn, _, _, threads, smem = self._geometry(p.m, p.k, p.dtype)
+        lanes = 32 // min(mm // 8, 4)  # columns of lanes in a warp (kernel: WC)
+        if (self.tile_vecs // self.col_vecs) % lanes or threads > 1024:
+            return (f"{tn}-column tiles of {self.col_vecs} vector(s) per thread do not make "
+                    f"whole warps for {mm} rows")
+        x, out, item = p.b, p.out, p.dtype.itemsize
+        ve = 16 // item
+        if x.strides[2] != 1 or out.strides[2] != 1:
+            return "needs unit column stride in X and out"
+        if x.strides[1] % ve or out.strides[1] % ve or (p.batches > 1 and (x.strides[0] % ve or
+                                                                           out.strides[0] % ve)):
+            return f"needs row strides that are multiples of {ve} (16-byte aligned rows)"
+        if x.ptr % 16 or out.ptr % 16:
+            return "X or out does not start on a 16-byte boundary"
+        optin = _smem_optin(p.device_id)
+        if smem > optin:
+            return (f"W [{p.m},{p.k}] and {self.stages} stages need {smem} bytes of shared "
+                    f"memory, more than the {optin} a block may use")
+        return None
+
+    def launch_config(self, p: Problem) -> dict:
+        """How `bind` launches ``p`` (in the orientation this kernel runs): the template
+        expression, grid, threads, shared memory, CTAs per SM and registers per thread."""
+        q = self.orient(p)
+        if q is None:
+            raise ValueError(f"{self.name} cannot run this product: {self.unavailable(p)}")
+        M, K, N, B = q.m, q.k, q.n, q.batches
+        mm, tn, tc, kc, threads, smem = self._geometry(M, K, q.dtype)
+        expr = f"wx_tile<{ctype(q.dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}>"
+        fn = kernel("skinny.cu", expr)
+        if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        from cupy_backends.cuda.api import driver  # noqa: PLC0415 (lazy: needs CuPy)
+
+        fit = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem)
+        if fit < 1:
+            raise RuntimeError(f"{expr}: no CTA of {threads} threads and {smem} bytes of shared "
+                               f"memory fits on an SM ({fn.num_regs} registers per thread)")
+        per_sm = max(1, min(fit, self.warps // (threads // 32)))
+        # Persistent: one wave of CTAs, each looping over tiles first, first + grid, ...; the
+        # batches share the wave (a CTA stages the W of its own batch only).
+        tiles = -(-N // tn)
+        grid_x = max(1, min(tiles, -(-per_sm * _sm_count(q.device_id) // max(B, 1))))
+        return {"expression": expr, "fn": fn, "grid": (grid_x, B), "threads": threads,
+                "smem": smem, "ctas_per_sm": per_sm, "registers": fn.num_regs, "tile": tn,
+                "k_chunk": kc, "mirrored": q is not p}
+
+    def bind(self, p: Problem) -> Runner:
+        q = self.orient(p)
+        _check32(q)
+        cfg = self.launch_config(q)
+        mirrored = q is not p
+        launch = FastLaunch(cfg["fn"], cfg["grid"], (cfg["threads"],),
+                            _args(None, q.a.strides, None, q.b.strides[:2], q.m, q.k, q.n, None,
+                                  q.out.strides[:2]), shared_mem=cfg["smem"])
+
+        def run(pa: int, pb: int, po: int) -> None:
+            if mirrored:
+                pa, pb = pb, pa
+            launch(_stream(), pa, pb, po)
+
+        return run
+
+
 def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
     return [
         GramSmall(), GramSmall("f64"),
         WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(2, 8), WxVec(4, 8), WxVec(1, 4),
         WxVec(4, 4),
+        WxTile(32, 2, 4, 8), WxTile(16, 1, 4, 8), WxTile(64, 2, 6, 16), WxTile(32, 2, 3, 12),
         WxDirect(1), WxDirect(2), WxDirect(4),
         GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, min_blocks=3),
         GramTiled(4, min_blocks=3), GramTiled(2, "f64"),
