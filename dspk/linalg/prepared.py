@@ -273,16 +273,18 @@ class PreparedCache:
             sight()
         return obj
 
-    def lookup(self, operand: Any) -> tuple[Any, Callable[[], None] | None]:
+    def lookup(self, operand: Any,
+               ident: tuple | None = None) -> tuple[Any, Callable[[], None] | None]:
         """`get`, but where `get` would start a hash without waiting for it, (None, sight):
         the caller computes without preparation, then calls ``sight()``, which starts the
         hash on a side stream from a mark of the current stream taken now, so it runs beside
         the caller's work; the current stream waits for it before anything queued after.
         The hash neither delays that work on the GPU nor adds host time before its launch
         but the mark's (what a user who times a one-shot call on an idle GPU sees).
-        Otherwise (the object or None, None)."""
+        Otherwise (the object or None, None). ``ident``: `buffer_identity` of ``operand``,
+        where the caller has it."""
         if self.prepare_on > 1 and is_cupy_array(operand):
-            ident = buffer_identity(operand)
+            ident = ident or buffer_identity(operand)
             with self._lock:
                 self._fold()
                 last = self._last.get(ident)

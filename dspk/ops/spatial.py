@@ -386,7 +386,7 @@ def spatial_filter(w: Any, x: Any) -> Any:
     ident = buffer_identity(w)
     sight = None
     if not verdicts.dense(ident):
-        prepared, sight = _prepared_filters().lookup(w)
+        prepared, sight = _prepared_filters().lookup(w, ident)
         if prepared is not None:
             if not prepared.sparse:
                 verdicts.add(ident)
