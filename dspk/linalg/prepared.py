@@ -72,15 +72,14 @@ def _hashable_now(a: Any) -> bool:
             a.data.device_id == cp.cuda.runtime.getDevice())
 
 
-def _start_hash(a: Any, after: Any = None) -> tuple:
+def _start_hash(a: Any, aside: bool = False) -> tuple:
     """Start `_device_hash` of ``a`` (see `_hashable_now`) without waiting: (hasher, number,
-    event). On the current stream, or, with ``after`` (a `_DeviceHasher.mark` of the current
-    stream), beside it (see `_DeviceHasher.start`)."""
+    event). On the current stream, or ``aside`` (see `_DeviceHasher.start`)."""
     import cupy as cp  # noqa: PLC0415
 
     hasher = _hasher(a.data.device_id)
     number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream(),
-                                 after=after)
+                                 aside=aside)
     return hasher, number, event
 
 
@@ -132,29 +131,27 @@ class _DeviceHasher:
                 self._launches[key] = fn
         return fn
 
-    def mark(self, stream: Any) -> Any:
-        """An event recorded on ``stream`` now (from a ring: no allocation, ~1 µs), for
-        `start`'s ``after``."""
-        with self._lock:
-            slot = self._marks_next
-            self._marks_next = (slot + 1) % len(self._marks)
-        mark = self._marks[slot]
-        mark.record(stream)
-        return mark
-
     def start(self, ptr: int, nbytes: int, stream: Any, event: bool = True,
-              after: Any = None) -> tuple:
+              aside: bool = False) -> tuple:
         """Launch the hash of ``nbytes`` at ``ptr`` on ``stream`` (a CuPy stream): (number,
         event or None).
 
-        With ``after`` (a `mark` of ``stream`` taken before work queued since): on a side
-        stream that starts at the mark, so the hash runs beside that work instead of after
-        it, and ``stream`` waits for the hash before anything queued later (so the bytes
-        hashed are those the work read, and the buffer outlives the hash)."""
+        ``aside``: on a side stream that starts where ``stream`` is now, so the hash is not
+        on ``stream``'s timeline (a one-shot call timed on an idle GPU does not see it). Work
+        queued on ``stream`` later may then run before the hash reads the bytes: the hash of
+        a buffer written meanwhile miscounts a sighting, never more (a prepared operand is
+        always found by a fingerprint waited for). The caller keeps the buffer alive until
+        the event has passed."""
         runtime = self._cp.cuda.runtime
-        run_on = stream if after is None else self._side
-        if after is not None:
-            run_on.wait_event(after)
+        run_on = stream
+        if aside:
+            run_on = self._side
+            with self._lock:         # a slot is recorded and waited for before its reuse
+                slot = self._marks_next
+                self._marks_next = (slot + 1) % len(self._marks)
+                mark = self._marks[slot]
+                mark.record(stream)
+                run_on.wait_event(mark)
         sp = run_on.ptr
         wide = nbytes % 4 == 0 and ptr % 4 == 0
         launch = self._launch(nbytes // 4 if wide else nbytes, wide)
@@ -168,12 +165,10 @@ class _DeviceHasher:
             runtime.memcpyAsync(self._host.ctypes.data + 8 * slot, word, 8,
                                 runtime.memcpyDeviceToHost, sp)
         done = None
-        if event or after is not None:
+        if event or aside:
             done = self._cp.cuda.Event(block=False, disable_timing=True)
             done.record(run_on)
-        if after is not None:
-            stream.wait_event(done)
-        return number, done if event else None
+        return number, done
 
     def value(self, number: int) -> int | None:
         """The hash ``number``, once its copy has landed; None if its slot was reused."""
@@ -253,7 +248,8 @@ class PreparedCache:
         self.prepare_on = int(prepare_on)
         self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
         self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
-        self._pending: list = []                      # (identity, (hasher, number, event))
+        self._pending: list = []          # (identity, (hasher, number, event), operand)
+        self._pending_at: dict = {}       # identity -> its entries in _pending
         self._last: OrderedDict = OrderedDict()        # identity -> fingerprint seen there
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -277,32 +273,40 @@ class PreparedCache:
                ident: tuple | None = None) -> tuple[Any, Callable[[], None] | None]:
         """`get`, but where `get` would start a hash without waiting for it, (None, sight):
         the caller computes without preparation, then calls ``sight()``, which starts the
-        hash on a side stream from a mark of the current stream taken now, so it runs beside
-        the caller's work; the current stream waits for it before anything queued after.
-        The hash neither delays that work on the GPU nor adds host time before its launch
-        but the mark's (what a user who times a one-shot call on an idle GPU sees).
-        Otherwise (the object or None, None). ``ident``: `buffer_identity` of ``operand``,
-        where the caller has it."""
+        hash on a side stream. Everything a sighting costs then comes after the caller's
+        launch: the hash is off its stream's timeline, and before the launch there are only
+        a few dictionary lookups (what a user who times a one-shot call on an idle GPU sees;
+        measured on an H200, a hash and its bookkeeping queued before the product made a new
+        W's spatial_filter 10% slower than cuBLAS). Otherwise (the object or None, None).
+        ``ident``: `buffer_identity` of ``operand``, where the caller has it."""
         if self.prepare_on > 1 and is_cupy_array(operand):
             ident = ident or buffer_identity(operand)
             with self._lock:
-                self._fold()
+                if ident in self._pending_at:
+                    self._fold()           # its last sighting counts before deciding
                 last = self._last.get(ident)
                 hot = last is not None and (last in self._entries or
                                             self._seen.get(last, 0) >= self.prepare_on)
             if not hot and _hashable_now(operand):
-                import cupy as cp  # noqa: PLC0415
-
-                mark = _hasher(operand.data.device_id).mark(cp.cuda.get_current_stream())
-                return None, lambda: self._sight(ident, operand, mark)
+                return None, lambda: self._sight(ident, operand)
         return self._get_waited(operand), None
 
-    def _sight(self, ident: tuple, operand: Any, mark: Any) -> None:
-        started = _start_hash(operand, after=mark)
+    def _sight(self, ident: tuple, operand: Any) -> None:
+        started = _start_hash(operand, aside=True)
         with self._lock:
+            self._fold()
             self.misses += 1
-            self._pending.append((ident, started))
-            del self._pending[:-_MAX_SEEN]
+            self._pending.append((ident, started, operand))   # alive until hashed
+            self._pending_at[ident] = self._pending_at.get(ident, 0) + 1
+            while len(self._pending) > _MAX_SEEN:
+                ident0, (_, _, event0), _ = self._pending.pop(0)
+                event0.synchronize()      # rare: more than _MAX_SEEN hashes in flight
+                self._unpend(ident0)
+
+    def _unpend(self, ident: tuple) -> None:
+        left = self._pending_at.pop(ident) - 1
+        if left:
+            self._pending_at[ident] = left
 
     def _get_waited(self, operand: Any) -> Any:
         key = fingerprint(operand)
@@ -336,10 +340,12 @@ class PreparedCache:
     def _fold(self) -> None:
         """Count the started hashes that have landed (under the lock)."""
         keep = []
-        for ident, (hasher, number, event) in self._pending:
+        for entry in self._pending:
+            ident, (hasher, number, event), _ = entry
             if not event.done:
-                keep.append((ident, (hasher, number, event)))
+                keep.append(entry)
                 continue
+            self._unpend(ident)
             value = hasher.value(number)
             if value is None:
                 continue
@@ -362,7 +368,10 @@ class PreparedCache:
         with self._lock:
             self._entries.clear()
             self._seen.clear()
+            for _, (_, _, event), _ in self._pending:
+                event.synchronize()        # the operands may go once their hashes are read
             self._pending.clear()
+            self._pending_at.clear()
             self._last.clear()
 
     def __len__(self) -> int:

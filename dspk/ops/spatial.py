@@ -350,9 +350,10 @@ def spatial_filter(w: Any, x: Any) -> Any:
 
     The first call with a W computes the dense product (`dspk.linalg.matmul`): W's analysis
     and the sparse kernel's plan cost more than one product, so they are not paid for a W
-    seen once (on the GPU its fingerprint is started behind the product, not waited for).
-    When the same W comes again (recognised by its content, so a W modified in place counts
-    as new: from the second call on the CPU, the third on the GPU), it is prepared as a
+    seen once (on the GPU its fingerprint is started after the product's launch, on a side
+    stream, and not waited for). When the same W comes again (recognised by its content, so
+    a W modified in place counts as new: from the second call on the CPU, on the GPU from the
+    third, or the first after the second's fingerprint has landed), it is prepared as a
     `SpatialFilter` (see there for the implementations and how one is chosen) and kept with
     the last 8 matrices: calling this in a loop then costs a fingerprint of W per call over
     ``SpatialFilter(W)(x)``. A W found dense (nothing to prepare) goes to the dense product
@@ -394,7 +395,7 @@ def spatial_filter(w: Any, x: Any) -> Any:
     # A W seen for the first time: the product without preparation (W's analysis and the
     # sparse kernel's plan cost ~3 ms on an H200, against 0.4 ms for the dense product of
     # 384 channels; a W that comes back is prepared then). Its sighting (on the GPU, a hash
-    # started without waiting) is queued behind the product, not ahead of it. A W known to
+    # on a side stream, not waited for) is started after the product's launch. A W known to
     # be dense: nothing to prepare, and its fingerprint would only add to the product.
     _check_pair(w, x, xp)
     y = matmul(w if w.dtype == x.dtype else w.astype(x.dtype), x)
