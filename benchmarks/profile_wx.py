@@ -12,7 +12,7 @@ one by one sees). Error: max |out - ref| / max |ref|, ref the float64 product of
 operands. A candidate that fails is reported in its row and the others still run.
 
     PYTHONPATH=. python3 benchmarks/profile_wx.py [--out DIR] [--calls 50] [--reps 7]
-        [--names direct_wxtile32c2s4w8,cublas]
+        [--names direct_wxtile32c2s4w16,cublas]
 
 With ``--out DIR`` the table is also written to DIR/profile_wx-gpu.md (and .json).
 """

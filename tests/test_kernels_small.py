@@ -65,10 +65,11 @@ def test_small_shapes_every_kernel(dtype):
 
 
 #: the wx_tile variants registered in gpu_candidates()
-WX_TILE = {"direct_wxtile32c2s4w8", "direct_wxtile16c1s4w8", "direct_wxtile64c2s6w16",
-           "direct_wxtile32c2s3w12"}
-#: the one that also takes M <= 8 (32 column vectors of lanes per warp row)
-WX_TILE_NARROW = {"direct_wxtile64c2s6w16"}
+WX_TILE = {"direct_wxtile32c2s4w16", "direct_wxtile64c2s4w16", "direct_wxtile32c2s4w12"}
+#: the ones that also take M <= 8 (32 column vectors of lanes per warp row)
+WX_TILE_NARROW = {"direct_wxtile64c2s4w16", "direct_wxtile128c1s6w16"}
+#: the column-heavy one, for M <= 32 only (512 threads at 32 rows; 64 rows would need 1024)
+WX_TILE_COLS = {"direct_wxtile128c1s6w16"}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -90,7 +91,7 @@ def test_small_wx_tile_kernels(dtype):
 
     # M = 30 of a 32-row tile, K = 7 < one k-chunk, N = 1001: last vector holds one column
     x = arr(7, 1004)[:, :1001]
-    check_all(arr(30, 7), x, WX_TILE, out=padded_out(30, 1001))
+    check_all(arr(30, 7), x, WX_TILE | WX_TILE_COLS, out=padded_out(30, 1001))
     # 24 batches with one W: a CTA per batch loops over several tiles; K = 61 is 3 chunks of
     # 16 and one of 13 (float32, 64-row variant), N = 5001 ends mid-vector
     xb = MatrixView.of(arr(24, 61, 5004)).cols(0, 5001)
@@ -103,7 +104,7 @@ def test_small_wx_tile_kernels(dtype):
     check_all(arr(6, 61), x, WX_TILE_NARROW, out=padded_out(6, 2001))
     # mirrored: (X·W)[2001, 17] = xᵀ·wᵀ with a column-major out, run as w·x into outᵀ
     out_t = MatrixView.of(cp.zeros((17, 2004), dtype)).cols(0, 2001).T
-    check_all(x.T, arr(17, 61).T, WX_TILE, out=out_t)
+    check_all(x.T, arr(17, 61).T, WX_TILE | WX_TILE_COLS, out=out_t)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])

@@ -600,8 +600,14 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 // sectors) hit 32 different banks. Ws is zero for k >= K and m >= M, X for k >= K and n >= N:
 // the padded products add exact zeros (and never 0 * garbage, which could be NaN).
 // Each k-chunk is a pipeline step; step s of a CTA is k-chunk s % kch of its (s / kch)-th tile
-// (tiles blockIdx.x, blockIdx.x + gridDim.x, ...). Products are fma() in T, summed over k in
-// increasing order: deterministic, and exact in the operands' precision.
+// (tiles blockIdx.x, blockIdx.x + gridDim.x, ...), tracked by counters (no division in the
+// loop). The W and X register fragments are double-buffered: k+1's are read while k's FMAs
+// issue; the one barrier of a step comes before its last k (it waits for step s+1's copies,
+// STAGES-3 groups may stay pending, and frees step s-1's stage for step s+STAGES-1), so the
+// next step's first fragments are read before this step's last FMAs too. MINB goes to
+// __launch_bounds__: the registers of MINB CTAs fit on an SM (128 for 16 warps of 8x8 tiles).
+// Products are fma() in T, summed over k in increasing order: deterministic, and exact in the
+// operands' precision.
 // Shared memory (dynamic): STAGES*KC*TN + ceil(K/KC)*KC*(MM + VE) elements.
 // ------------------------------------------------------------------------------------------
 template <typename T> struct WtVec;  // 16 bytes of T
@@ -685,8 +691,8 @@ __device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int 
     }
 }
 
-template <typename T, int MM, int TN, int TC, int KC, int STAGES>
-__global__ void __launch_bounds__((MM / 8) * (TN / TC))
+template <typename T, int MM, int TN, int TC, int KC, int STAGES, int MINB>
+__global__ void __launch_bounds__((MM / 8) * (TN / TC), MINB)
 wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         const T* __restrict__ X, int sxb, int sxk,
         int M, int K, int N, T* __restrict__ out, int sob, int som)
@@ -699,7 +705,8 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
     static_assert(MM % TM == 0 && MM >= 8 && MM <= 64, "MM is 8, 16, 32 or 64");
     static_assert(TC % VE == 0 && TN % TC == 0, "whole 16-byte vectors per thread");
     static_assert(CX % WC == 0 && NT % 32 == 0 && NT <= 1024, "whole warps of WR x WC lanes");
-    static_assert(STAGES >= 2 && KC >= 1, "a pipeline of at least two stages");
+    static_assert(STAGES >= 3, "a stage being read, one being filled, at least one ahead");
+    static_assert(KC >= 2 && KC % 2 == 0, "fragment buffers alternate over an even k-chunk");
 
     extern __shared__ __align__(16) unsigned char wt_smem[];
     T* Xs = reinterpret_cast<T*>(wt_smem);    // [STAGES][KC][TN]
@@ -724,16 +731,20 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
                                     in ? (int)sizeof(T) : 0);
         }
     }
-    auto issue = [&](int s) {
-        const int tile = first + (s / kch) * G;
-        wt_issue_x<T, TN, KC, NT>(Xs + (s % STAGES) * (KC * TN), Xb, sxk, K, N,
-                                  (s % kch) * KC, tile * TN, tid);
+    // The producer: step `is` (k-chunk ikc of tile itile) goes to stage istage. Counters, not
+    // divisions: the loop below has no integer division.
+    int is = 0, ikc = 0, itile = first, istage = 0;
+    auto issue_next = [&]() {
+        if (is < steps)
+            wt_issue_x<T, TN, KC, NT>(Xs + istage * (KC * TN), Xb, sxk, K, N, ikc * KC,
+                                      itile * TN, tid);
+        wt_commit();  // committed even when empty: the group count is what wt_wait counts
+        ++is;
+        if (++istage == STAGES) istage = 0;
+        if (++ikc == kch) { ikc = 0; itile += G; }
     };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < steps) issue(s);
-        wt_commit();  // committed even when empty: the group count is what wt_wait counts
-    }
+    for (int s = 0; s < STAGES - 1; ++s) issue_next();  // steps 0 .. STAGES-2
 
     const int lane = tid & 31, warp = tid >> 5;
     const int row0 = (warp / (CX / WC)) * (TM * WR) + (lane / WC) * VE;
@@ -744,35 +755,50 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
         for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
 
-    for (int s = 0; s < steps; ++s) {
-        // Step s's group is complete for this thread; the barrier makes every thread's copies
-        // visible, and says that all threads are done with step s-1's stage, which the copies
-        // issued next overwrite.
-        wt_wait<STAGES - 2>();
-        __syncthreads();
-        if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
-        wt_commit();
+    // Register fragments, double-buffered: k+1's W and X values are read from shared memory
+    // while k's FMAs issue, across k-chunk boundaries too (the barrier that makes the next
+    // chunk visible comes before the last k of this one).
+    T a[2][TM], x[2][TC];
+    auto load_frag = [&](int buf, const T* ws, const T* xs) {
+#pragma unroll
+        for (int v = 0; v < TM / VE; ++v) WtVec<T>::load(ws + v * (VE * WR), &a[buf][v * VE]);
+#pragma unroll
+        for (int v = 0; v < TC / VE; ++v) WtVec<T>::load(xs + v * (VE * WC), &x[buf][v * VE]);
+    };
 
-        const int kc = s % kch;
-        const T* xs = Xs + (s % STAGES) * (KC * TN) + col0;
+    wt_wait<STAGES - 2>();  // step 0 (and W) complete for this thread ...
+    __syncthreads();        // ... and for all
+    int kc = 0, tile = first, stage = 0;
+    load_frag(0, Ws + row0, Xs + col0);
+
+    for (int s = 0; s < steps; ++s) {
+        const T* xs = Xs + stage * (KC * TN) + col0;
         const T* ws = Ws + kc * (KC * WP) + row0;
+        const int nstage = stage + 1 == STAGES ? 0 : stage + 1;
+        const int nkc = kc + 1 == kch ? 0 : kc + 1;
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
-            T a[TM], x[TC];
-#pragma unroll
-            for (int v = 0; v < TM / VE; ++v)
-                WtVec<T>::load(ws + k * WP + v * (VE * WR), a + v * VE);
-#pragma unroll
-            for (int v = 0; v < TC / VE; ++v)
-                WtVec<T>::load(xs + k * TN + v * (VE * WC), x + v * VE);
+            const int cur = k & 1;
+            if (k + 1 < KC) {
+                load_frag(cur ^ 1, ws + (k + 1) * WP, xs + (k + 1) * TN);
+            } else {
+                // Step s+1's group is complete for this thread (groups committed: steps up to
+                // s+STAGES-2); the barrier makes every thread's copies visible, and says that
+                // all threads are done with step s-1's stage, which the copies issued next
+                // (step s+STAGES-1) overwrite. After the last step it reads unused values.
+                wt_wait<STAGES - 3>();
+                __syncthreads();
+                issue_next();
+                load_frag(cur ^ 1, Ws + nkc * (KC * WP) + row0, Xs + nstage * (KC * TN) + col0);
+            }
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
-                for (int j = 0; j < TC; ++j) acc[i][j] = fma(a[i], x[j], acc[i][j]);
+                for (int j = 0; j < TC; ++j) acc[i][j] = fma(a[cur][i], x[cur][j], acc[i][j]);
         }
 
         if (kc == kch - 1) {  // the tile's last k-chunk: write it out, start the next
-            const int n0 = (first + (s / kch) * G) * TN + col0;
+            const int n0 = tile * TN + col0;
             T* ob = out + b * sob;
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
@@ -794,7 +820,10 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
+            tile += G;
         }
+        stage = nstage;
+        kc = nkc;
     }
     wt_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
 }
@@ -829,10 +858,16 @@ WXV(double, 8, 1, 16) WXV(float, 32, 2, 8) WXV(float, 16, 4, 8)
                                                 int, int, int, int, T*, int, int, int);
 WXD(float, 4, 4) WXD(float, 8, 2) WXD(float, 64, 1) WXD(float, 64, 2) WXD(double, 64, 1)
 WXD(double, 8, 1) WXD(float, 32, 4)
-#define WXT(T, MM, TN, TC, KC, S)                                                            \
-    template __global__ void wx_tile<T, MM, TN, TC, KC, S>(const T*, int, int, int, const T*,   \
-                                                          int, int, int, int, int, T*, int, int);
-WXT(float, 64, 128, 8, 16, 4) WXT(float, 64, 64, 4, 32, 4) WXT(float, 8, 256, 8, 8, 6)
-WXT(float, 32, 128, 8, 16, 3) WXT(float, 16, 64, 4, 4, 2) WXT(double, 64, 64, 4, 16, 4)
-WXT(double, 16, 128, 4, 8, 6) WXT(double, 8, 128, 4, 8, 6)
+#define WXT(T, MM, TN, TC, KC, S, B)                                                         \
+    template __global__ void wx_tile<T, MM, TN, TC, KC, S, B>(const T*, int, int, int,          \
+                                                             const T*, int, int, int, int, int, \
+                                                             T*, int, int);
+// direct_wxtile32c2s4w16, direct_wxtile64c2s4w16, direct_wxtile32c2s4w12, direct_wxtile128c1s6w16
+// as WxTile.launch_config makes them on an H200 (MINB: CTAs per SM the shared memory allows, at
+// most the warps asked for): float32 and float64, 64, 32 and 8-16 rows
+WXT(float, 64, 128, 8, 16, 4, 4) WXT(float, 32, 128, 8, 16, 4, 5) WXT(float, 16, 128, 8, 16, 4, 6)
+WXT(float, 64, 256, 8, 8, 4, 2) WXT(float, 64, 128, 8, 16, 4, 3) WXT(float, 32, 256, 8, 8, 4, 4)
+WXT(float, 8, 512, 4, 8, 6, 2) WXT(float, 16, 512, 4, 8, 6, 2) WXT(float, 32, 512, 4, 8, 6, 1)
+WXT(double, 64, 64, 4, 16, 4, 3) WXT(double, 64, 128, 4, 8, 4, 2) WXT(double, 8, 256, 2, 8, 6, 2)
+WXT(double, 16, 256, 2, 8, 6, 2)
 #endif

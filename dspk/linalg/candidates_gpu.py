@@ -625,7 +625,8 @@ class WxTile(_SmallLeft):
     """Small W [M ≤ 64] times a wide X with unit column stride, as a register-tiled GEMM in
     persistent CTAs (``wx_tile`` in kernels/skinny.cu): W staged once per CTA, column tiles of X
     streamed through a ``stages``-deep cp.async pipeline, 8 rows x ``col_vecs`` 16-byte column
-    vectors per thread.
+    vectors per thread, register fragments double-buffered across k (one barrier per k-chunk,
+    before its last k), registers capped by ``__launch_bounds__`` so that ``warps`` fit.
 
     Parameters
     ----------
@@ -635,11 +636,14 @@ class WxTile(_SmallLeft):
         16-byte column vectors per thread (1 or 2).
     stages : int
         Pipeline depth: k-chunks of X in shared memory (``stages - 1`` in flight while one is
-        multiplied).
+        multiplied; at least 3: ``stages - 2`` ahead, one read, one being filled).
     warps : int
         Resident warps per SM asked for; CTAs per SM = ``warps`` / warps per CTA, capped by
-        what the registers and shared memory allow, and the grid is that many per SM (at most
-        one CTA per tile).
+        what the shared memory allows, and the grid is that many per SM (at most one CTA per
+        tile). The kernel's ``__launch_bounds__`` asks for that many CTAs, so the compiler
+        keeps the registers within 65536 / (32 * ``warps``) per thread (128 for 16 warps).
+    stage_bytes : int
+        Bytes of X per pipeline stage (k-chunk rows = stage_bytes / tile width in bytes).
     """
 
     MAX_M = 64
@@ -647,10 +651,16 @@ class WxTile(_SmallLeft):
     #: keeps ~48 KiB of loads in flight per SM at 2 CTAs x 3 stages, about what it takes to
     #: cover the H200's DRAM latency at its copy rate (4.1 TB/s x ~1.5 µs / 132 SMs)
     STAGE_BYTES = 8 << 10
+    #: larger CTAs leave fewer than 64 registers per thread at one CTA per SM
+    MAX_THREADS = 512
 
-    def __init__(self, tile_vecs: int, col_vecs: int, stages: int, warps: int):
+    def __init__(self, tile_vecs: int, col_vecs: int, stages: int, warps: int,
+                 stage_bytes: int = STAGE_BYTES):
         super().__init__("same")
+        if stages < 3:
+            raise ValueError("wx_tile needs at least 3 pipeline stages")
         self.tile_vecs, self.col_vecs, self.stages, self.warps = tile_vecs, col_vecs, stages, warps
+        self.stage_bytes = stage_bytes
         self.name = f"direct_wxtile{tile_vecs}c{col_vecs}s{stages}w{warps}"
         self.summary = (f"direct register-tiled kernel for small W·X: persistent CTAs, W in "
                         f"shared memory, {tile_vecs}x16-byte column tiles through a {stages}-stage "
@@ -658,17 +668,25 @@ class WxTile(_SmallLeft):
                         f"warps per SM, one launch")
 
     def _geometry(self, m: int, k: int, dtype: Any) -> tuple[int, int, int, int, int, int]:
-        """(MM rows per tile, TN columns per tile, TC columns per thread, KC rows per k-chunk,
-        threads per CTA, dynamic shared memory in bytes) for an [m, k] W of ``dtype``."""
+        """(MM rows per tile, TN columns per tile, TC columns per thread, KC rows per k-chunk
+        (even), threads per CTA, dynamic shared memory in bytes) for an [m, k] W of ``dtype``."""
         item = np.dtype(dtype).itemsize
         ve = 16 // item
         mm = _pow2_at_least(m, 8)
         tn, tc = self.tile_vecs * ve, self.col_vecs * ve
-        kc = max(4, min(self.STAGE_BYTES // (self.tile_vecs * 16), _pow2_at_least(k, 4)))
+        kc = max(4, min(self.stage_bytes // (self.tile_vecs * 16), _pow2_at_least(k, 4)))
         kp = max(1, -(-k // kc)) * kc
         threads = (mm // 8) * (self.tile_vecs // self.col_vecs)
         smem = (self.stages * kc * tn + kp * (mm + ve)) * item
         return mm, tn, tc, kc, threads, smem
+
+    def _min_blocks(self, threads: int, smem: int, device_id: int) -> int:
+        """CTAs per SM the kernel's ``__launch_bounds__`` asks registers for: those ``warps``
+        asks for, no more than the shared memory lets reside (an SM has the per-block opt-in
+        limit plus 1 KiB, and each CTA reserves 1 KiB), so no register is given up for CTAs
+        that cannot be there."""
+        fit = (_smem_optin(device_id) + 1024) // (smem + 1024)
+        return max(1, min(self.warps * 32 // threads, fit))
 
     def _fits(self, p: Problem) -> str | None:
         if p.m > self.MAX_M:
@@ -678,6 +696,9 @@ class WxTile(_SmallLeft):
         if (self.tile_vecs // self.col_vecs) % lanes or threads > 1024:
             return (f"{tn}-column tiles of {self.col_vecs} vector(s) per thread do not make "
                     f"whole warps for {mm} rows")
+        if threads > self.MAX_THREADS:
+            return (f"{threads} threads per CTA for {mm} rows (more than {self.MAX_THREADS}: "
+                    f"too few registers per thread for the 8-row tile)")
         x, out, item = p.b, p.out, p.dtype.itemsize
         ve = 16 // item
         if x.strides[2] != 1 or out.strides[2] != 1:
@@ -701,7 +722,8 @@ class WxTile(_SmallLeft):
             raise ValueError(f"{self.name} cannot run this product: {self.unavailable(p)}")
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm, tn, tc, kc, threads, smem = self._geometry(M, K, q.dtype)
-        expr = f"wx_tile<{ctype(q.dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}>"
+        minb = self._min_blocks(threads, smem, q.device_id)
+        expr = f"wx_tile<{ctype(q.dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
         fn = kernel("skinny.cu", expr)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
@@ -750,7 +772,8 @@ def gpu_candidates() -> list[Candidate]:
         GramSmall(), GramSmall("f64"),
         WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(2, 8), WxVec(4, 8), WxVec(1, 4),
         WxVec(4, 4),
-        WxTile(32, 2, 4, 8), WxTile(16, 1, 4, 8), WxTile(64, 2, 6, 16), WxTile(32, 2, 3, 12),
+        WxTile(32, 2, 4, 16), WxTile(64, 2, 4, 16), WxTile(32, 2, 4, 12),
+        WxTile(128, 1, 6, 16, stage_bytes=16 << 10),
         WxDirect(1), WxDirect(2), WxDirect(4),
         GramTiled(2), GramTiled(1), GramTiled(4), GramTiled(2, min_blocks=3),
         GramTiled(4, min_blocks=3), GramTiled(2, "f64"),
