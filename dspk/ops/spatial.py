@@ -458,7 +458,7 @@ def _check_pair(w: Any, x: Any, xp: Any = None) -> Any:
     xp = traces(x) if xp is None else xp
     if w.shape[1] != x.shape[0]:
         raise ValueError(f"w: has {w.shape[1]} columns but x has {x.shape[0]} channels")
-    if array_module(w) is not xp:
+    if isinstance(w, np.ndarray) != (xp is np):
         raise TypeError("w and x mix NumPy and CuPy arrays")
     return xp
 
