@@ -83,10 +83,56 @@ def _pieces(x):
                 ld * ld, splits, ci.CUBLAS_COMPUTE_32I, ci.CUBLAS_GEMM_DEFAULT)
 
     gop = 2 * (2 * mp) ** 2 * kp / 1e9
-    return {"  pack (2 int8 planes + row sums)": do_pack,
-            f"  GEMM alone ({splits} x [{2 * mp}x{2 * mp}x{kc}], {gop:.1f} GOP)": do_gemm,
-            f"  GEMM of 3 of the 4 plane blocks ({0.75 * gop:.1f} GOP)": do_gemm3,
-            f"  combine ({splits} partials)": do_combine}
+    parts = {"  pack (2 int8 planes + row sums)": do_pack,
+             f"  GEMM alone ({splits} x [{2 * mp}x{2 * mp}x{kc}], {gop:.1f} GOP)": do_gemm,
+             f"  GEMM of 3 of the 4 plane blocks ({0.75 * gop:.1f} GOP)": do_gemm3,
+             f"  combine ({splits} partials)": do_combine}
+    parts.update(_lt_gemms(q, c32, mp, kp, kc, splits, do_pack, do_gemm))
+    return parts
+
+
+def _lt_gemms(q, c32, mp, kp, kc, splits, do_pack, do_gemm):
+    """The same int8 GEMM through cuBLASLt, each of the heuristic's first 8 algorithms, with
+    dspk's K split (the chunks as the batch) and with the whole K in one matrix (cuBLASLt
+    may split K itself, in its workspace). Each is checked: its partials summed over the
+    batch must equal cuBLAS's exactly. Returns {name: call} for those that ran and agreed."""
+    from dspk.linalg import cublaslt
+
+    if cublaslt.available():
+        print(f"| - | cuBLASLt | {cublaslt.available()} | |")
+        return {}
+    do_pack()
+    do_gemm()
+    ref = c32.reshape(splits, -1).astype(np.int64).sum(axis=0)
+    n = 2 * mp
+    out = {}
+    for split_name, batches, chunk in ((f"{splits} K chunks as the batch", splits, kc),
+                                       ("whole K", 1, kp)):
+        for rank in range(8):
+            g = cublaslt.GemmGeometry(False, n, n, chunk, cublaslt.OP_T, cublaslt.OP_N, kp, kp, n)
+            try:
+                lt = cublaslt.LtMatmul(g, batches, chunk, chunk, n * n, rank, 0, np.int8)
+            except RuntimeError as e:
+                print(f"| - | cuBLASLt int8 {split_name} rank {rank} | {e} | |")
+                break
+            if not lt.ok:
+                break
+
+            def run(lt=lt):
+                lt(q.data.ptr, q.data.ptr, c32.data.ptr, cp.cuda.get_current_stream().ptr)
+
+            c32[...] = 0
+            run()
+            cp.cuda.Device().synchronize()
+            got = c32[:batches * n * n].reshape(batches, -1).astype(np.int64).sum(axis=0)
+            same = bool((got == ref).all())
+            name = (f"  cuBLASLt int8 GEMM, {split_name}, rank {rank} (waves {lt.waves:.2f}, "
+                    f"ws {lt.workspace >> 10} KiB){'' if same else ' WRONG'}")
+            if same:
+                out[name] = run
+            else:
+                print(f"| - | {name} | differs from cuBLAS | |")
+    return out
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from ..backend import cupy_module
 from .view import MatrixView
 
-__all__ = ["available", "GemmGeometry", "gemm_geometry", "LtGemm"]
+__all__ = ["available", "GemmGeometry", "gemm_geometry", "LtMatmul", "LtGemm"]
 
 CUDA_R_32F, CUDA_R_64F = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F = 68, 70
@@ -38,8 +38,12 @@ _PREF_MAX_WORKSPACE = 1                          # cublasLtMatmulPreferenceAttri
 #: the most workspace an algorithm may ask for (a buffer of this size per device and stream
 #: is allocated only when a chosen algorithm needs one)
 MAX_WORKSPACE = 32 << 20
-_TYPES = {np.dtype(np.float32): (CUDA_R_32F, CUBLAS_COMPUTE_32F, ctypes.c_float),
-          np.dtype(np.float64): (CUDA_R_64F, CUBLAS_COMPUTE_64F, ctypes.c_double)}
+CUDA_R_8I, CUDA_R_32I, CUBLAS_COMPUTE_32I = 3, 10, 72
+#: operand dtype -> (operand type, result type, compute type, scalar type); int8 products
+#: give int32 (exact; the caller keeps K short enough)
+_TYPES = {np.dtype(np.float32): (CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, ctypes.c_float),
+          np.dtype(np.float64): (CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, ctypes.c_double),
+          np.dtype(np.int8): (CUDA_R_8I, CUDA_R_32I, CUBLAS_COMPUTE_32I, ctypes.c_int32)}
 
 
 class _Heuristic(ctypes.Structure):
@@ -144,33 +148,33 @@ def gemm_geometry(a: MatrixView, b: MatrixView, out: MatrixView) -> GemmGeometry
                         first.leading_dim(la), second.leading_dim(lb), out.leading_dim(target))
 
 
-class LtGemm:
-    """cublasLtMatmul for one geometry (``out = a·b``, ``batches`` strided matrices) with the
-    algorithm ranked ``rank`` by cuBLASLt's heuristic for it; `algorithms` says how many the
-    heuristic offered (``rank`` beyond them: `ok` is False)."""
+class LtMatmul:
+    """cublasLtMatmul for one column-major geometry ``g`` (``batches`` matrices, batch strides
+    ``s1``, ``s2``, ``sc`` in elements, operands of ``dtype``) with the algorithm ranked
+    ``rank`` by cuBLASLt's heuristic for it; `algorithms` says how many the heuristic
+    offered (``rank`` beyond them: `ok` is False). Called with the operands in ``g``'s order
+    (first, second)."""
 
-    def __init__(self, a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
-                 strides: tuple[int, int, int], rank: int, device_id: int):
+    def __init__(self, g: GemmGeometry, batches: int, s1: int, s2: int, sc: int, rank: int,
+                 device_id: int, dtype: Any = np.float32):
         lib = _library()
         if lib is None:
             raise RuntimeError(_lib_reason)
-        g = gemm_geometry(a, b, out)
-        dtype_id, compute, scalar = _TYPES[a.dtype]
-        s1, s2 = (strides[1], strides[0]) if g.swap else (strides[0], strides[1])
+        in_type, out_type, compute, scalar = _TYPES[np.dtype(dtype)]
         vp = ctypes.c_void_p
-        self._lib, self.swap = lib, g.swap
+        self._lib = lib
         self._objects: list = []          # descriptors, destroyed with this object
         self._desc = vp()
-        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self._desc), compute, dtype_id),
-               "cublasLtMatmulDescCreate")
+        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self._desc), compute, out_type),
+               "cublasLtMatmulDescCreate")       # scale type: the result's
         for attr, op in ((_DESC_TRANSA, g.op1), (_DESC_TRANSB, g.op2)):
             v = ctypes.c_int32(op)
             _check(lib.cublasLtMatmulDescSetAttribute(self._desc, attr, ctypes.byref(v), 4),
                    "cublasLtMatmulDescSetAttribute")
 
-        def layout(rows: int, cols: int, ld: int, stride: int) -> ctypes.c_void_p:
+        def layout(kind: int, rows: int, cols: int, ld: int, stride: int) -> ctypes.c_void_p:
             lay = vp()
-            _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), dtype_id,
+            _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), kind,
                                                   ctypes.c_uint64(rows), ctypes.c_uint64(cols),
                                                   ctypes.c_int64(ld)),
                    "cublasLtMatrixLayoutCreate")
@@ -188,9 +192,9 @@ class LtGemm:
         # column-major shapes of the stored operands: op(first) is m x k, op(second) k x n
         r1, c1 = (g.m, g.k) if g.op1 == OP_N else (g.k, g.m)
         r2, c2 = (g.k, g.n) if g.op2 == OP_N else (g.n, g.k)
-        self._l1 = layout(r1, c1, g.ld1, s1)
-        self._l2 = layout(r2, c2, g.ld2, s2)
-        self._lc = layout(g.m, g.n, g.ldc, strides[2])
+        self._l1 = layout(in_type, r1, c1, g.ld1, s1)
+        self._l2 = layout(in_type, r2, c2, g.ld2, s2)
+        self._lc = layout(out_type, g.m, g.n, g.ldc, sc)
         pref = vp()
         _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)),
                "cublasLtMatmulPreferenceCreate")
@@ -212,7 +216,7 @@ class LtGemm:
         self.algorithms = len(usable)
         self.ok = rank < len(usable)
         self._handle = handle
-        self._one, self._zero = scalar(1.0), scalar(0.0)
+        self._one, self._zero = scalar(1), scalar(0)
         if not self.ok:
             return
         chosen = usable[rank]
@@ -235,10 +239,10 @@ class LtGemm:
             buf = self._buffers[stream] = cupy_module().empty(self.workspace, dtype=np.uint8)
         return buf.data.ptr
 
-    def __call__(self, pa: int, pb: int, po: int, stream: int) -> None:
-        """``out = a·b`` at these addresses, on ``stream`` (a cudaStream_t as an int)."""
+    def __call__(self, p1: int, p2: int, po: int, stream: int) -> None:
+        """The product of the operands at ``p1``, ``p2`` (``g``'s order) into ``po``, on
+        ``stream`` (a cudaStream_t as an int)."""
         handle, desc, one, zero, l1, l2, lc, algo = self._fixed
-        p1, p2 = (pb, pa) if self.swap else (pa, pb)
         status = self._lib.cublasLtMatmul(handle, desc, one, p1, l1, p2, l2, zero, po, lc, po,
                                           lc, algo, self._work(stream), self.workspace, stream)
         if status:
@@ -253,3 +257,22 @@ class LtGemm:
              else lib.cublasLtMatmulPreferenceDestroy)(obj)
         if getattr(self, "_desc", None):
             lib.cublasLtMatmulDescDestroy(self._desc)
+
+
+class LtGemm(LtMatmul):
+    """`LtMatmul` for ``out = a·b`` of row- or column-major views (``batches`` matrices with
+    batch strides ``strides`` = (a's, b's, out's)), called with a's, b's and out's
+    addresses."""
+
+    def __init__(self, a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
+                 strides: tuple[int, int, int], rank: int, device_id: int):
+        g = gemm_geometry(a, b, out)
+        s1, s2 = (strides[1], strides[0]) if g.swap else (strides[0], strides[1])
+        super().__init__(g, batches, s1, s2, strides[2], rank, device_id, a.dtype)
+        self.swap = g.swap
+
+    def __call__(self, pa: int, pb: int, po: int, stream: int) -> None:
+        """``out = a·b`` at these addresses, on ``stream`` (a cudaStream_t as an int)."""
+        if self.swap:
+            pa, pb = pb, pa
+        super().__call__(pa, pb, po, stream)
