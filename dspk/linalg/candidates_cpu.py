@@ -21,12 +21,13 @@ from .threads import parallel_blocks, single_threaded_blas
 #: A threaded product's output columns are cut into blocks that are a function of the shape
 #: alone, so the blocks (and the bits) are the same whatever the thread count: about
 #: TARGET_BLOCKS blocks (work for up to 16 threads), each of at least BLOCK_FLOP (a pool
-#: dispatch costs ~20 µs, and a skinny product in many small blocks is slower than on one
-#: thread), in multiples of 256 columns. Measured on 2 cores, against fixed 4096-column
-#: blocks split only from 8192 columns: 384 x 384 times 384 x 6000, 13.3 ms as one block,
-#: 8.9 in 512-column blocks (NumPy on its own two threads: 7.3).
+#: dispatch costs ~20 µs), in multiples of 256 columns. Measured on 2 cores (ms; NumPy on
+#: its own two threads in brackets), against fixed 4096-column blocks split only from 8192
+#: columns: 384 x 384 x 6000 13.3 as one block, 8-9 in 512-column blocks (5.9-7.3);
+#: 6 x 61 x 100 000 2.4 as one block, 1.0-1.6 in 2048-16384-column blocks (1.5-1.9);
+#: 32 x 64 x 60 000 2.6 as one block, 1.6-1.8 in 4096-16384 (1.4).
 TARGET_BLOCKS = 16
-BLOCK_FLOP = 1 << 27
+BLOCK_FLOP = 1 << 24
 
 
 def column_block(a: np.ndarray, n: int) -> int:
