@@ -249,7 +249,6 @@ class PreparedCache:
         self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
         self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
         self._pending: list = []          # (identity, (hasher, number, event), operand)
-        self._pending_at: dict = {}       # identity -> its entries in _pending
         self._last: OrderedDict = OrderedDict()        # identity -> fingerprint seen there
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -282,7 +281,7 @@ class PreparedCache:
         if self.prepare_on > 1 and is_cupy_array(operand):
             ident = ident or buffer_identity(operand)
             with self._lock:
-                if ident in self._pending_at:
+                if any(entry[0] == ident for entry in self._pending):
                     self._fold()           # its last sighting counts before deciding
                 last = self._last.get(ident)
                 hot = last is not None and (last in self._entries or
@@ -297,16 +296,9 @@ class PreparedCache:
             self._fold()
             self.misses += 1
             self._pending.append((ident, started, operand))   # alive until hashed
-            self._pending_at[ident] = self._pending_at.get(ident, 0) + 1
             while len(self._pending) > _MAX_SEEN:
-                ident0, (_, _, event0), _ = self._pending.pop(0)
+                _, (_, _, event0), _ = self._pending.pop(0)
                 event0.synchronize()      # rare: more than _MAX_SEEN hashes in flight
-                self._unpend(ident0)
-
-    def _unpend(self, ident: tuple) -> None:
-        left = self._pending_at.pop(ident) - 1
-        if left:
-            self._pending_at[ident] = left
 
     def _get_waited(self, operand: Any) -> Any:
         key = fingerprint(operand)
@@ -345,7 +337,6 @@ class PreparedCache:
             if not event.done:
                 keep.append(entry)
                 continue
-            self._unpend(ident)
             value = hasher.value(number)
             if value is None:
                 continue
@@ -371,7 +362,6 @@ class PreparedCache:
             for _, (_, _, event), _ in self._pending:
                 event.synchronize()        # the operands may go once their hashes are read
             self._pending.clear()
-            self._pending_at.clear()
             self._last.clear()
 
     def __len__(self) -> int:
