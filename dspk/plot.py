@@ -31,6 +31,15 @@ __all__ = ["traces", "before_after", "matrix", "covariance_and_whitening", "prob
            "waveforms", "features", "tuner_timings", "benchmark_bars", "load_results"]
 
 WIDTH_IN = 10.0        # a notebook's width at 100 dpi
+HEIGHT_IN = 6.5        # what a notebook shows without scrolling
+
+
+def _bar_layout(rows: int, per_row: float) -> tuple[float, float]:
+    """(figure height, label font size) for ``rows`` horizontal bars: ``per_row`` inches
+    each, but no taller than HEIGHT_IN (a GPU's tuner times ~40 candidates); the labels
+    shrink with the rows, to 7 points at least."""
+    height = min(HEIGHT_IN, 1.2 + per_row * rows)
+    return height, max(7.0, min(8.0, 0.8 * 72 * (height - 1.2) / max(rows, 1)))
 
 
 def _pyplot() -> Any:
@@ -557,11 +566,13 @@ def tuner_timings(explanation: Any, ax: Any = None) -> Any:
                          f"({choice.source}); tune it (DSPK_TUNE=on) first")
     names = sorted(timings, key=timings.get, reverse=True)
     chosen = explanation.candidate
-    fig, ax = _axes(ax, (WIDTH_IN * 0.8, 1.2 + 0.35 * len(names)))
+    height, size = _bar_layout(len(names), 0.35)
+    fig, ax = _axes(ax, (WIDTH_IN * 0.8, height))
     colors = ["tab:orange" if n == chosen else "tab:gray" for n in names]
     ax.barh(names, [timings[n] for n in names], color=colors)
+    ax.tick_params(axis="y", labelsize=size)
     for k, n in enumerate(names):
-        ax.text(timings[n], k, f" {timings[n]:.3g}", va="center", fontsize=8)
+        ax.text(timings[n], k, f" {timings[n]:.3g}", va="center", fontsize=size)
     ax.set_xlabel("median time per call (ms)")
     ax.set_title(f"tuner: {explanation.shape[1]}x{explanation.shape[3]} · "
                  f"{explanation.shape[3]}x{explanation.shape[2]}, chosen {chosen} (orange)",
@@ -656,14 +667,15 @@ def benchmark_bars(results: Any, case: str | None = None, value: str | None = No
 
     names = [name(r) for r in rows]
     vals = np.array([float(r[value]) for r in rows])
-    fig, ax = _axes(ax, (WIDTH_IN, 1.2 + 0.32 * len(rows)))
+    height, size = _bar_layout(len(rows), 0.32)
+    fig, ax = _axes(ax, (WIDTH_IN, height))
     colors = ["tab:orange" if n.split(": ")[-1].startswith("dspk") else "tab:gray"
               for n in names]
     ypos = np.arange(len(rows))[::-1]
     ax.barh(ypos, vals, color=colors)
-    ax.set_yticks(ypos, [n if len(n) <= 60 else n[:57] + "..." for n in names], fontsize=8)
+    ax.set_yticks(ypos, [n if len(n) <= 60 else n[:57] + "..." for n in names], fontsize=size)
     for y, v in zip(ypos, vals):
-        ax.text(v, y, f" {v:.3g}", va="center", fontsize=8)
+        ax.text(v, y, f" {v:.3g}", va="center", fontsize=size)
     if log is None:
         log = vals.min() > 0 and vals.max() / vals.min() > 30
     if log:

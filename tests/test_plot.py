@@ -125,6 +125,14 @@ def test_tuner_and_benchmark_bars(tmp_path):
         check_legible(fig, tmp_path / f"{path.stem}.png", categorical_y=True)
 
 
+def test_many_bars_stay_within_the_canvas(tmp_path):
+    """A case with as many rows as a GPU's tuner has candidates (~40) keeps the notebook's
+    height, with labels of at least 7 points."""
+    rows = [{"case": "c", "impl": f"candidate number {i}", "ms": 1.0 + i} for i in range(45)]
+    check_legible(plot.benchmark_bars({"rows": rows}, case="c"), tmp_path / "many.png",
+                  categorical_y=True)
+
+
 def test_bad_input(sample, tmp_path):
     fs = sample["rec"].fs
     with pytest.raises(ValueError, match="x: expected \\[channels, samples\\]"):
