@@ -29,6 +29,7 @@ import cupy as cp  # noqa: E402
 from cupy_backends.cuda.libs import cublas  # noqa: E402
 
 import dspk  # noqa: E402
+from common import Clock  # noqa: E402 (benchmarks/)
 
 CUDA_R_32F, CUBLAS_COMPUTE_32F, OP_N = 0, 68, 0
 DESC_TRANSA, DESC_TRANSB, PREF_MAX_WORKSPACE = 3, 4, 1
@@ -52,20 +53,6 @@ def timed(fn, reps=50, samples=7):
         dev.append(cp.cuda.get_elapsed_time(a, b) / reps)
         host.append(1e6 * (t1 - t0) / reps)
     return statistics.median(dev), statistics.median(host)
-
-
-def one_call(fn, samples=21):
-    """Median GPU ms of single calls, each on an idle GPU."""
-    out = []
-    for _ in range(samples):
-        cp.cuda.Device().synchronize()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b))
-    return statistics.median(out)
 
 
 def _lt_library():
@@ -212,13 +199,14 @@ def main(argv=None):
     x = cp.asarray(xh)
     w_loc = dspk.whitening_matrix(cp.asarray(np.cov(xh[:, :20000]).astype(np.float32)),
                                   geometry_um=geom, n_neighbors=32)
-    fresh = iter([w_loc * (1.0 + 1e-3 * (i + 1)) for i in range(60)])
+    fresh = iter([w_loc * (1.0 + 1e-3 * (i + 1)) for i in range(90)])
+    clock = Clock(gpu=True)     # one call per sample after a warm-up, as bench_ops times
     w32 = w_loc.copy()
     dspk.spatial_filter(next(fresh), x)
     pair = {"one": [], "peer": [], "host": []}
     for _ in range(21):
-        pair["one"].append(one_call(lambda: dspk.spatial_filter(next(fresh), x), 1))
-        pair["peer"].append(one_call(lambda: cp.matmul(w32, x), 1))
+        pair["one"].append(clock.median_ms(lambda: dspk.spatial_filter(next(fresh), x), 1))
+        pair["peer"].append(clock.median_ms(lambda: cp.matmul(w32, x), 1))
         cp.cuda.Device().synchronize()
         wn = next(fresh)
         t0 = time.perf_counter()
