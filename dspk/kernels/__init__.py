@@ -9,6 +9,7 @@ kernel is asked for.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -34,10 +35,18 @@ def ctype(dtype: Any) -> str:
     return CTYPES[np.dtype(dtype)]
 
 
+#: a source's include of a header of this folder: ``#include "name.cuh"``
+_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
+
+
 @lru_cache(maxsize=None)
 def _source(filename: str) -> str:
+    """The text NVRTC compiles: the file with each ``#include "x.cuh"`` of this folder
+    replaced by the header's text, so that NVRTC needs no include path and CuPy's compile
+    cache, keyed on the text, sees a changed header (nvcc compiles the files as they are)."""
     path = Path(filename)
-    return (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
+    text = (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
+    return _INCLUDE.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), text)
 
 
 @lru_cache(maxsize=None)

@@ -27,6 +27,8 @@
 // before launch. Pointers passed in point at element [0,0,0] of each view; strides may be 0
 // (broadcast) or negative.
 
+#include "cp_async.cuh"
+
 template <typename T> struct Vec4;
 template <> struct Vec4<float> {
     static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
@@ -632,44 +634,6 @@ template <> struct WtVec<double> {
     }
 };
 
-// BYTES (4, 8 or 16) bytes to shared dst: the first `bytes` from global src, zeros after (all
-// zeros when bytes == 0, and then src is not read). Asynchronous on sm_80+ (cp.async; .cg, L2
-// only, for the streamed 16-byte X vectors); older GPUs copy synchronously, which gives the
-// same shared contents by the time the caller's wait and __syncthreads() are passed.
-template <int BYTES, typename T>
-__device__ __forceinline__ void wt_copy(T* dst, const T* src, int bytes)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                     :: "r"(d), "l"(src), "r"(bytes));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                     :: "r"(d), "l"(src), "n"(BYTES), "r"(bytes));
-#else
-#pragma unroll
-    for (int i = 0; i < BYTES / (int)sizeof(T); ++i)
-        dst[i] = i * (int)sizeof(T) < bytes ? src[i] : T(0);
-#endif
-}
-
-__device__ __forceinline__ void wt_commit()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits until at most PENDING of this thread's committed copy groups are still in flight.
-template <int PENDING>
-__device__ __forceinline__ void wt_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");
-#endif
-}
-
 // The copies of one pipeline step: rows k0 .. k0+KC-1, columns n0 .. n0+TN-1 of X[b] into the
 // stage buffer xs [KC][TN], one 16-byte vector per copy (consecutive threads, consecutive
 // vectors: coalesced reads, conflict-free writes). A vector that straddles N is copied in part
@@ -686,7 +650,7 @@ __device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int 
         if (CH % NT == 0 || e < CH) {
             const int k = k0 + e / TV, n = n0 + (e % TV) * VE;
             const int bytes = (k < K && n < N) ? min(N - n, VE) * (int)sizeof(T) : 0;
-            wt_copy<16>(xs + e * VE, bytes ? Xb + k * sxk + n : Xb, bytes);
+            cp_async_copy<16>(xs + e * VE, bytes ? Xb + k * sxk + n : Xb, bytes);
         }
     }
 }
@@ -727,7 +691,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         const int m = (e >> 3) % MM, k = ((e >> 3) / MM) * 8 + (e & 7);
         if (k < KP) {
             const bool in = k < K && m < M;
-            wt_copy<(int)sizeof(T)>(Ws + k * WP + m, in ? Wb + m * swm + k * swk : Wb,
+            cp_async_copy<(int)sizeof(T)>(Ws + k * WP + m, in ? Wb + m * swm + k * swk : Wb,
                                     in ? (int)sizeof(T) : 0);
         }
     }
@@ -738,7 +702,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         if (is < steps)
             wt_issue_x<T, TN, KC, NT>(Xs + istage * (KC * TN), Xb, sxk, K, N, ikc * KC,
                                       itile * TN, tid);
-        wt_commit();  // committed even when empty: the group count is what wt_wait counts
+        cp_async_commit();  // committed even when empty: the group count is what cp_async_wait counts
         ++is;
         if (++istage == STAGES) istage = 0;
         if (++ikc == kch) { ikc = 0; itile += G; }
@@ -766,7 +730,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         for (int v = 0; v < TC / VE; ++v) WtVec<T>::load(xs + v * (VE * WC), &x[buf][v * VE]);
     };
 
-    wt_wait<STAGES - 2>();  // step 0 (and W) complete for this thread ...
+    cp_async_wait<STAGES - 2>();  // step 0 (and W) complete for this thread ...
     __syncthreads();        // ... and for all
     int kc = 0, tile = first, stage = 0;
     load_frag(0, Ws + row0, Xs + col0);
@@ -786,7 +750,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
                 // s+STAGES-2); the barrier makes every thread's copies visible, and says that
                 // all threads are done with step s-1's stage, which the copies issued next
                 // (step s+STAGES-1) overwrite. After the last step it reads unused values.
-                wt_wait<STAGES - 3>();
+                cp_async_wait<STAGES - 3>();
                 __syncthreads();
                 issue_next();
                 load_frag(cur ^ 1, Ws + nkc * (KC * WP) + row0, Xs + nstage * (KC * TN) + col0);
@@ -825,7 +789,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         stage = nstage;
         kc = nkc;
     }
-    wt_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
+    cp_async_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
 }
 
 #ifdef DSPK_COMPILE_CHECK

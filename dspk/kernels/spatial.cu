@@ -20,6 +20,8 @@
 // the result against the dense product). Samples are T; accumulation in T (as a GEMM in the
 // operands' precision would).
 
+#include "cp_async.cuh"
+
 constexpr int SR_R = 8;        // rows per group (per warp)
 
 template <typename T> struct SrVec;
@@ -44,47 +46,24 @@ __device__ __forceinline__ void sr_issue_tile(T* xs, const T* __restrict__ x, lo
                                               int n, const int* __restrict__ cols, int nu,
                                               long long t0, bool vec)
 {
-    typedef typename SrVec<T>::type Vt;
     constexpr int V = SrVec<T>::n;
     const int tid = threadIdx.x, nt = blockDim.x;
     if (vec && t0 + TS <= n) {
         for (int e = tid; e < nu * (TS / V); e += nt) {
             const int u = e / (TS / V), s = (e - u * (TS / V)) * V;
             const T* src = x + (long long)cols[u] * ldx + t0 + s;
-#if __CUDA_ARCH__ >= 800
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
-#else
-            *reinterpret_cast<Vt*>(xs + u * TS + s) = __ldg(reinterpret_cast<const Vt*>(src));
-#endif
+            cp_async_copy<16>(xs + u * TS + s, src, 16);
         }
     } else {   // unaligned rows or the last tile: element by element, zeros past n
         for (int e = tid; e < nu * TS; e += nt) {
             const int u = e / TS, s = e - u * TS;
             const bool in = t0 + s < n;
             const T* src = x + (long long)cols[u] * ldx + (in ? t0 + s : 0);
-#if __CUDA_ARCH__ >= 800
-            // src-size 0 fills the element with zeros (nothing is read)
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(xs + u * TS + s);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                         :: "r"(dst), "l"(src), "n"(sizeof(T)), "r"(in ? (int)sizeof(T) : 0));
-#else
-            xs[u * TS + s] = in ? *src : T(0);
-#endif
+            // size 0 fills the element with zeros (nothing is read)
+            cp_async_copy<(int)sizeof(T)>(xs + u * TS + s, src, in ? (int)sizeof(T) : 0);
         }
     }
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits until at most `pending` committed copy groups of this thread are still in flight.
-template <int pending>
-__device__ __forceinline__ void sr_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
-#endif
+    cp_async_commit();
 }
 
 // One warp: group g's 8 output rows for the tile in xs (samples t0 ..), written to out.
@@ -168,7 +147,7 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
     const long long t0 = (long long)blockIdx.y * TS;
     const int c0 = boff[b], nu = boff[b + 1] - c0;
     sr_issue_tile<T, TS>(xs, x, ldx, n, bcols + c0, nu, t0, vec != 0);
-    sr_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     const int g = b * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (g < n_groups)
@@ -204,9 +183,9 @@ sparse_rows_pipe(const T* __restrict__ x, long long ldx, int n, const int* __res
         if (next < tiles) {
             sr_issue_tile<T, TS>(buf0 + ((k + 1) & 1) * span, x, ldx, n, bcols + c0, nu,
                                  next * TS, vec != 0);
-            sr_wait<1>();                      // this tile's copies done, the next in flight
+            cp_async_wait<1>();                      // this tile's copies done, the next in flight
         } else {
-            sr_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
         if (g < n_groups)
