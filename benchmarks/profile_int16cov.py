@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy as cp  # noqa: E402
 
 import dspk  # noqa: E402
+from dspk.linalg import int_gram  # noqa: E402
+from dspk.ops.covariance import _int_cov_gpu  # noqa: E402
 
 
 def timed(fn, reps=20):
@@ -88,7 +90,60 @@ def _pieces(x):
              f"  GEMM of 3 of the 4 plane blocks ({0.75 * gop:.1f} GOP)": do_gemm3,
              f"  combine ({splits} partials)": do_combine}
     parts.update(_lt_gemms(q, c32, mp, kp, kc, splits, do_pack, do_gemm))
+    parts.update(_lt_three_blocks(q, c32, mp, kp, do_pack))
     return parts
+
+
+def _lt_three_blocks(q, c32, mp, kp, do_pack):
+    """The symmetric product's 3 of 4 plane blocks through cuBLASLt, whole K: [h; l]·hᵀ
+    (the hh and lh blocks, written where the full GEMM writes its first Mp columns) and l·lᵀ,
+    each with the best of cuBLASLt's first 8 algorithms; checked against the full GEMM's
+    blocks. Returns {name: call} for the pair when it agrees."""
+    from dspk.linalg import cublaslt
+
+    if cublaslt.available():
+        return {}
+    n = 2 * mp
+    do_pack()
+    full = cublaslt.LtMatmul(cublaslt.GemmGeometry(False, n, n, kp, cublaslt.OP_T,
+                                                   cublaslt.OP_N, kp, kp, n),
+                             1, kp, kp, n * n, 0, 0, np.int8)
+    stream = cp.cuda.get_current_stream().ptr
+    full(q.data.ptr, q.data.ptr, c32.data.ptr, stream)
+    ref = c32[:n * n].reshape(n, n).copy()      # row-major view: [r][c] = q_r . q_c
+    best = []
+    for m, off_a, off_b, off_c in ((n, 0, 0, 0), (mp, mp * kp, mp * kp, mp + mp * n)):
+        g = cublaslt.GemmGeometry(False, m, mp, kp, cublaslt.OP_T, cublaslt.OP_N, kp, kp, n)
+        timings = []
+        for rank in range(8):
+            try:
+                lt = cublaslt.LtMatmul(g, 1, kp, kp, n * n, rank, 0, np.int8)
+            except RuntimeError:
+                break
+            if not lt.ok:
+                break
+
+            def run(lt=lt, oa=off_a, ob=off_b, oc=off_c):
+                lt(q.data.ptr + oa, q.data.ptr + ob, c32.data.ptr + 4 * oc, stream)
+            timings.append((timed(run)[0], rank, run))
+        if not timings:
+            return {}
+        best.append(min(timings, key=lambda t: t[0]))
+    c32[...] = 0
+    for _, _, run in best:
+        run()
+    got = c32[:n * n].reshape(n, n)
+    same = bool((got[:mp] == ref[:mp]).all() and (got[mp:, mp:] == ref[mp:, mp:]).all())
+
+    def both():
+        for _, _, run in best:
+            run()
+    label = (f"  cuBLASLt 3 of 4 blocks, whole K: [h;l]·hᵀ rank {best[0][1]} "
+             f"({best[0][0]:.4f}) + l·lᵀ rank {best[1][1]} ({best[1][0]:.4f})")
+    if not same:
+        print(f"| - | {label} | DIFFERS from the full GEMM's blocks | |")
+        return {}
+    return {label: both}
 
 
 def _lt_gemms(q, c32, mp, kp, kc, splits, do_pack, do_gemm):
@@ -140,9 +195,13 @@ def main() -> None:
     for c in (384, 64, 4):
         x = cp.asarray(np.random.default_rng(c).integers(-2000, 2000, (c, 60000),
                                                          dtype=np.int16))
+        s_mat, s = int_gram(x)
         parts = {
             "dspk.covariance (public)": lambda: dspk.covariance(x),
             "int_matmul(x, x.T)": lambda: dspk.int_matmul(x, x.T),
+            "int_gram(x) (product + row sums, covariance's call)": lambda: int_gram(x),
+            "covariance's finishing kernel alone": lambda: _int_cov_gpu(s_mat, s, 60000, 1,
+                                                                         True),
             "x.sum(axis=1, int64)": lambda: x.sum(axis=1, dtype=np.int64),
             "float32 covariance of the same data": lambda: dspk.covariance(
                 x.astype(np.float32)),
@@ -152,6 +211,9 @@ def main() -> None:
             gpu_ms, host_ms = timed(fn)
             print(f"| {c} | {name} | {gpu_ms:.4f} | {host_ms:.4f} |")
         print(f"| {c} | explain | {dspk.explain(x, x.T)!r:.200} | |")
+        grams = [getattr(plan, "name", "?") for plan in
+                 dspk.linalg.engine.current_engine().plans["int_gram"].values()]
+        print(f"| {c} | int_gram's bound candidates | {grams} | |")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,35 @@ def test_small_integer_products_on_tensor_cores(dtype):
     assert np.array_equal(p.out.to_array().get()[0], a[0].astype(np.int64) @ a[0].T)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
+def test_integer_products_through_cublaslt_are_exact(dtype):
+    """The cuBLASLt variants of the INT8 GEMM (each ranked algorithm that is offered) give the
+    int64 product bit for bit, for X·Xᵀ with a K longer than one tile and for A·B."""
+    import cupy as cp
+
+    from dspk.linalg.candidates_int import INT8_LT_RANKS, Int8TensorCore
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(2)
+    x = cp.asarray(rng.integers(info.min, int(info.max) + 1, (37, 3001), dtype=dtype))
+    a = cp.asarray(rng.integers(info.min, int(info.max) + 1, (21, 517), dtype=dtype))
+    b = cp.asarray(rng.integers(info.min, int(info.max) + 1, (517, 33), dtype=dtype))
+    ran = 0
+    for lhs, rhs in ((x, x.T), (a, b)):
+        ref = lhs.get().astype(np.int64) @ rhs.get().astype(np.int64)
+        for rank in range(INT8_LT_RANKS):
+            c = Int8TensorCore(rank)
+            p, _ = engine._problem(lhs, rhs, None, allowed=(np.dtype(dtype),),
+                                   result_dtype=np.int64)
+            if c.unavailable(p) is not None:
+                continue
+            p.out.to_array()[...] = -1
+            c.run(p)
+            assert np.array_equal(p.out.to_array().get()[0], ref), (c.name, lhs.shape)
+            ran += 1
+    assert ran >= 2
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_small_ncc_bank_kernel(dtype):
     """The fused NCC bank kernels (dp4a, mma) on a ragged image and bank (sanitizer target for

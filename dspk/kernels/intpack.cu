@@ -40,6 +40,25 @@ __device__ __forceinline__ void add_row_sum(long long s, bool row_inside,
     if ((threadIdx.x & 31) == 0 && row_inside && s != 0) atomicAdd(at, (unsigned long long)s);
 }
 
+// The block's row sum (int32 per thread: at most 64 int16 or 128 uint8 values, so a warp's
+// sum is below 2^27) added to the row's exact int64 sum: one atomic per block rather than one
+// per warp, and 32-bit shuffles rather than 64-bit ones. The row is uniform per block.
+__device__ __forceinline__ void add_block_row_sum(int s, bool row_inside,
+                                                  unsigned long long* __restrict__ at)
+{
+    __shared__ long long warp_sums[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long t = 0;
+        for (int w = 0; w < (int)(blockDim.x + 31) / 32; ++w) t += warp_sums[w];
+        if (row_inside && t != 0) atomicAdd(at, (unsigned long long)t);
+    }
+    __syncthreads();   // warp_sums is written again for the block's next row
+}
+
 template <typename T, bool CENTER, bool SUMS>
 __global__ void pack_planes(const T* __restrict__ x, long long sb, long long sr, long long sk,
                             int B, int R, int K, int Rp, int Kp, signed char* __restrict__ dst,
@@ -78,64 +97,76 @@ __global__ void pack_planes(const T* __restrict__ x, long long sb, long long sr,
 }
 
 // pack_planes for rows with K contiguous and 16-byte aligned (the usual [channels, samples]
-// recording): each thread reads 16 bytes at once (8 int16 or 16 8-bit values) instead of
-// one element per load with 64-bit index arithmetic -- the same output.
-template <typename T, bool CENTER, bool SUMS>
+// recording): each thread reads U x 16 bytes (8 int16 or 16 8-bit values per load) instead of
+// one element per load with 64-bit index arithmetic -- the same output. The U loads are issued
+// before any is used, so that a thread keeps U loads in flight (the pass is bound by how many
+// bytes are in flight, not by its arithmetic); a block covers U * blockDim * 16 bytes of a row,
+// its U slices each coalesced.
+template <typename T, bool CENTER, bool SUMS, int U>
 __global__ void pack_planes_rows(const T* __restrict__ x, long long sb, long long sr, int B,
                                  int R, int K, int Rp, int Kp, signed char* __restrict__ dst,
                                  unsigned long long* __restrict__ rowsum)
 {
     constexpr int P = sizeof(T) == 2 ? 2 : 1;
     constexpr int E = 16 / (int)sizeof(T);
+    constexpr int PER = 4 / (int)sizeof(T);      // elements per 32-bit word
+    static_assert(U >= 1 && U <= 8, "the int32 row sums hold up to 8 loads per thread");
     const long long plane = (long long)Rp * Kp;
-    const int k0 = (blockIdx.x * blockDim.x + threadIdx.x) * E;
+    const int kb = blockIdx.x * blockDim.x * U * E + threadIdx.x * E;
     for (int row = blockIdx.y; row < B * Rp; row += gridDim.y) {   // uniform per block
         const int b = row / Rp, r = row - b * Rp;
-        const T* src = x + b * sb + r * sr + k0;
-        constexpr int PER = 4 / (int)sizeof(T);      // elements per 32-bit word
-        unsigned wd[4] = {0u, 0u, 0u, 0u};            // the 16 bytes, as words (registers)
-        int n = 0;                                    // valid elements of this thread
-        if (r < R && k0 < K) {
-            n = min(E, K - k0);
-            if (n == E) {
-                const int4 w = *reinterpret_cast<const int4*>(src);
-                wd[0] = (unsigned)w.x; wd[1] = (unsigned)w.y;
-                wd[2] = (unsigned)w.z; wd[3] = (unsigned)w.w;
-            } else {
+        const T* src = x + b * sb + r * sr;
+        unsigned wd[U][4];                            // the U x 16 bytes, as words (registers)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k0 = kb + u * blockDim.x * E;
+            wd[u][0] = wd[u][1] = wd[u][2] = wd[u][3] = 0u;
+            if (r < R && k0 + E <= K) {
+                const int4 w = *reinterpret_cast<const int4*>(src + k0);
+                wd[u][0] = (unsigned)w.x; wd[u][1] = (unsigned)w.y;
+                wd[u][2] = (unsigned)w.z; wd[u][3] = (unsigned)w.w;
+            } else if (r < R && k0 < K) {
 #pragma unroll
                 for (int e = 0; e < E; ++e)
-                    if (e < n)
-                        wd[e / PER] |= ((unsigned)src[e] & (sizeof(T) == 2 ? 0xFFFFu : 0xFFu))
-                                       << (8 * sizeof(T) * (e % PER));
+                    if (k0 + e < K)
+                        wd[u][e / PER] |= ((unsigned)src[k0 + e]
+                                           & (sizeof(T) == 2 ? 0xFFFFu : 0xFFu))
+                                          << (8 * sizeof(T) * (e % PER));
             }
         }
-        long long s = 0;
-        unsigned hw[E / 4], lw[E / 4];
+        int s = 0;   // |s| <= U * E * 32768 <= 2^21 (U <= 8)
 #pragma unroll
-        for (int q = 0; q < E / 4; ++q) hw[q] = lw[q] = 0u;
+        for (int u = 0; u < U; ++u) {
+            const int k0 = kb + u * blockDim.x * E;
+            const int n = (r < R && k0 < K) ? min(E, K - k0) : 0;   // valid elements
+            unsigned hw[E / 4], lw[E / 4];
 #pragma unroll
-        for (int e = 0; e < E; ++e) {
-            int hi = 0, lo = 0;
-            if (e < n) {
-                const unsigned raw = wd[e / PER] >> (8 * sizeof(T) * (e % PER));
-                const int val = sizeof(T) == 2 ? (int)(short)(raw & 0xFFFFu)
-                                : (CENTER ? (int)(raw & 0xFFu) : (int)(signed char)(raw & 0xFFu));
-                s += val;
-                split_value<P, CENTER>(val, hi, lo);
+            for (int q = 0; q < E / 4; ++q) hw[q] = lw[q] = 0u;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                int hi = 0, lo = 0;
+                if (e < n) {
+                    const unsigned raw = wd[u][e / PER] >> (8 * sizeof(T) * (e % PER));
+                    const int val = sizeof(T) == 2 ? (int)(short)(raw & 0xFFFFu)
+                                    : (CENTER ? (int)(raw & 0xFFu)
+                                              : (int)(signed char)(raw & 0xFFu));
+                    s += val;
+                    split_value<P, CENTER>(val, hi, lo);
+                }
+                hw[e >> 2] |= (unsigned)(hi & 0xFF) << (8 * (e & 3));
+                lw[e >> 2] |= (unsigned)(lo & 0xFF) << (8 * (e & 3));
             }
-            hw[e >> 2] |= (unsigned)(hi & 0xFF) << (8 * (e & 3));
-            lw[e >> 2] |= (unsigned)(lo & 0xFF) << (8 * (e & 3));
-        }
-        if (k0 < Kp) {   // Kp is a multiple of 16 and k0 of E: the bytes are in the row
-            signed char* d = dst + b * P * plane + (long long)r * Kp + k0;
-            if (P == 2) {
-                *reinterpret_cast<uint2*>(d) = make_uint2(hw[0], hw[1]);
-                *reinterpret_cast<uint2*>(d + plane) = make_uint2(lw[0], lw[1]);
-            } else {
-                *reinterpret_cast<uint4*>(d) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+            if (k0 < Kp) {   // Kp is a multiple of 16 and k0 of E: the bytes are in the row
+                signed char* d = dst + b * P * plane + (long long)r * Kp + k0;
+                if (P == 2) {
+                    *reinterpret_cast<uint2*>(d) = make_uint2(hw[0], hw[1]);
+                    *reinterpret_cast<uint2*>(d + plane) = make_uint2(lw[0], lw[1]);
+                } else {
+                    *reinterpret_cast<uint4*>(d) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+                }
             }
         }
-        if (SUMS) add_row_sum(s, r < R, rowsum + (long long)b * R + r);
+        if (SUMS) add_block_row_sum(s, r < R, rowsum + (long long)b * R + r);
     }
 }
 
@@ -175,13 +206,19 @@ __global__ void combine_planes(const int* __restrict__ c, int S, int P, int Mp, 
 }
 
 #ifdef DSPK_COMPILE_CHECK
-template __global__ void pack_planes_rows<short, false, true>(
+template __global__ void pack_planes_rows<short, false, true, 1>(
     const short*, long long, long long, int, int, int, int, int, signed char*,
     unsigned long long*);
-template __global__ void pack_planes_rows<unsigned char, true, true>(
+template __global__ void pack_planes_rows<unsigned char, true, true, 4>(
     const unsigned char*, long long, long long, int, int, int, int, int, signed char*,
     unsigned long long*);
-template __global__ void pack_planes_rows<signed char, false, false>(
+template __global__ void pack_planes_rows<short, false, true, 4>(
+    const short*, long long, long long, int, int, int, int, int, signed char*,
+    unsigned long long*);
+template __global__ void pack_planes_rows<short, false, true, 8>(
+    const short*, long long, long long, int, int, int, int, int, signed char*,
+    unsigned long long*);
+template __global__ void pack_planes_rows<signed char, false, false, 2>(
     const signed char*, long long, long long, int, int, int, int, int, signed char*,
     unsigned long long*);
 template __global__ void pack_planes<unsigned char, true, true>(

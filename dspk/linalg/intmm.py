@@ -101,12 +101,12 @@ def int_gram(x: Any) -> tuple:
     runner = None
     if p.gpu and p.dtype != np.int8 and p.m and p.k:
         choice = engine.tuner.select(p, run=False)
-        runner = choice.candidate.bind(p) if choice.candidate.name == "int8_tensorcore" \
+        runner = choice.candidate.bind(p) if choice.candidate.name.startswith("int8_tensorcore") \
             else None
     if runner is None:
         s_mat = int_matmul(x, x.T)
         return s_mat, x.sum(axis=1, dtype=np.int64)
-    plan = _GramPlan(runner, p.m, p.device_id)
+    plan = _GramPlan(runner, p.m, p.device_id, choice.candidate.name)
     if sig is not None:
         engine.remember("int_gram", sig, plan)
     return plan(x)
@@ -115,10 +115,10 @@ def int_gram(x: Any) -> tuple:
 class _GramPlan:
     """The tensor-core runner of X·Xᵀ for one geometry, writing the row sums it forms."""
 
-    __slots__ = ("runner", "m", "dev", "_cp")
+    __slots__ = ("runner", "m", "dev", "name", "_cp")
 
-    def __init__(self, runner: Any, m: int, dev: int) -> None:
-        self.runner, self.m, self.dev = runner, m, dev
+    def __init__(self, runner: Any, m: int, dev: int, name: str) -> None:
+        self.runner, self.m, self.dev, self.name = runner, m, dev, name
         self._cp = cupy_module()
 
     def __call__(self, x: Any) -> tuple:
