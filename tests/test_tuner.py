@@ -250,3 +250,34 @@ def test_processes_needing_one_key_at_once_run_the_same_candidate(fresh_cache):
     doc = json.loads(cache_path().read_text())
     (entry,) = doc["entries"].values()
     assert entry["ranking"][0] == outs[0][0]
+
+
+@pytest.mark.gpu
+def test_timing_rotates_copies_of_operands_that_fit_in_l2():
+    """The tuner times small products on copies of their operands, cycled, so that no
+    candidate is timed on operands hot in L2: the copies hold the same values at the same
+    addresses modulo 256 (alignment decides some kernels), X·Xᵀ stays one shared copy, and an
+    operand as large as the rotation target is timed as it is."""
+    cp = pytest.importorskip("cupy")
+    from dspk.linalg.matmul import _problem
+    from dspk.linalg.tuner import ROTATE_L2_MULTIPLE, ROTATE_MAX_SETS, _rotation
+
+    l2 = cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
+    base = cp.asarray(np.random.default_rng(1).standard_normal(64 * 6001 + 3, np.float32))
+    x = base[3:].reshape(64, 6001)[:, 1:]                 # 16 bytes in, strided rows
+    w = cp.asarray(np.random.default_rng(2).standard_normal((8, 64), np.float32))
+    p, _ = _problem(w, x, None)
+    sets = _rotation(p)
+    assert sets[0] is p and 2 <= len(sets) <= ROTATE_MAX_SETS
+    for q in sets[1:]:
+        for v, u in ((q.a, p.a), (q.b, p.b)):
+            assert v.ptr % 256 == u.ptr % 256 and v.strides == u.strides
+            assert cp.array_equal(v.to_array(), u.to_array())
+        assert q.out.ptr != p.out.ptr and q.b.buffer.data.ptr != p.b.buffer.data.ptr
+    g, _ = _problem(x, x.T, None)
+    assert g.symmetric
+    for q in _rotation(g)[1:]:
+        assert q.symmetric and q.a.buffer is q.b.buffer
+    big = cp.empty((1024, -(-ROTATE_L2_MULTIPLE * l2 // 4 // 1024)), np.float32)
+    pb, _ = _problem(cp.ones((4, 1024), np.float32), big, None)
+    assert _rotation(pb) == [pb]
