@@ -16,25 +16,38 @@ from typing import Any
 import numpy as np
 
 from .problem import Candidate, Problem, Runner
-from .threads import parallel_blocks, single_threaded_blas
+from .threads import gemm_batch, parallel_blocks, single_threaded_blas
 
 #: A threaded product's output columns are cut into blocks that are a function of the shape
-#: alone, so the blocks (and the bits) are the same whatever the thread count: about
-#: TARGET_BLOCKS blocks (work for up to 16 threads), each of at least BLOCK_FLOP (a pool
-#: dispatch costs ~20 µs), in multiples of 256 columns. Measured on 2 cores (ms; NumPy on
-#: its own two threads in brackets), against fixed 4096-column blocks split only from 8192
-#: columns: 384 x 384 x 6000 13.3 as one block, 8-9 in 512-column blocks (5.9-7.3);
-#: 6 x 61 x 100 000 2.4 as one block, 1.0-1.6 in 2048-16384-column blocks (1.5-1.9);
-#: 32 x 64 x 60 000 2.6 as one block, 1.6-1.8 in 4096-16384 (1.4).
-TARGET_BLOCKS = 16
-BLOCK_FLOP = 1 << 24
+#: alone, so the blocks (and the bits) are the same whatever the thread count: a power of two
+#: of blocks (they share evenly among 1, 2, 4, 8 or 16 threads), at most MAX_BLOCKS, each of
+#: at least BLOCK_FLOP (PAIR_FLOP for two blocks) and of at least 8·K columns (between MIN_COLS / 4 and MIN_COLS), as
+#: equal as multiples of COL_ALIGN columns allow. Each block packs W again (K·M values) and
+#: costs a dispatch; measured on 2 cores with NumPy's OpenBLAS 0.3.31 (ms, ratio to NumPy):
+#: one thread, 384 x 384 x 6000 in 2 / 4 blocks 1.027 / 1.050, 384 x 384 x 60 000 in
+#: 2 / 4 / 8 / 16 blocks 1.004 / 1.013 / 1.020 / 1.029, 64 x 64 x 60 000 1.02-1.035 for 2-16;
+#: two threads, 384 x 384 x 6000 in 2 / 4 blocks 1.02 / 1.06, 64 x 64 x 2000 in 2 / 4 blocks
+#: 1.04 / 1.22 (one block: 1.5); OpenBLAS runs a batch in rounds of one member per thread,
+#: so many small members cost a barrier each (32 x 64 x 60 000: 16 blocks 1.05, 4 blocks 0.94).
+MAX_BLOCKS = 16
+BLOCK_FLOP = 1 << 25
+PAIR_FLOP = 1 << 22     # from here two blocks even when each is under BLOCK_FLOP
+MIN_COLS = 2048
+COL_ALIGN = 64
 
 
 def column_block(a: np.ndarray, n: int) -> int:
     """The output columns per block of `blocked_matmul` for left operand ``a`` [..., M, K]
-    and ``n`` output columns."""
-    cols = max(-(-BLOCK_FLOP // max(1, 2 * a.size)), -(-n // TARGET_BLOCKS))
-    return -(-cols // 256) * 256
+    and ``n`` output columns (``n`` or more: one block)."""
+    m, k = a.shape[-2], a.shape[-1]
+    min_cols = min(MIN_COLS, max(MIN_COLS // 4, 8 * k))
+    flop = 2 * m * k * n
+    blocks = min(MAX_BLOCKS, n // min_cols,
+                 max(flop // BLOCK_FLOP, 2 if flop >= 2 * PAIR_FLOP else 1))
+    if blocks < 2:
+        return -(-max(n, 1) // COL_ALIGN) * COL_ALIGN
+    blocks = 1 << (blocks.bit_length() - 1)          # a power of two
+    return -(-n // (blocks * COL_ALIGN)) * COL_ALIGN
 
 
 def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
@@ -76,14 +89,110 @@ class _CpuCandidate(Candidate):
         return run
 
 
+def _blas_operand(v: np.ndarray) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of the 2-D matrices of ``v`` [..., R, C], or
+    None when BLAS cannot read them in place."""
+    it = v.itemsize
+    r, c = v.shape[-2:]
+    sr, sc = v.strides[-2:]
+    if sc == it and sr % it == 0 and sr // it >= max(c, 1):
+        return 111, sr // it                          # CblasNoTrans, row-major
+    if sr == it and sc % it == 0 and sc // it >= max(r, 1):
+        return 112, sc // it                          # CblasTrans
+    return None
+
+
+_plans: dict[tuple, tuple | None] = {}
+SMALL_MNK = 100 ** 3
+
+
+def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tuple | None:
+    """Everything but the base addresses of one grouped ?gemm_batch call over the column
+    blocks of every matrix of the batch (a group of full blocks, one of the narrower last ones),
+    kept per geometry; None when the operands do not suit it."""
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, a.dtype, cols)
+    plan = _plans.get(key)
+    if plan is not None or key in _plans:
+        return plan
+    nb, m, n = out.shape
+    if a.shape[-1] != b.shape[-2] or (a.shape[-2], b.shape[-1]) != (m, n) \
+            or {a.shape[0], b.shape[0]} - {1, nb} or a.dtype != b.dtype or a.dtype != out.dtype:
+        raise ValueError(f"matmul: operands {a.shape} {a.dtype}, {b.shape} {b.dtype} do not "
+                         f"give out {out.shape} {out.dtype}")   # BLAS would read past them
+    found = gemm_batch(a.dtype)
+    fa, fb = _blas_operand(a), _blas_operand(b)
+    if found is None or fa is None or fb is None or out.strides[-1] != out.itemsize \
+            or out.strides[-2] % out.itemsize or out.strides[-2] < out.shape[-1] * out.itemsize \
+            or min(a.strides[0], b.strides[0], out.strides[0]) < 0:
+        _plans[key] = None
+        return None
+    fn, itype = found
+    k = a.shape[-1]
+    full, tail = divmod(n, cols)
+    widths = [cols] * full + ([tail] if tail else [])
+    if tail and full > 1 and m * k * tail <= 2 * SMALL_MNK:
+        widths = [cols] * (full - 1) + [cols + tail]  # a narrow last block joins the one before
+    if m * k * min(widths) <= SMALL_MNK:
+        # OpenBLAS's batch runs members of M·N·K <= 100³ with its small-matrix kernels, whose
+        # batched use crashed in 0.3.31 (seen with a 244-column last block)
+        _plans[key] = None
+        return None
+    starts = np.cumsum([0] + widths[:-1])
+    groups = [(w, [j for j, v in enumerate(widths) if v == w]) for w in dict.fromkeys(widths)]
+    # byte offsets of each member's a, b and out: group by group, then matrix by matrix
+    mats = np.arange(nb)
+    sa = a.strides[0] if a.shape[0] > 1 else 0
+    sb = b.strides[0] if b.shape[0] > 1 else 0
+    off_a, off_b, off_c = [], [], []
+    for _, blocks in groups:
+        col = starts[blocks][None, :]
+        off_a.append(np.repeat(mats * sa, len(blocks)))
+        off_b.append((mats[:, None] * sb + col * b.strides[-1]).ravel())
+        off_c.append((mats[:, None] * out.strides[0] + col * out.strides[-1]).ravel())
+    off_a, off_b, off_c = (np.concatenate(v) for v in (off_a, off_b, off_c))
+    groups = [(nb * len(blocks), w) for w, blocks in groups]
+    g = len(groups)
+    ints = np.array([[m] * g, [c for _, c in groups], [k] * g, [fa[1]] * g, [fb[1]] * g,
+                     [out.strides[-2] // out.itemsize] * g, [s for s, _ in groups]], dtype=itype)
+    flags = np.array([[fa[0]] * g, [fb[0]] * g], dtype=np.int32)
+    scal = np.array([[1.0] * g, [0.0] * g], dtype=a.dtype)
+    offs = np.stack([off_a, off_b, off_c]).astype(np.uintp)
+    plan = (fn, g, ints, flags, scal, offs)
+    if len(_plans) > 256:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
 def blocked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out = a @ b`` (2-D or batched), BLAS on one thread per call, threaded over blocks of
-    `column_block` output columns when there are at least two."""
+    """``out = a @ b`` (2-D or batched), threaded over blocks of `column_block` output columns
+    when there are at least two, each block summed on one thread.
+
+    With NumPy's OpenBLAS >= 0.3.30 the blocks go to OpenBLAS in one grouped ?gemm_batch call:
+    it computes each with its one-thread driver and shares whole blocks among its own threads
+    (as many as BLAS was given), so the bits do not depend on the thread count and no thread of
+    dspk competes with OpenBLAS's (which keep spinning ~0.1 s after a NumPy product). Otherwise
+    BLAS is pinned to one thread and dspk threads over the blocks itself (`parallel_blocks`)."""
     n = out.shape[-1]
     cols = column_block(a, n)
-    if n < 2 * cols:
+    if n <= cols:
         with single_threaded_blas():
             np.matmul(a, b, out=out)
+        return
+    a3, b3, o3 = (v if v.ndim == 3 else v[None] for v in (a, b, out))
+    plan = _batch_plan(a3, b3, o3, cols) if o3.shape[0] * -(-n // cols) < 1 << 20 else None
+    if plan is not None:
+        fn, g, ints, flags, scal, offs = plan
+        # the members' addresses, made per call: the plan is shared by every thread that
+        # multiplies this geometry at the same time
+        ptrs = offs + np.array([a3.ctypes.data, b3.ctypes.data, o3.ctypes.data],
+                               dtype=np.uintp)[:, None]
+        f, i, s, p = flags.ctypes.data, ints.ctypes.data, scal.ctypes.data, ptrs.ctypes.data
+        isz, fsz, psz, nmem = ints.itemsize * g, scal.itemsize * g, \
+            ptrs.itemsize, ptrs.shape[1]
+        fn(101, f, f + 4 * g, i, i + isz, i + 2 * isz, s,
+           p, i + 3 * isz, p + psz * nmem, i + 4 * isz, s + fsz,
+           p + 2 * psz * nmem, i + 5 * isz, g, i + 6 * isz)
         return
 
     def block(s: int) -> None:
