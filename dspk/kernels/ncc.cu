@@ -216,6 +216,13 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // constants and the output row address are formed once per template, not per output (the
 // epilogue is most of the kernel's instructions). FULL: every position and template of the
 // row is inside (no per-output tests).
+// Full maps are gigabytes written once and not read back by the kernel: stores marked
+// evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2.
+// Benchmarks compare both (benchmarks/profile_ncc_store.py).
+#ifndef NCC_STREAMING_STORES
+#define NCC_STREAMING_STORES 0
+#endif
+
 template <int NT, bool WIDE> struct MmaRow {
     int (&acc)[4][NT][4];
     int si[4][2];
@@ -266,7 +273,13 @@ template <int NT, bool WIDE> struct MmaRow {
                         const int off = 16 * mt + 8 * h;
                         const float r =
                             fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
-                        if (FULL || (nin && x0 + g + off < wo)) orow[off] = r;
+                        if (FULL || (nin && x0 + g + off < wo)) {
+#if NCC_STREAMING_STORES
+                            __stcs(orow + off, r);   // evict-first: the maps are written once
+#else
+                            orow[off] = r;
+#endif
+                        }
                     }
             }
     }
