@@ -190,6 +190,34 @@ def _lt_gemms(q, c32, mp, kp, kc, splits, do_pack, do_gemm):
     return out
 
 
+def _fused(x, want):
+    """Each variant of the fused int16 X·Xᵀ kernel (gram16.cu) bound as int_gram runs it (with
+    the row sums), checked exactly against ``want`` = int_matmul's product."""
+    from dspk.linalg import candidates_int as ci
+    from dspk.linalg.matmul import _problem
+
+    p, _ = _problem(x, x.T, None, allowed=ci.INT_DTYPES, result_dtype=np.int64)
+    out = p.out.to_array()
+    rs = cp.empty(x.shape[0], dtype=np.int64)
+    parts = {}
+    for variant in ci.GRAM16_VARIANTS:
+        c = ci.Int16GramFused(*variant)
+        why = c.unavailable(p)
+        if why:
+            print(f"| {x.shape[0]} | {c.name} | unavailable: {why} | |")
+            continue
+        cfg = c.launch_config(p)
+        run = c.bind(p)
+        out[...] = -1
+        run(p.a.ptr, p.b.ptr, p.out.ptr, rs.data.ptr)
+        same = bool((out[0] == want).all()) and bool((rs == x.sum(axis=1, dtype=np.int64)).all())
+        label = (f"  {c.name} (grid {cfg['grid']}, {cfg['ctas_per_sm']} CTAs/SM, "
+                 f"{cfg['registers']} registers, K chunk {cfg['k_chunk']})"
+                 + ("" if same else " DIFFERS"))
+        parts[label] = lambda run=run: run(p.a.ptr, p.b.ptr, p.out.ptr, rs.data.ptr)
+    return parts
+
+
 def main() -> None:
     print("| channels | part | ms per call (events) | host ms per call |\n|---|---|---|---|")
     for c in (384, 64, 4):
@@ -206,6 +234,7 @@ def main() -> None:
             "float32 covariance of the same data": lambda: dspk.covariance(
                 x.astype(np.float32)),
         }
+        parts.update(_fused(x, dspk.int_matmul(x, x.T)))
         parts.update(_pieces(x))
         for name, fn in parts.items():
             gpu_ms, host_ms = timed(fn)

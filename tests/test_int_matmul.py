@@ -170,6 +170,69 @@ def test_gpu_int16_covariance_bits_are_the_cpus(center, ddof):
         assert np.array_equal(got, want)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", candidates_int.GRAM16_VARIANTS)
+def test_gpu_fused_int16_gram_is_bit_exact(variant):
+    """The fused int16 X·Xᵀ kernel (every variant the tuner times): rows not a multiple of the
+    64-row tile, K not a multiple of a stage, K long enough to need several chunks of at most
+    2^15 samples, the extreme values -32768 and 32767 in every row, a row stride wider than the
+    rows, S poisoned before the run, and the row sums it forms for int_gram."""
+    import cupy as cp
+
+    c = candidates_int.Int16GramFused(*variant)
+    rng = np.random.default_rng(sum(variant))
+    for m, k in [(1, 1), (5, 7), (63, 100), (64, 64), (65, 3001), (130, 4097), (200, 70001),
+                 (384, 60000)]:
+        width = -(-k // 8) * 8 + 24                   # rows 16-byte aligned: stride % 8 == 0
+        base = rng.integers(-32768, 32768, (m, width), dtype=np.int16)
+        base[:, 8] = -32768
+        base[:, 9] = 32767
+        for x in (cp.asarray(base)[:, 8:8 + k], cp.asarray(np.ascontiguousarray(base[:, 8:8 + k]))):
+            p, _ = engine._problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
+                                   result_dtype=np.int64)
+            if x.strides[0] % 16 and m > 1:        # contiguous rows of k % 8 != 0 samples
+                assert "16-byte aligned" in c.unavailable(p)
+                continue
+            assert c.unavailable(p) is None, (m, k)
+            cfg = c.launch_config(p)
+            assert cfg["k_chunk"] <= c.MAX_CHUNK and cfg["k_chunk"] % 64 == 0
+            # the reference in float64 on the GPU: exact, every partial sum is an integer
+            # below K·2^30 < 2^53 (an int64 product on the CPU takes ~10 s at 384 x 60 000)
+            xf = x.astype(np.float64)
+            want = (xf @ xf.T).astype(np.int64)
+            out = p.out.to_array()
+            out[...] = -1
+            sums = cp.full(m, -1, dtype=np.int64)
+            c.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr, sums.data.ptr)
+            assert bool((out[0] == want).all()), (c.name, m, k)
+            assert np.array_equal(sums.get(), x.get().astype(np.int64).sum(axis=1)), (c.name, m, k)
+            out[...] = -1
+            c.run(p)                                   # no row sums asked for
+            assert bool((out[0] == want).all()), (c.name, m, k)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_int16_gram_says_what_it_cannot_run():
+    import cupy as cp
+
+    c = candidates_int.Int16GramFused()
+    x = full_range(cp, (16, 1000), np.int16, 1)
+    y = full_range(cp, (16, 1000), np.int16, 2)
+    u = full_range(cp, (16, 1000), np.uint8, 3)
+
+    def reason(a, b):
+        p, _ = engine._problem(a, b, None, allowed=candidates_int.INT_DTYPES,
+                               result_dtype=np.int64)
+        return c.unavailable(p)
+
+    assert reason(x, x.T) is None
+    assert "X·Xᵀ of one matrix" in reason(x, y.T)
+    assert "int16 operands only" in reason(u, u.T)
+    assert "16-byte aligned" in reason(x[:, 1:], x[:, 1:].T)      # rows start 2 bytes in
+    wide = full_range(cp, (16, 1003), np.int16, 4)
+    assert "16-byte aligned" in reason(wide[:, :1000], wide[:, :1000].T)   # row stride 1003
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def test_float_operands_are_refused(xp):
     with pytest.raises(TypeError, match="a: unsupported dtype float32; int_matmul takes"):

@@ -197,3 +197,25 @@ def test_small_trace_kernels():
     assert np.abs(got - ref).max() <= 1e-4
     y = rng.standard_normal((37, 70)).astype(np.float32)
     np.testing.assert_array_equal(car_median(cp.asarray(y)).get(), y - np.median(y, axis=0))
+
+
+@pytest.mark.parametrize("variant", [(64, 4, 1), (128, 2, 1)])
+def test_small_fused_int16_gram(variant):
+    """The fused int16 X·Xᵀ kernel on ragged shapes (sanitizer target: cp.async stages, the
+    epilogue's shared tile reused after the pipeline, the mirror writes)."""
+    import cupy as cp
+
+    from dspk.linalg.candidates_int import INT_DTYPES, Int16GramFused
+
+    rng = np.random.default_rng(5)
+    for m, k in [(3, 9), (65, 3001), (130, 200)]:
+        x = cp.asarray(rng.integers(-32768, 32768, (m, k + (-k) % 8), dtype=np.int16))[:, :k]
+        p, _ = engine._problem(x, x.T, None, allowed=INT_DTYPES, result_dtype=np.int64)
+        c = Int16GramFused(*variant)
+        assert c.unavailable(p) is None
+        sums = cp.full(m, 7, dtype=np.int64)
+        p.out.to_array()[...] = -1
+        c.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr, sums.data.ptr)
+        xh = x.get().astype(np.int64)
+        assert np.array_equal(p.out.to_array().get()[0], xh @ xh.T)
+        assert np.array_equal(sums.get(), xh.sum(axis=1))

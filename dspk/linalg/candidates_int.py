@@ -35,6 +35,10 @@ INT8_LT_RANKS = 8
 _LT_PLANS: dict = {}
 #: 16-byte loads each thread of the contiguous-rows packing kernel keeps in flight
 PACK_LOADS = 4
+#: (samples per stage, stages, waves) of the fused int16 X·Xᵀ the tuner times
+#: (measured on an H200, 384 x 60 000: 0.0812-0.0870 ms, 128-sample stages ahead; two waves
+#: of shorter chunks were never ahead, 0.0891)
+GRAM16_VARIANTS = ((128, 2, 1), (128, 3, 1), (64, 4, 1), (64, 3, 1))
 _ONE_I32 = np.ones(1, np.int32)
 _ZERO_I32 = np.zeros(1, np.int32)
 
@@ -143,6 +147,8 @@ class Int8TensorCore(Candidate):
 
     gpu = True
     kinds = "iu"
+    #: the bound runner (single products) writes a's row sums where ``ps`` points
+    row_sums = True
 
     def __init__(self, lt_rank: int | None = None):
         self.lt_rank = lt_rank
@@ -343,6 +349,127 @@ class Int8TensorCore(Candidate):
                      np.int32(1 if k0 == 0 else 0)))
 
 
+class Int16GramFused(Candidate):
+    """X·Xᵀ of int16 rows in one kernel (gram16.cu): int16 tiles read straight into shared
+    memory, bytes split in registers into s8/u8 mma.sync fragments, only the tiles on and
+    above the diagonal computed, K split over CTAs and their exact int64 partials added with
+    integer atomics. No int8 planes are written (the general path's pack pass cost as much as
+    its GEMM) and no centring correction is needed (the low bytes go in as u8).
+
+    Parameters
+    ----------
+    bk : int
+        Samples per pipeline stage (64 or 128; one barrier per stage).
+    stages : int
+        cp.async pipeline depth (2 to 4; 256·bk bytes of shared memory each).
+    waves : int
+        CTAs launched, in waves of what fits on the GPU at once: the K split is chosen so
+        that tile pairs x K chunks fills that many waves.
+    """
+
+    gpu = True
+    kinds = "iu"
+    #: the bound runner writes X's exact row sums where ``ps`` points (`int_gram`)
+    row_sums = True
+    TILE = 64
+    #: fewest samples a K chunk is given (a CTA's prologue and epilogue are ~2 stages of work)
+    MIN_CHUNK = 1024
+    MAX_CHUNK = 32768        # GRAM16_MAX_K: no int32 accumulator can overflow
+
+    #: CTAs per SM asked of the register allocator (3 spills: gram16.cu)
+    MINB = 2
+
+    def __init__(self, bk: int = 64, stages: int = 4, waves: int = 1):
+        self.bk, self.stages, self.waves = bk, stages, waves
+        self.name = f"int16_gram_k{bk}s{stages}w{waves}"
+        self.summary = (f"fused int16 X·Xᵀ on INT8 tensor cores (mma.sync s8/u8, bytes split in "
+                        f"registers, upper-triangle tiles of 64, {stages} cp.async stages of "
+                        f"{bk} samples, K split over {waves} wave(s) of CTAs, int64 atomics; "
+                        f"gram16.cu)")
+
+    def unavailable(self, p: Problem) -> str | None:
+        if p.dtype != np.int16:
+            return "int16 operands only"
+        if not p.symmetric or p.batches != 1:
+            return "X·Xᵀ of one matrix only"
+        props = device_properties(p.device_id)
+        if props["major"] < 8:
+            return (f"needs int8 mma.sync m16n8k32 (compute capability 8.0+, this device is "
+                    f"{props['major']}.{props['minor']})")
+        _, sr, sk = p.a.strides
+        if sk != 1 or (p.m > 1 and sr % 8) or p.a.ptr % 16:
+            return "X's rows must be contiguous and start 16-byte aligned"
+        if self._ld_out(p) is None:
+            return "the result must be one contiguous [M, M] array"
+        if p.m == 0 or p.k == 0 or p.m > 2**20:
+            return "empty, or more rows than the kernel indexes"
+        return None
+
+    @staticmethod
+    def _ld_out(p: Problem) -> int | None:
+        """S's row stride when it is a contiguous [M, M] (C or F order: S is symmetric)."""
+        _, so, sc = p.out.strides
+        if (sc == 1 and so == p.m) or (so == 1 and sc == p.m) or p.m == 1:
+            return p.m
+        return None
+
+    def launch_config(self, p: Problem) -> dict:
+        """Kernel, grid, shared memory, CTAs per SM and the K split for ``p``."""
+        from cupy_backends.cuda.api import driver  # noqa: PLC0415 (lazy: needs CuPy)
+
+        from ..kernels import kernel  # noqa: PLC0415
+
+        expr = f"gram16<{self.bk}, {self.stages}, {self.MINB}>"
+        fn = kernel("gram16.cu", expr)
+        smem = max(self.stages * 2 * self.TILE * 2 * self.bk, self.TILE * (self.TILE + 1) * 8)
+        if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, 128, smem)
+        if per_sm < 1:
+            raise RuntimeError(f"{expr}: no CTA fits on an SM ({fn.num_regs} registers)")
+        tiles = -(-p.m // self.TILE)
+        pairs = tiles * (tiles + 1) // 2
+        slots = self.waves * per_sm * int(device_properties(p.device_id)["multiProcessorCount"])
+        # as many K chunks as fill the waves, none shorter than MIN_CHUNK or longer than
+        # MAX_CHUNK; whole stages each (the last one shorter)
+        splits = max(1, min(slots // pairs, p.k // self.MIN_CHUNK, 65535),
+                     -(-p.k // self.MAX_CHUNK))
+        chunk = -(-p.k // (self.bk * splits)) * self.bk
+        splits = -(-p.k // chunk)
+        return {"expression": expr, "fn": fn, "grid": (pairs, splits), "smem": smem,
+                "ctas_per_sm": per_sm, "registers": fn.num_regs, "tiles": tiles,
+                "k_chunk": chunk}
+
+    def bind(self, p: Problem) -> Any:
+        """A runner ``run(pa, pb, po, ps=0)`` for ``p``'s geometry: zeroes S (and the row sums
+        where ``ps`` is given), then one launch."""
+        cp = cupy_module()
+
+        from .candidates_gpu import _stream  # noqa: PLC0415
+        from ..kernels import FastLaunch  # noqa: PLC0415
+
+        cfg = self.launch_config(p)
+        M, K = p.m, p.k
+        launch = FastLaunch(cfg["fn"], cfg["grid"], (128,),
+                            [("ptr", None), ("i64", p.a.strides[1]), ("i32", M), ("i32", K),
+                             ("i32", cfg["k_chunk"]), ("i32", cfg["tiles"]), ("ptr", None),
+                             ("i64", self._ld_out(p)), ("ptr", None)], shared_mem=cfg["smem"])
+        memset = cp.cuda.runtime.memsetAsync
+        nbytes = 8 * M * M
+
+        def run(pa: int, pb: int, po: int, ps: int = 0) -> None:
+            stream = _stream()
+            memset(po, 0, nbytes, stream)
+            if ps:
+                memset(ps, 0, 8 * M, stream)
+            launch(stream, pa, po, ps)
+
+        return run
+
+    def run(self, p: Problem) -> None:
+        self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
+
+
 def _split_k(batches: int, rows: int, cols: int, k: int, props: dict) -> tuple[int, int]:
     """(splits, chunk) for a single product: cuBLAS's int8 GEMM does not split K itself, and a
     768 x 768 output (int16 covariance of 384 channels) is only 36 tiles of 128 x 128 for 132
@@ -363,5 +490,6 @@ def int_candidates(gpu: bool) -> list[Candidate]:
     """Integer candidates, in the order used when tuning is off."""
     if gpu:
         return [Int8TensorCore(), *(Int8TensorCore(r) for r in range(INT8_LT_RANKS)),
+                *(Int16GramFused(*v) for v in GRAM16_VARIANTS),
                 IntViaFloat32(gpu=True)]
     return [IntViaFloat64(), IntViaFloat32(gpu=False), IntDirect()]

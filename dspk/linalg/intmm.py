@@ -65,10 +65,10 @@ def int_gram(x: Any) -> tuple:
 
     Notes
     -----
-    The product is `int_matmul`'s (same candidates, same tuner key). On the GPU, when the
-    tensor-core candidate runs, the row sums are the ones its packing pass forms anyway (the
-    centring correction needs them): the channel sums of a covariance cost no second read of
-    the data. Elsewhere they are summed separately, in int64.
+    The product is `int_matmul`'s (same candidates, same tuner key). On the GPU, when a
+    tensor-core candidate runs, the row sums are formed from what it reads anyway (the packing
+    pass of the INT8 GEMM, or the fused int16 kernel's diagonal tiles): the channel sums of a
+    covariance cost no second read of the data. Elsewhere they are summed separately, in int64.
 
     Examples
     --------
@@ -101,7 +101,7 @@ def int_gram(x: Any) -> tuple:
     runner = None
     if p.gpu and p.dtype != np.int8 and p.m and p.k:
         choice = engine.tuner.select(p, run=False)
-        runner = choice.candidate.bind(p) if choice.candidate.name.startswith("int8_tensorcore") \
+        runner = choice.candidate.bind(p) if getattr(choice.candidate, "row_sums", False) \
             else None
     if runner is None:
         s_mat = int_matmul(x, x.T)
