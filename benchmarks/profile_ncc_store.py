@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cupy as cp  # noqa: E402
 
 import dspk.kernels as kernels  # noqa: E402
+from common import Clock  # noqa: E402
 from dspk.linalg.engine import current_engine  # noqa: E402
 from dspk.match import TemplateBank  # noqa: E402
 
@@ -36,20 +38,6 @@ def build(streaming: int) -> None:
     current_engine().forget()
 
 
-def median_ms(fn, reps=15) -> float:
-    fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
-
-
 def main() -> None:
     rng = np.random.default_rng(0)
     img = cp.asarray(rng.integers(0, 256, (4096, 4096), dtype=np.uint8))
@@ -63,7 +51,7 @@ def main() -> None:
             for streaming in (0, 1):
                 build(streaming)
                 tb = TemplateBank(tpl)
-                ms = median_ms(lambda: tb.ncc(img))
+                ms = Clock(gpu=True).median_ms(lambda: tb.ncc(img), samples=15)
                 res[streaming] = (ms, tb.ncc(img))
             same = bool(cp.array_equal(res[0][1], res[1][1]))
             print(f"| {n} | {rnd} | {res[0][0]:.4f} | {res[1][0]:.4f} | {same} |")
