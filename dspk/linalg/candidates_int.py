@@ -372,14 +372,15 @@ class Int16GramFused(Candidate):
     #: the bound runner writes X's exact row sums where ``ps`` points (`int_gram`)
     row_sums = True
     TILE = 64
-    #: fewest samples a K chunk is given (a CTA's prologue and epilogue are ~2 stages of work)
+    #: fewest samples a K chunk is given, so that a CTA's fixed costs (filling the pipeline,
+    #: the epilogue's atomics) stay a small part of its work
     MIN_CHUNK = 1024
     MAX_CHUNK = 32768        # GRAM16_MAX_K: no int32 accumulator can overflow
 
     #: CTAs per SM asked of the register allocator (3 spills: gram16.cu)
     MINB = 2
 
-    def __init__(self, bk: int = 64, stages: int = 4, waves: int = 1):
+    def __init__(self, bk: int = 128, stages: int = 2, waves: int = 1):
         self.bk, self.stages, self.waves = bk, stages, waves
         self.name = f"int16_gram_k{bk}s{stages}w{waves}"
         self.summary = (f"fused int16 X·Xᵀ on INT8 tensor cores (mma.sync s8/u8, bytes split in "
