@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Full NCC maps (4096² uint8, 16x16 templates, N = 32 and 128, prepared `TemplateBank`) with
-the kernel's plain stores against evict-first stores (NCC_STREAMING_STORES in ncc.cu), the
-two builds alternated three times in one process; median of 15 calls each (CUDA events).
+the interior blocks' stores built three ways (ncc.cu's macros): one plain store per output
+(NCC_SECTOR_STORES 0), the lane rotation that fills whole sectors (the default), and that
+with evict-first stores (NCC_STREAMING_STORES 1); the builds alternated three times in one
+process, median of 15 calls each (CUDA events), maps compared bit for bit.
 
     python benchmarks/profile_ncc_store.py
 """
@@ -26,12 +28,17 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-def build(streaming: int) -> None:
-    """Make every later kernel() compile ncc.cu with NCC_STREAMING_STORES = ``streaming``."""
+BUILDS = {"one store per output": "#define NCC_SECTOR_STORES 0\n",
+          "sector stores (default)": "",
+          "sector + evict-first": "#define NCC_STREAMING_STORES 1\n"}
+
+
+def build(defines: str) -> None:
+    """Make every later kernel() compile ncc.cu with ``defines`` in front."""
     def source(filename: str) -> str:
         text = _plain_source(filename)
         if filename == "ncc.cu":
-            text = f"#define NCC_STREAMING_STORES {streaming}\n" + text
+            text = defines + text
         return text
     kernels._source = source
     kernels._function.cache_clear()
@@ -41,20 +48,23 @@ def build(streaming: int) -> None:
 def main() -> None:
     rng = np.random.default_rng(0)
     img = cp.asarray(rng.integers(0, 256, (4096, 4096), dtype=np.uint8))
-    print("| N | round | plain stores ms | evict-first stores ms | same maps |\n|---|---|---|---|---|")
+    names = list(BUILDS)
+    print("| N | round | " + " | ".join(f"{b} ms" for b in names) + " | same maps |")
+    print("|---|---|" + "---|" * len(names) + "---|")
     for n in (32, 128):
         y = rng.integers(0, 4096 - 16, n)
         x = rng.integers(0, 4096 - 16, n)
         tpl = cp.asarray(np.stack([cp.asnumpy(img[a:a + 16, b:b + 16]) for a, b in zip(y, x)]))
         for rnd in range(3):
             res = {}
-            for streaming in (0, 1):
-                build(streaming)
+            for b in names:
+                build(BUILDS[b])
                 tb = TemplateBank(tpl)
                 ms = Clock(gpu=True).median_ms(lambda: tb.ncc(img), samples=15)
-                res[streaming] = (ms, tb.ncc(img))
-            same = bool(cp.array_equal(res[0][1], res[1][1]))
-            print(f"| {n} | {rnd} | {res[0][0]:.4f} | {res[1][0]:.4f} | {same} |")
+                res[b] = (ms, tb.ncc(img))
+            same = all(bool(cp.array_equal(res[names[0]][1], res[b][1])) for b in names)
+            print(f"| {n} | {rnd} | " + " | ".join(f"{res[b][0]:.4f}" for b in names)
+                  + f" | {same} |")
             del res
 
 

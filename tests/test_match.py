@@ -282,18 +282,21 @@ def test_gpu_fused_peaks_with_a_growing_candidate_list(threshold):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", sorted(MMA_VARIANTS))
 @pytest.mark.parametrize("hash_max_d", [8, 0])
-def test_gpu_tensor_core_interior_blocks_maps_and_peaks(variant, hash_max_d, monkeypatch):
-    """Blocks whose positions and templates are all inside (the kernel's test-free epilogue)
-    next to ragged ones: maps bit-identical to the direct ones, peaks (several thresholds,
-    repeated calls on the packed launches; the hash-table check and the sorting one) equal to
-    those of the maps."""
+@pytest.mark.parametrize("width", [333, 334])
+def test_gpu_tensor_core_interior_blocks_maps_and_peaks(variant, hash_max_d, width,
+                                                        monkeypatch):
+    """Blocks whose positions and templates are all inside (the kernel's test-free epilogue,
+    its sector-aligned stores) next to ragged ones: maps bit-identical to the direct ones
+    (maps 318 and 319 wide: template rows starting at every offset within a 32-byte sector),
+    peaks (several thresholds, repeated calls on the packed launches; the hash-table check and
+    the sorting one) equal to those of the maps."""
     import cupy as cp
 
     import dspk.match as match
 
     monkeypatch.setattr(match, "PEAK_HASH_MAX_D", hash_max_d)
 
-    image = rand((150, 333), np.uint8, 21)
+    image = rand((150, width), np.uint8, 21)
     bank = np.stack([image[4 * i:4 * i + 16, 9 * i:9 * i + 16] for i in range(32)])
     xi, xb = cp.asarray(image), cp.asarray(bank)
     ref = ncc_direct(xi, xb).get()

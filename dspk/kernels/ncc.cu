@@ -219,6 +219,11 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // Full maps are gigabytes written once and not read back by the kernel: stores marked
 // evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2.
 // Benchmarks compare both (benchmarks/profile_ncc_store.py).
+// Interior blocks' stores through a lane rotation that fills whole sectors (store_full);
+// 0 keeps one plain store per output (profile_ncc_store.py times both).
+#ifndef NCC_SECTOR_STORES
+#define NCC_SECTOR_STORES 1
+#endif
 #ifndef NCC_STREAMING_STORES
 #define NCC_STREAMING_STORES 0
 #endif
@@ -257,14 +262,23 @@ template <int NT, bool WIDE> struct MmaRow {
         return num * ri[mt][h] * tr;
     }
 
-    template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
+    __device__ __forceinline__ static void put(float* p, float v)
+    {
+#if NCC_STREAMING_STORES
+        __stcs(p, v);   // evict-first: the maps are written once
+#else
+        *p = v;
+#endif
+    }
+
+    // One store per output (FULL: no bounds tests); edge blocks take this path.
+    template <bool FULL> __device__ __forceinline__ void store_each(float* __restrict__ out) const
     {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const Tmpl tm = tmpl(nt, c);
-                const bool nin = FULL || tm.n < N;
                 float* orow = out + ((long long)tm.n * ho + y) * wo + x0 + g;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
@@ -273,15 +287,50 @@ template <int NT, bool WIDE> struct MmaRow {
                         const int off = 16 * mt + 8 * h;
                         const float r =
                             fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
-                        if (FULL || (nin && x0 + g + off < wo)) {
-#if NCC_STREAMING_STORES
-                            __stcs(orow + off, r);   // evict-first: the maps are written once
-#else
-                            orow[off] = r;
-#endif
-                        }
+                        if (FULL || (tm.n < N && x0 + g + off < wo)) put(orow + off, r);
                     }
             }
+    }
+
+    // Interior blocks: the 8 lanes of one t hold positions g + 8j (j = 2mt + h) of a template
+    // row whose start is rarely 32-byte aligned (wo is any width), so each plain store of 8
+    // consecutive floats would straddle two 32-byte sectors, half-filling both -- ncu showed
+    // 17 of 32 bytes used per stored sector and L2 the busiest unit. Rotating the values
+    // among those 8 lanes by the row's misalignment (one shuffle per value) makes every store
+    // instruction fill whole sectors: 9 stores per row instead of 8, half the sectors.
+    __device__ __forceinline__ void store_full(float* __restrict__ out) const
+    {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const Tmpl tm = tmpl(nt, c);
+                float* orow = out + ((long long)tm.n * ho + y) * wo + x0;
+                const int mis = (int)((reinterpret_cast<unsigned long long>(orow) >> 2) & 7);
+                const int src = 4 * ((g - mis) & 7) + t;   // same t: same template row
+                float w[8];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        w[2 * mt + h] = __shfl_sync(
+                            0xffffffffu,
+                            fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr))), src);
+                // store j writes positions 8j - mis .. 8j - mis + 7: one aligned sector; lane g
+                // holds position 8j + g - mis in w[j] (g >= mis) or w[j - 1] (g < mis)
+                const int p0 = g - mis;
+                const bool lo = g >= mis;
+                if (lo) put(orow + p0, w[0]);
+#pragma unroll
+                for (int j = 1; j < 8; ++j) put(orow + 8 * j + p0, lo ? w[j] : w[j - 1]);
+                if (!lo) put(orow + 64 + p0, w[7]);
+            }
+    }
+
+    template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
+    {
+        if (FULL && NCC_SECTOR_STORES) store_full(out);
+        else store_each<FULL>(out);
     }
 
     // Whether any output of this lane may reach the threshold: a superset test (unclamped
