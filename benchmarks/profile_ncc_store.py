@@ -28,9 +28,12 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-BUILDS = {"one store per output": "#define NCC_SECTOR_STORES 0\n",
-          "sector stores (default)": "",
-          "sector + evict-first": "#define NCC_STREAMING_STORES 1\n"}
+BUILDS = {"rotation (default)": "",
+          "staged": "#define NCC_STAGED_STORES 1\n",
+          "paired A + staged": "#define NCC_PAIRED_A 1\n#define NCC_STAGED_STORES 1\n",
+          "paired + staged + async": "#define NCC_PAIRED_A 1\n#define NCC_STAGED_STORES 1\n"
+                                     "#define NCC_ASYNC_PATCH 1\n",
+          "rotation + async": "#define NCC_ASYNC_PATCH 1\n"}
 
 
 def build(defines: str) -> None:
@@ -49,8 +52,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     img = cp.asarray(rng.integers(0, 256, (4096, 4096), dtype=np.uint8))
     names = list(BUILDS)
-    print("| N | round | " + " | ".join(f"{b} ms" for b in names) + " | same maps |")
-    print("|---|---|" + "---|" * len(names) + "---|")
+    print("| N | round | " + " | ".join(f"{b} ms" for b in names) + " | same maps | chosen |")
+    print("|---|---|" + "---|" * len(names) + "---|---|")
     for n in (32, 128):
         y = rng.integers(0, 4096 - 16, n)
         x = rng.integers(0, 4096 - 16, n)
@@ -61,10 +64,10 @@ def main() -> None:
                 build(BUILDS[b])
                 tb = TemplateBank(tpl)
                 ms = Clock(gpu=True).median_ms(lambda: tb.ncc(img), samples=15)
-                res[b] = (ms, tb.ncc(img))
+                res[b] = (ms, tb.ncc(img), ",".join(sorted(tb._live)))
             same = all(bool(cp.array_equal(res[names[0]][1], res[b][1])) for b in names)
             print(f"| {n} | {rnd} | " + " | ".join(f"{res[b][0]:.4f}" for b in names)
-                  + f" | {same} |")
+                  + f" | {same} | {' / '.join(res[b][2] for b in names)} |")
             del res
 
 

@@ -15,6 +15,8 @@
 // past tw) sit in dynamic shared memory: bank first, patch after. Templates are taken TG at a
 // time (TG accumulators per thread); bank words are read as broadcasts.
 
+#include "cp_async.cuh"
+
 constexpr int NCC_TX = 32;
 constexpr int NCC_TY = 8;
 
@@ -220,13 +222,41 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2.
 // Benchmarks compare both (benchmarks/profile_ncc_store.py).
 // Interior blocks' stores through a lane rotation that fills whole sectors (store_full);
-// 0 keeps one plain store per output (profile_ncc_store.py times both).
+// 0 keeps one plain store per output (profile_ncc_store.py times the builds).
 #ifndef NCC_SECTOR_STORES
 #define NCC_SECTOR_STORES 1
 #endif
 #ifndef NCC_STREAMING_STORES
-#define NCC_STREAMING_STORES 0
+#define NCC_STREAMING_STORES 1
 #endif
+// NCC_STAGED_STORES: interior rows through a per-warp tile in shared memory instead of the lane
+// rotation (store_staged); NCC_PAIRED_A: the m-tile's rows g and g + 8 are positions P and
+// P + 4, so that each 8-byte A load lands in the register pair the mma reads (no moves);
+// NCC_ASYNC_PATCH: the raw patch and the bank slice by cp.async, all in flight at once.
+#ifndef NCC_STAGED_STORES
+#define NCC_STAGED_STORES 0
+#endif
+#ifndef NCC_PAIRED_A
+#define NCC_PAIRED_A 0
+#endif
+#ifndef NCC_ASYNC_PATCH
+#define NCC_ASYNC_PATCH 0
+#endif
+// staging tile: 8 template rows of 64 floats per warp, shifted by up to 7 (a row's offset in
+// its 32-byte sector); 76 = 12 (mod 32) words between rows: the 4 rows one store
+// instruction writes start 8 banks apart. dspk/match.py reserves 8 warps x 8 rows x
+// NCC_STAGE_ROW floats (+16 bytes of alignment) after the window sums.
+#define NCC_STAGE_ROW 76
+
+// Position (0..63 in the block's row) of C-fragment row g + 8h of m-tile mt.
+__device__ __forceinline__ int mma_pos(int g, int mt, int h)
+{
+#if NCC_PAIRED_A
+    return 16 * mt + (g & 3) + 8 * (g >> 2) + 4 * h;
+#else
+    return 16 * mt + g + 8 * h;
+#endif
+}
 
 template <int NT, bool WIDE> struct MmaRow {
     int (&acc)[4][NT][4];
@@ -235,6 +265,7 @@ template <int NT, bool WIDE> struct MmaRow {
     const long long* s_tsum;
     const float* s_trs;
     int nt0, tile0, N, K, y, ho, wo, x0, g, t, lane;
+    float* stage;   // this warp's staging tile (NCC_STAGED_STORES)
 
     // template 2t + c of n-tile nt (in the bank), its S_T and 1/sqrt(var_T)
     struct Tmpl {
@@ -279,15 +310,15 @@ template <int NT, bool WIDE> struct MmaRow {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const Tmpl tm = tmpl(nt, c);
-                float* orow = out + ((long long)tm.n * ho + y) * wo + x0 + g;
+                float* orow = out + ((long long)tm.n * ho + y) * wo + x0;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const int off = 16 * mt + 8 * h;
+                        const int off = mma_pos(g, mt, h);
                         const float r =
                             fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
-                        if (FULL || (tm.n < N && x0 + g + off < wo)) put(orow + off, r);
+                        if (FULL || (tm.n < N && x0 + off < wo)) put(orow + off, r);
                     }
             }
     }
@@ -327,9 +358,65 @@ template <int NT, bool WIDE> struct MmaRow {
             }
     }
 
+    __device__ __forceinline__ static void put4(float* p, float4 v)
+    {
+#if NCC_STREAMING_STORES
+        __stcs(reinterpret_cast<float4*>(p), v);
+#else
+        *reinterpret_cast<float4*>(p) = v;
+#endif
+    }
+
+    // Interior blocks through this warp's staging tile, for any C-fragment layout (the lane
+    // rotation of store_full needs lane g to hold positions g + 8j): per n-tile, every lane
+    // writes its scores at their positions in the tile's 8 template rows, each row shifted by
+    // its start's offset in a 32-byte sector (mis); then 4 lanes per row store the 14 16-byte
+    // vectors of the row's 7 whole sectors (each instruction: 2 whole sectors per row) and 2
+    // floats each of the 8 left at the row's two ends. A quarter of the store instructions of
+    // one per output, all interior sectors whole, no shuffles.
+    __device__ __forceinline__ void store_staged(float* __restrict__ out) const
+    {
+        const int tl = lane >> 2, j = lane & 3;   // the row this lane stores, its quarter
+        const float* srd = stage + tl * NCC_STAGE_ROW;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const Tmpl tm = tmpl(nt, c);
+                const float* orow = out + ((long long)tm.n * ho + y) * wo + x0;
+                const int mis = (int)((reinterpret_cast<unsigned long long>(orow) >> 2) & 7);
+                float* swr = stage + (2 * t + c) * NCC_STAGE_ROW + mis;
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        swr[mma_pos(g, mt, h)] =
+                            fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
+            }
+            __syncwarp();
+            const int n = 8 * (tile0 + nt0 + nt) + tl;   // row tl of the tile: template 2t + c
+            float* orow = out + ((long long)n * ho + y) * wo + x0;
+            const int mis = (int)((reinterpret_cast<unsigned long long>(orow) >> 2) & 7);
+            float* sec = orow - mis;                       // 32-byte aligned
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {                  // vectors 2 + j + 4r of 2..15
+                const int q = 2 + j + 4 * r;
+                if (r < 3 || q <= 15)
+                    put4(sec + 4 * q, *reinterpret_cast<const float4*>(srd + 4 * q));
+            }
+#pragma unroll
+            for (int e = j; e < 8; e += 4) {               // positions 0 .. 7-mis, 64-mis .. 63
+                const int p = e < 8 - mis ? e : 56 + e;
+                put(orow + p, srd[p + mis]);
+            }
+            __syncwarp();                                  // tile read before the next writes
+        }
+    }
+
     template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
     {
-        if (FULL && NCC_SECTOR_STORES) store_full(out);
+        if (FULL && NCC_STAGED_STORES) store_staged(out);
+        else if (FULL && NCC_SECTOR_STORES && !NCC_PAIRED_A) store_full(out);
         else store_each<FULL>(out);
     }
 
@@ -350,7 +437,7 @@ template <int NT, bool WIDE> struct MmaRow {
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const bool in = FULL || (nin && x0 + g + 16 * mt + 8 * h < wo);
+                        const bool in = FULL || (nin && x0 + mma_pos(g, mt, h) < wo);
                         any |= in && score(mt, h, nt, c, tm.ts, tm.tr) >= lo;
                     }
             }
@@ -368,15 +455,15 @@ template <int NT, bool WIDE> struct MmaRow {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const Tmpl tm = tmpl(nt, c);
-                const long long orow = ((long long)tm.n * ho + y) * wo + x0 + g;
+                const long long orow = ((long long)tm.n * ho + y) * wo + x0;
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const int off = 16 * mt + 8 * h;
+                        const int off = mma_pos(g, mt, h);
                         const float r =
                             fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
-                        const bool hit = tm.n < N && x0 + g + off < wo && r >= threshold;
+                        const bool hit = tm.n < N && x0 + off < wo && r >= threshold;
                         const unsigned m = __ballot_sync(0xffffffffu, hit);
                         if (m) {
                             const int leader = __ffs(m) - 1;
@@ -428,7 +515,13 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     {   // bank slice, its template constants, chunk offsets, raw patch
         const int4* src = reinterpret_cast<const int4*>(bank + (long long)tile0 * KS * 32);
         int4* dst = reinterpret_cast<int4*>(sbank);
-        for (int e = tid; e < tiles_z * KS * 16; e += nthreads) dst[e] = src[e];
+        for (int e = tid; e < tiles_z * KS * 16; e += nthreads) {
+#if NCC_ASYNC_PATCH
+            cp_async_copy<16>(dst + e, src + e, 16);
+#else
+            dst[e] = src[e];
+#endif
+        }
         for (int e = tid; e < tiles_z * 8; e += nthreads) {
             const int n = 8 * tile0 + e;
             s_tsum[e] = n < N ? t_sum[n] : 0;
@@ -447,6 +540,16 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             const int x = x0 + 4 * q;
             for (int r = grp; r < PH; r += groups) {
                 const int y = y0 + r;
+#if NCC_ASYNC_PATCH
+                if (words) {   // bytes past the image arrive as zeros (src-size)
+                    const int nb = y < H ? min(max(W - x, 0), 4) : 0;
+                    const unsigned* src = nb > 0
+                        ? reinterpret_cast<const unsigned*>(img + (long long)y * pitch + x)
+                        : reinterpret_cast<const unsigned*>(img);
+                    cp_async_copy<4>(raw + r * rw4 + q, src, nb);
+                    continue;
+                }
+#endif
                 unsigned w = 0;
                 if (y < H) {
                     const unsigned char* row = img + (long long)y * pitch;
@@ -458,11 +561,17 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                             if (x + b < W) w |= (unsigned)row[x + b] << (8 * b);
                     }
                 }
-                if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (zero stays
-                raw[r * rw4 + q] = w;           // zero only outside the image, never read)
+#if !NCC_ASYNC_PATCH
+                if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (bytes past
+#endif                                          // the image: never read for an output)
+                raw[r * rw4 + q] = w;
             }
         }
     }
+#if NCC_ASYNC_PATCH
+    cp_async_commit();
+    cp_async_wait<0>();
+#endif
     __syncthreads();
     {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3; thread -> (s, q)
         const int rw4 = RW >> 2, pairs = 8 * CW;
@@ -475,8 +584,9 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
             for (int r = grp; r < PH; r += groups) {
                 const unsigned* src = raw + r * rw4 + q + (sft >> 2);
-                reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] =
-                    __byte_perm(src[0], src[1], sel);
+                unsigned v = __byte_perm(src[0], src[1], sel);
+                if (NCC_ASYNC_PATCH && CENTER) v ^= 0x80808080u;   // centred here (see above)
+                reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] = v;
             }
         }
     }
@@ -533,6 +643,9 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float* s_ri = reinterpret_cast<const float*>(hss);
+    float* stage = reinterpret_cast<float*>(
+        (reinterpret_cast<unsigned long long>(copies + PH * R + max(PH * RW, PH * MMA_BX * 8))
+         + 15) & ~15ull) + warp * 8 * NCC_STAGE_ROW;
     for (int nt0 = 0; nt0 < tiles_z; nt0 += NT) {
         if (8 * (tile0 + nt0) >= N) break;
         // every position and template of this pass inside: no per-output bounds tests
@@ -547,16 +660,29 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0;
+#if NCC_PAIRED_A
+            // row g of the m-tile: position P = 16 mt + (g & 3) + 8 (g >> 2), aligned in copy
+            // g & 3; row g + 8: P + 4. The 8 window bytes of P's chunk are (a0, a1): P's
+            // first 4, P + 4's first 4; the 8 of P + 4's chunk (copy (g & 3) + 4) are (a2, a3).
+            const unsigned char* abase = copies + yl * R + (g & 3) * Cs + 8 * (g >> 2);
+#else
             const unsigned char* abase = copies + yl * R + g * Cs;
+#endif
             const int2* bbase = sbank + nt0 * KS * 32 + lane;
             for (int st = 0; st < KS; ++st) {
                 const unsigned char* ap = abase + koff[4 * st + t];
                 int a[4][4];
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt) {
+#if NCC_PAIRED_A
+                    const int2 lo = *reinterpret_cast<const int2*>(ap + 16 * mt);
+                    const int2 hi = *reinterpret_cast<const int2*>(ap + 4 * Cs + 16 * mt);
+                    a[mt][0] = lo.x; a[mt][1] = lo.y; a[mt][2] = hi.x; a[mt][3] = hi.y;
+#else
                     const int2 lo = *reinterpret_cast<const int2*>(ap + 16 * mt);
                     const int2 hi = *reinterpret_cast<const int2*>(ap + 16 * mt + 8);
                     a[mt][0] = lo.x; a[mt][2] = lo.y; a[mt][1] = hi.x; a[mt][3] = hi.y;
+#endif
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
@@ -566,12 +692,12 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                 }
             }
             MmaRow<NT, WIDE> row{acc, {}, {}, s_tsum, s_trs, nt0, tile0, N, K, y, ho, wo, x0,
-                                 g, t, lane};
+                                 g, t, lane, stage};
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int p = yl * MMA_BX + 16 * mt + 8 * h + g;
+                    const int p = yl * MMA_BX + mma_pos(g, mt, h);
                     row.si[mt][h] = hs[p];
                     row.ri[mt][h] = s_ri[p];
                 }
