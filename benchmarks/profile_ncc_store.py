@@ -28,12 +28,10 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-BUILDS = {"rotation (default)": "",
-          "staged": "#define NCC_STAGED_STORES 1\n",
-          "paired A + staged": "#define NCC_PAIRED_A 1\n#define NCC_STAGED_STORES 1\n",
-          "paired + staged + async": "#define NCC_PAIRED_A 1\n#define NCC_STAGED_STORES 1\n"
-                                     "#define NCC_ASYNC_PATCH 1\n",
-          "rotation + async": "#define NCC_ASYNC_PATCH 1\n"}
+BUILDS = {"async patch + prologue2 (default)": "",
+          "async patch": "#define NCC_PROLOGUE2 0\n",
+          "prologue2": "#define NCC_ASYNC_PATCH 0\n",
+          "neither": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n"}
 
 
 def build(defines: str) -> None:

@@ -56,9 +56,6 @@ MMA_SMEM_BUDGET = 227 * 1024
 #: ~40 KB more shared memory per block (banks of more than ~40 templates take grid-z slices).
 MMA_VARIANTS = {"bank_mma": (None, 2, 32), "bank_mma_nt2": (2, 3, 32),
                 "bank_mma_by64": (None, 2, 64)}
-#: the tensor-core kernel's per-warp staging tiles for interior map rows (ncc.cu's
-#: NCC_STAGE_ROW: 8 warps x 8 template rows x 76 floats), +16 bytes to align them
-MMA_STAGE_BYTES = 8 * 8 * 76 * 4 + 16
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
 
@@ -691,7 +688,7 @@ def _mma_plan(n: int, th: int, tw: int, device_id: int, variant: str = "bank_mma
     r = 8 * cs + (8 * cpr) % 32
     want_nt, minb, by = MMA_VARIANTS[variant]
     ph = by + th - 1
-    fixed = kc * 4 + ph * r + max(ph * (64 + twp + 8), ph * MMA_BX * 8) + MMA_STAGE_BYTES
+    fixed = kc * 4 + ph * r + max(ph * (64 + twp + 8), ph * MMA_BX * 8)
     per_tile = kc // 4 * 32 * 8 + 8 * (8 + 4)          # fragments, S_T, 1/sqrt(var_T)
     wide = th * tw > 362                                # int32 epilogue exact up to K = 362
     ntiles = -(-n // 8)

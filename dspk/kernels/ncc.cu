@@ -229,34 +229,20 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 #ifndef NCC_STREAMING_STORES
 #define NCC_STREAMING_STORES 1
 #endif
-// NCC_STAGED_STORES: interior rows through a per-warp tile in shared memory instead of the lane
-// rotation (store_staged); NCC_PAIRED_A: the m-tile's rows g and g + 8 are positions P and
-// P + 4, so that each 8-byte A load lands in the register pair the mma reads (no moves);
-// NCC_ASYNC_PATCH: the raw patch and the bank slice by cp.async, all in flight at once.
-#ifndef NCC_STAGED_STORES
-#define NCC_STAGED_STORES 0
-#endif
-#ifndef NCC_PAIRED_A
-#define NCC_PAIRED_A 0
-#endif
+// NCC_ASYNC_PATCH: the raw patch and the bank slice by cp.async, all in flight at once
+// (centred in the shifted-copies pass); 0: plain loads (profile_ncc_store.py times both).
 #ifndef NCC_ASYNC_PATCH
-#define NCC_ASYNC_PATCH 0
+#define NCC_ASYNC_PATCH 1
 #endif
-// staging tile: 8 template rows of 64 floats per warp, shifted by up to 7 (a row's offset in
-// its 32-byte sector); 76 = 12 (mod 32) words between rows: the 4 rows one store
-// instruction writes start 8 banks apart. dspk/match.py reserves 8 warps x 8 rows x
-// NCC_STAGE_ROW floats (+16 bytes of alignment) after the window sums.
-#define NCC_STAGE_ROW 76
+// NCC_PROLOGUE2: window sums with one thread per column (no per-element index math, masks
+// only for a partial last chunk) and the vertical sums in 4 segments per column, fused with
+// 1/sqrt(var_I) (one barrier fewer); 0: the previous passes.
+#ifndef NCC_PROLOGUE2
+#define NCC_PROLOGUE2 1
+#endif
 
 // Position (0..63 in the block's row) of C-fragment row g + 8h of m-tile mt.
-__device__ __forceinline__ int mma_pos(int g, int mt, int h)
-{
-#if NCC_PAIRED_A
-    return 16 * mt + (g & 3) + 8 * (g >> 2) + 4 * h;
-#else
-    return 16 * mt + g + 8 * h;
-#endif
-}
+__device__ __forceinline__ int mma_pos(int g, int mt, int h) { return 16 * mt + g + 8 * h; }
 
 template <int NT, bool WIDE> struct MmaRow {
     int (&acc)[4][NT][4];
@@ -265,7 +251,6 @@ template <int NT, bool WIDE> struct MmaRow {
     const long long* s_tsum;
     const float* s_trs;
     int nt0, tile0, N, K, y, ho, wo, x0, g, t, lane;
-    float* stage;   // this warp's staging tile (NCC_STAGED_STORES)
 
     // template 2t + c of n-tile nt (in the bank), its S_T and 1/sqrt(var_T)
     struct Tmpl {
@@ -358,65 +343,9 @@ template <int NT, bool WIDE> struct MmaRow {
             }
     }
 
-    __device__ __forceinline__ static void put4(float* p, float4 v)
-    {
-#if NCC_STREAMING_STORES
-        __stcs(reinterpret_cast<float4*>(p), v);
-#else
-        *reinterpret_cast<float4*>(p) = v;
-#endif
-    }
-
-    // Interior blocks through this warp's staging tile, for any C-fragment layout (the lane
-    // rotation of store_full needs lane g to hold positions g + 8j): per n-tile, every lane
-    // writes its scores at their positions in the tile's 8 template rows, each row shifted by
-    // its start's offset in a 32-byte sector (mis); then 4 lanes per row store the 14 16-byte
-    // vectors of the row's 7 whole sectors (each instruction: 2 whole sectors per row) and 2
-    // floats each of the 8 left at the row's two ends. A quarter of the store instructions of
-    // one per output, all interior sectors whole, no shuffles.
-    __device__ __forceinline__ void store_staged(float* __restrict__ out) const
-    {
-        const int tl = lane >> 2, j = lane & 3;   // the row this lane stores, its quarter
-        const float* srd = stage + tl * NCC_STAGE_ROW;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const Tmpl tm = tmpl(nt, c);
-                const float* orow = out + ((long long)tm.n * ho + y) * wo + x0;
-                const int mis = (int)((reinterpret_cast<unsigned long long>(orow) >> 2) & 7);
-                float* swr = stage + (2 * t + c) * NCC_STAGE_ROW + mis;
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        swr[mma_pos(g, mt, h)] =
-                            fminf(1.0f, fmaxf(-1.0f, score(mt, h, nt, c, tm.ts, tm.tr)));
-            }
-            __syncwarp();
-            const int n = 8 * (tile0 + nt0 + nt) + tl;   // row tl of the tile: template 2t + c
-            float* orow = out + ((long long)n * ho + y) * wo + x0;
-            const int mis = (int)((reinterpret_cast<unsigned long long>(orow) >> 2) & 7);
-            float* sec = orow - mis;                       // 32-byte aligned
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {                  // vectors 2 + j + 4r of 2..15
-                const int q = 2 + j + 4 * r;
-                if (r < 3 || q <= 15)
-                    put4(sec + 4 * q, *reinterpret_cast<const float4*>(srd + 4 * q));
-            }
-#pragma unroll
-            for (int e = j; e < 8; e += 4) {               // positions 0 .. 7-mis, 64-mis .. 63
-                const int p = e < 8 - mis ? e : 56 + e;
-                put(orow + p, srd[p + mis]);
-            }
-            __syncwarp();                                  // tile read before the next writes
-        }
-    }
-
     template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
     {
-        if (FULL && NCC_STAGED_STORES) store_staged(out);
-        else if (FULL && NCC_SECTOR_STORES && !NCC_PAIRED_A) store_full(out);
+        if (FULL && NCC_SECTOR_STORES) store_full(out);
         else store_each<FULL>(out);
     }
 
@@ -591,6 +520,80 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
         }
     }
     __syncthreads();
+    const int K = th * tw;
+#if NCC_PROLOGUE2
+    {   // horizontal window sums per patch row (overwrites the raw patch): thread -> column p,
+        // rows r0, r0 + 4, ...; the whole 8-byte chunks unmasked, a partial last one masked
+        const int p = tid & (MMA_BX - 1), rstep = nthreads / MMA_BX;
+        const int whole = tw >> 3, rest = tw & 7;
+        const int mlo = byte_mask(rest), mhi = byte_mask(rest - 4);
+        const unsigned char* col = copies + (p & 7) * Cs + (p & ~7);
+        for (int r = tid / MMA_BX; r < PH; r += rstep) {
+            const unsigned char* base = col + r * R;
+            int s = 0, ss = 0;
+            for (int j = 0; j < whole; ++j) {
+                const int2 v = *reinterpret_cast<const int2*>(base + 8 * j);
+                s = __dp4a(v.x, 0x01010101, __dp4a(v.y, 0x01010101, s));
+                ss = __dp4a(v.x, v.x, __dp4a(v.y, v.y, ss));
+            }
+            if (rest) {
+                const int2 v = *reinterpret_cast<const int2*>(base + 8 * whole);
+                const int lo = v.x & mlo, hi = v.y & mhi;
+                s = __dp4a(lo, 0x01010101, __dp4a(hi, 0x01010101, s));
+                ss = __dp4a(lo, lo, __dp4a(hi, hi, ss));
+            }
+            hs[r * MMA_BX + p] = s;
+            hss[r * MMA_BX + p] = ss;
+        }
+    }
+    __syncthreads();
+    {   // vertical sums: thread -> column p, segment of SEG rows; S_I stays in hs and
+        // 1/sqrt(var_I) (0 for a flat window) replaces S_II in hss, once per position. All
+        // reads before the barrier, the writes after it (segments read each other's rows).
+        static_assert(BY % 4 == 0, "rows per block: 4 segments");
+        constexpr int SEG = BY / 4;
+        const int p = tid & (MMA_BX - 1), ys = (tid / MMA_BX) * SEG;
+        int s1[SEG], s2[SEG];
+        float ri[SEG];
+        if (tid < 4 * MMA_BX) {
+            int a = 0, b = 0;
+#pragma unroll 4
+            for (int r = 0; r < th; ++r) {
+                a += hs[(ys + r) * MMA_BX + p];
+                b += hss[(ys + r) * MMA_BX + p];
+            }
+#pragma unroll
+            for (int i = 0; i < SEG; ++i) {
+                s1[i] = a;
+                s2[i] = b;
+                if (i + 1 < SEG) {
+                    a += hs[(ys + i + th) * MMA_BX + p] - hs[(ys + i) * MMA_BX + p];
+                    b += hss[(ys + i + th) * MMA_BX + p] - hss[(ys + i) * MMA_BX + p];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < SEG; ++i) {
+                if (WIDE) {
+                    const long long var_i = (long long)K * s2[i] - (long long)s1[i] * s1[i];
+                    ri[i] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                } else {
+                    const int var_i = K * s2[i] - s1[i] * s1[i];
+                    ri[i] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                }
+            }
+        }
+        __syncthreads();
+        if (tid < 4 * MMA_BX) {
+            float* rs = reinterpret_cast<float*>(hss);
+#pragma unroll
+            for (int i = 0; i < SEG; ++i) {
+                hs[(ys + i) * MMA_BX + p] = s1[i];
+                rs[(ys + i) * MMA_BX + p] = ri[i];
+            }
+        }
+    }
+    __syncthreads();
+#else
     {   // horizontal window sums per patch row (overwrites the raw patch)
         for (int e = tid; e < PH * MMA_BX; e += nthreads) {
             const int r = e >> 6, p = e & 63;
@@ -622,7 +625,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     }
     __syncthreads();
 
-    const int K = th * tw;
     {   // per position of the block's rows: S_I stays in hs, 1/sqrt(var_I) (0 for a flat
         // window) replaces S_II in hss -- once per position, not once per lane and n-tile pass
         float* rs = reinterpret_cast<float*>(hss);
@@ -641,11 +643,10 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     }
     __syncthreads();
 
+#endif
+
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float* s_ri = reinterpret_cast<const float*>(hss);
-    float* stage = reinterpret_cast<float*>(
-        (reinterpret_cast<unsigned long long>(copies + PH * R + max(PH * RW, PH * MMA_BX * 8))
-         + 15) & ~15ull) + warp * 8 * NCC_STAGE_ROW;
     for (int nt0 = 0; nt0 < tiles_z; nt0 += NT) {
         if (8 * (tile0 + nt0) >= N) break;
         // every position and template of this pass inside: no per-output bounds tests
@@ -660,29 +661,16 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0;
-#if NCC_PAIRED_A
-            // row g of the m-tile: position P = 16 mt + (g & 3) + 8 (g >> 2), aligned in copy
-            // g & 3; row g + 8: P + 4. The 8 window bytes of P's chunk are (a0, a1): P's
-            // first 4, P + 4's first 4; the 8 of P + 4's chunk (copy (g & 3) + 4) are (a2, a3).
-            const unsigned char* abase = copies + yl * R + (g & 3) * Cs + 8 * (g >> 2);
-#else
             const unsigned char* abase = copies + yl * R + g * Cs;
-#endif
             const int2* bbase = sbank + nt0 * KS * 32 + lane;
             for (int st = 0; st < KS; ++st) {
                 const unsigned char* ap = abase + koff[4 * st + t];
                 int a[4][4];
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt) {
-#if NCC_PAIRED_A
-                    const int2 lo = *reinterpret_cast<const int2*>(ap + 16 * mt);
-                    const int2 hi = *reinterpret_cast<const int2*>(ap + 4 * Cs + 16 * mt);
-                    a[mt][0] = lo.x; a[mt][1] = lo.y; a[mt][2] = hi.x; a[mt][3] = hi.y;
-#else
                     const int2 lo = *reinterpret_cast<const int2*>(ap + 16 * mt);
                     const int2 hi = *reinterpret_cast<const int2*>(ap + 16 * mt + 8);
                     a[mt][0] = lo.x; a[mt][2] = lo.y; a[mt][1] = hi.x; a[mt][3] = hi.y;
-#endif
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
@@ -692,7 +680,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                 }
             }
             MmaRow<NT, WIDE> row{acc, {}, {}, s_tsum, s_trs, nt0, tile0, N, K, y, ho, wo, x0,
-                                 g, t, lane, stage};
+                                 g, t, lane};
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
