@@ -502,6 +502,24 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     cp_async_wait<0>();
 #endif
     __syncthreads();
+#if NCC_PROLOGUE2
+    {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3. Warp w builds copy
+        // w & 7, its lanes walking the (row, word) items in order (row and word carried, no
+        // division): all threads busy, where one thread per (s, q) left 256 - 8 CW idle.
+        // (The launch is always 8 warps: __launch_bounds__ and dspk/match.py.)
+        const int rw4 = RW >> 2, sft = tid >> 5, b = sft & 3;
+        const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
+        int r = (tid & 31) / CW, q = (tid & 31) - r * CW;
+        const int dr = 32 / CW, dq = 32 - dr * CW;
+        for (; r < PH; r += dr, q += dq) {
+            if (q >= CW) { q -= CW; ++r; if (r >= PH) break; }
+            const unsigned* src = raw + r * rw4 + q + (sft >> 2);
+            unsigned v = __byte_perm(src[0], src[1], sel);
+            if (NCC_ASYNC_PATCH && CENTER) v ^= 0x80808080u;   // centred here (see above)
+            reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] = v;
+        }
+    }
+#else
     {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3; thread -> (s, q)
         const int rw4 = RW >> 2, pairs = 8 * CW;
         const int groups = nthreads >= pairs ? nthreads / pairs : 1;
@@ -519,6 +537,7 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             }
         }
     }
+#endif
     __syncthreads();
     const int K = th * tw;
 #if NCC_PROLOGUE2
@@ -554,7 +573,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
         constexpr int SEG = BY / 4;
         const int p = tid & (MMA_BX - 1), ys = (tid / MMA_BX) * SEG;
         int s1[SEG], s2[SEG];
-        float ri[SEG];
         if (tid < 4 * MMA_BX) {
             int a = 0, b = 0;
 #pragma unroll 4
@@ -571,24 +589,22 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     b += hss[(ys + i + th) * MMA_BX + p] - hss[(ys + i) * MMA_BX + p];
                 }
             }
-#pragma unroll
-            for (int i = 0; i < SEG; ++i) {
-                if (WIDE) {
-                    const long long var_i = (long long)K * s2[i] - (long long)s1[i] * s1[i];
-                    ri[i] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-                } else {
-                    const int var_i = K * s2[i] - s1[i] * s1[i];
-                    ri[i] = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-                }
-            }
         }
         __syncthreads();
         if (tid < 4 * MMA_BX) {
             float* rs = reinterpret_cast<float*>(hss);
 #pragma unroll
             for (int i = 0; i < SEG; ++i) {
+                float ri;
+                if (WIDE) {
+                    const long long var_i = (long long)K * s2[i] - (long long)s1[i] * s1[i];
+                    ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                } else {
+                    const int var_i = K * s2[i] - s1[i] * s1[i];
+                    ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
+                }
                 hs[(ys + i) * MMA_BX + p] = s1[i];
-                rs[(ys + i) * MMA_BX + p] = ri[i];
+                rs[(ys + i) * MMA_BX + p] = ri;
             }
         }
     }
