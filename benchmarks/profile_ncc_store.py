@@ -28,10 +28,11 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-BUILDS = {"async patch + prologue2 (default)": "",
-          "async patch": "#define NCC_PROLOGUE2 0\n",
-          "prologue2": "#define NCC_ASYNC_PATCH 0\n",
-          "neither": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n"}
+BUILDS = {"async + prologue2 + A words (default)": "",
+          "async + prologue2, A pairs": "#define NCC_A_WORDS 0\n",
+          "A words only": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n",
+          "none (46301c0 + evict-first)": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n"
+                                          "#define NCC_A_WORDS 0\n"}
 
 
 def build(defines: str) -> None:
