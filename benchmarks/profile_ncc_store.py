@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Full NCC maps (4096² uint8, 16x16 templates, N = 32 and 128, prepared `TemplateBank`) with
-the interior blocks' stores built three ways (ncc.cu's macros): one plain store per output
-(NCC_SECTOR_STORES 0), the lane rotation that fills whole sectors (the default), and that
-with evict-first stores (NCC_STREAMING_STORES 1); the builds alternated three times in one
-process, median of 15 calls each (CUDA events), maps compared bit for bit.
+the tensor-core kernel built several ways (ncc.cu's macros): the default; the raw patch by
+plain loads instead of cp.async (NCC_ASYNC_PATCH 0); the previous window-sum passes
+(NCC_PROLOGUE2 0); both; one plain store per output instead of the sector-filling lane
+rotation (NCC_SECTOR_STORES 0). The builds alternate three times in one process, median of
+15 calls each (CUDA events), maps compared bit for bit, the tuner's choice of variant shown.
 
     python benchmarks/profile_ncc_store.py
 """
@@ -28,11 +29,11 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-BUILDS = {"async + prologue2 + A words (default)": "",
-          "async + prologue2, A pairs": "#define NCC_A_WORDS 0\n",
-          "A words only": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n",
-          "none (46301c0 + evict-first)": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n"
-                                          "#define NCC_A_WORDS 0\n"}
+BUILDS = {"default (cp.async patch, prologue2)": "",
+          "plain patch loads": "#define NCC_ASYNC_PATCH 0\n",
+          "previous prologue": "#define NCC_PROLOGUE2 0\n",
+          "neither": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n",
+          "one store per output": "#define NCC_SECTOR_STORES 0\n"}
 
 
 def build(defines: str) -> None:
