@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Full NCC maps (4096² uint8, 16x16 templates, N = 32 and 128, prepared `TemplateBank`) with
 the tensor-core kernel built several ways (ncc.cu's macros): the default; the raw patch by
-plain loads instead of cp.async (NCC_ASYNC_PATCH 0); the previous window-sum passes
-(NCC_PROLOGUE2 0); both; one plain store per output instead of the sector-filling lane
-rotation (NCC_SECTOR_STORES 0). The builds alternate three times in one process, median of
+plain loads instead of cp.async (NCC_ASYNC_PATCH 0); plain stores instead of evict-first
+(NCC_STREAMING_STORES 0); one plain store per output instead of the sector-filling lane
+rotation (NCC_SECTOR_STORES 0). Earlier builds and their figures: results/profile_ncc_store-*. The builds alternate three times in one process, median of
 15 calls each (CUDA events), maps compared bit for bit, the tuner's choice of variant shown.
 
     python benchmarks/profile_ncc_store.py
@@ -29,10 +29,9 @@ from dspk.match import TemplateBank  # noqa: E402
 _plain_source = kernels._source
 
 
-BUILDS = {"default (cp.async patch, prologue2)": "",
+BUILDS = {"default": "",
           "plain patch loads": "#define NCC_ASYNC_PATCH 0\n",
-          "previous prologue": "#define NCC_PROLOGUE2 0\n",
-          "neither": "#define NCC_ASYNC_PATCH 0\n#define NCC_PROLOGUE2 0\n",
+          "plain stores (not evict-first)": "#define NCC_STREAMING_STORES 0\n",
           "one store per output": "#define NCC_SECTOR_STORES 0\n"}
 
 

@@ -132,8 +132,12 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // Block: MMA_BX = 64 positions (4 m-tiles) x BY rows (32 or 64: taller blocks spread the
 // prologue's th - 1 halo rows over more outputs, for more shared memory); warp w computes rows w + 8i,
 // NT n-tiles (8*NT templates) at a time, all of its templates slice (grid z) from shared memory.
-// Window sums S_I, S_II: horizontal sums per patch row by __dp4a on the aligned copies (masked
-// past tw), then running vertical sums per column, in place.
+// Prologue (over half of ncu's warp-stall samples at 4096², N = 32, before the rework): the
+// bank slice and the raw patch by cp.async, all in flight at once (centred while the copies
+// are built); the 8 shifted copies, one warp each; window sums S_I, S_II: horizontal sums per
+// patch row by __dp4a on the aligned copies (one thread per column, a partial last chunk
+// masked), then vertical running sums per column in 4 segments of rows, fused with
+// 1/sqrt(var_I). Measured (benchmarks/profile_ncc_store.py): 1.01-1.04 -> 0.98 ms.
 // Epilogue: num = K*S_IT - S_I*S_T and var_I = K*S_II - S_I^2 are exact in 32-bit arithmetic
 // when K <= 362 (|num| <= sqrt(var_I*var_T) <= K^2*128^2 < 2^31); WIDE uses int64 otherwise.
 // The per-position 1/sqrt(var_I) is formed once in the prologue (hss is overwritten with it).
@@ -219,8 +223,9 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // epilogue is most of the kernel's instructions). FULL: every position and template of the
 // row is inside (no per-output tests).
 // Full maps are gigabytes written once and not read back by the kernel: stores marked
-// evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2.
-// Benchmarks compare both (benchmarks/profile_ncc_store.py).
+// evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2: with the
+// sector stores below, 1.031-1.042 ms against 1.042-1.047 plain (4096², N = 32), 4.95 against
+// 5.09 (N = 128); benchmarks/profile_ncc_store.py times both.
 // Interior blocks' stores through a lane rotation that fills whole sectors (store_full);
 // 0 keeps one plain store per output (profile_ncc_store.py times the builds).
 #ifndef NCC_SECTOR_STORES
@@ -233,12 +238,6 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // (centred in the shifted-copies pass); 0: plain loads (profile_ncc_store.py times both).
 #ifndef NCC_ASYNC_PATCH
 #define NCC_ASYNC_PATCH 1
-#endif
-// NCC_PROLOGUE2: window sums with one thread per column (no per-element index math, masks
-// only for a partial last chunk) and the vertical sums in 4 segments per column, fused with
-// 1/sqrt(var_I) (one barrier fewer); 0: the previous passes.
-#ifndef NCC_PROLOGUE2
-#define NCC_PROLOGUE2 1
 #endif
 
 // Position (0..63 in the block's row) of C-fragment row g + 8h of m-tile mt.
@@ -502,7 +501,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     cp_async_wait<0>();
 #endif
     __syncthreads();
-#if NCC_PROLOGUE2
     {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3. Warp w builds copy
         // w & 7, its lanes walking the (row, word) items in order (row and word carried, no
         // division): all threads busy, where one thread per (s, q) left 256 - 8 CW idle.
@@ -519,28 +517,8 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] = v;
         }
     }
-#else
-    {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3; thread -> (s, q)
-        const int rw4 = RW >> 2, pairs = 8 * CW;
-        const int groups = nthreads >= pairs ? nthreads / pairs : 1;
-        for (int e0 = tid; e0 < groups * pairs && (nthreads >= pairs || e0 < pairs);
-             e0 += nthreads) {
-            const int grp = e0 / pairs, pr = e0 - grp * pairs;
-            const int sft = pr / CW, q = pr - sft * CW;
-            const int b = sft & 3;
-            const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
-            for (int r = grp; r < PH; r += groups) {
-                const unsigned* src = raw + r * rw4 + q + (sft >> 2);
-                unsigned v = __byte_perm(src[0], src[1], sel);
-                if (NCC_ASYNC_PATCH && CENTER) v ^= 0x80808080u;   // centred here (see above)
-                reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] = v;
-            }
-        }
-    }
-#endif
     __syncthreads();
     const int K = th * tw;
-#if NCC_PROLOGUE2
     {   // horizontal window sums per patch row (overwrites the raw patch): thread -> column p,
         // rows r0, r0 + 4, ...; the whole 8-byte chunks unmasked, a partial last one masked
         const int p = tid & (MMA_BX - 1), rstep = nthreads / MMA_BX;
@@ -609,57 +587,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
         }
     }
     __syncthreads();
-#else
-    {   // horizontal window sums per patch row (overwrites the raw patch)
-        for (int e = tid; e < PH * MMA_BX; e += nthreads) {
-            const int r = e >> 6, p = e & 63;
-            const unsigned char* base = copies + r * R + (p & 7) * Cs + (p & ~7);
-            int s = 0, ss = 0;
-            for (int j = 0; j < cpr; ++j) {
-                const int2 v = *reinterpret_cast<const int2*>(base + 8 * j);
-                const int lo = v.x & byte_mask(tw - 8 * j), hi = v.y & byte_mask(tw - 8 * j - 4);
-                s = __dp4a(lo, 0x01010101, __dp4a(hi, 0x01010101, s));
-                ss = __dp4a(lo, lo, __dp4a(hi, hi, ss));
-            }
-            hs[e] = s;
-            hss[e] = ss;
-        }
-    }
-    __syncthreads();
-    if (tid < 2 * MMA_BX) {   // vertical running sums, in place: row y <- sum of rows y..y+th-1
-        int* a = (tid < MMA_BX ? hs : hss) + (tid & 63);
-        int s = 0;
-#pragma unroll 4
-        for (int r = 0; r < th; ++r) s += a[r * MMA_BX];
-#pragma unroll
-        for (int y = 0; y < BY; ++y) {
-            const int old = a[y * MMA_BX];
-            const int next = y + th < PH ? a[(y + th) * MMA_BX] : 0;
-            a[y * MMA_BX] = s;
-            s += next - old;
-        }
-    }
-    __syncthreads();
-
-    {   // per position of the block's rows: S_I stays in hs, 1/sqrt(var_I) (0 for a flat
-        // window) replaces S_II in hss -- once per position, not once per lane and n-tile pass
-        float* rs = reinterpret_cast<float*>(hss);
-        for (int e = tid; e < BY * MMA_BX; e += nthreads) {
-            const int s1 = hs[e], s2 = hss[e];
-            float ri;
-            if (WIDE) {
-                const long long var_i = (long long)K * s2 - (long long)s1 * s1;
-                ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-            } else {
-                const int var_i = K * s2 - s1 * s1;
-                ri = var_i > 0 ? 1.0f / sqrtf((float)var_i) : 0.0f;
-            }
-            rs[e] = ri;
-        }
-    }
-    __syncthreads();
-
-#endif
 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float* s_ri = reinterpret_cast<const float*>(hss);
