@@ -3,8 +3,10 @@
 the tensor-core kernel built several ways (ncc.cu's macros): the default; the raw patch by
 plain loads instead of cp.async (NCC_ASYNC_PATCH 0); plain stores instead of evict-first
 (NCC_STREAMING_STORES 0); one plain store per output instead of the sector-filling lane
-rotation (NCC_SECTOR_STORES 0). Earlier builds and their figures: results/profile_ncc_store-*. The builds alternate three times in one process, median of
+rotation (NCC_SECTOR_STORES 0). The builds alternate three times in one process, median of
 15 calls each (CUDA events), maps compared bit for bit, the tuner's choice of variant shown.
+Earlier builds (staged stores, paired A loads, the previous prologue) and their figures:
+benchmarks/results/profile_ncc_store-gpu-h200-2026-12-04c.md.
 
     python benchmarks/profile_ncc_store.py
 """
