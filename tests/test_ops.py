@@ -45,6 +45,45 @@ def test_covariance_matches_numpy(xp, dtype, tol):
                x.astype(np.float64) @ x.T.astype(np.float64) / x.shape[1]) <= tol
 
 
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("view", ["contiguous", "every_other_sample", "reversed", "row_slice",
+                                  "samples_first"])
+def test_covariance_of_views_matches_numpy(xp, dtype, tol, view):
+    """Any strides (the GPU's one-pass centring reads them in place), few rows (several blocks
+    per row there), lengths that are not a multiple of a block's stride, ddof and center."""
+    base = realistic(6, 6001, seed=3, dtype=dtype)
+    x = {"contiguous": lambda a: a, "every_other_sample": lambda a: a[:, ::2],
+         "reversed": lambda a: a[::-1, ::-1], "row_slice": lambda a: a[1:4, 7:],
+         "samples_first": lambda a: a.T.copy().T}[view]
+    want = x(base).astype(np.float64)
+    got = dspk.covariance(x(xp.asarray(base)))
+    assert got.dtype == dtype and got.shape == (want.shape[0],) * 2
+    assert rel(got, np.cov(want)) <= tol
+    assert rel(dspk.covariance(x(xp.asarray(base)), ddof=0), np.cov(want, ddof=0)) <= tol
+    assert rel(dspk.covariance(x(xp.asarray(base)), center=False, ddof=2),
+               want @ want.T / (want.shape[1] - 2)) <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 100003), (3, 129), (64, 60000), (300, 513)])
+def test_gpu_center_rows_is_numpys_arithmetic(dtype, shape):
+    """The centred copy and the float64 means of the one-pass kernel against NumPy's mean
+    (the sum's order differs: the means agree to float64 rounding), and the centred values
+    bit for bit against x − mean.astype(dtype) with the kernel's own mean."""
+    import cupy as cp
+
+    from dspk.ops._covariance_gpu import center_rows
+
+    x = realistic(max(shape[0], 4), shape[1], seed=shape[1], dtype=dtype)[:shape[0]]
+    xc, mean = center_rows(cp.asarray(x))
+    want_mean = x.mean(axis=1, dtype=np.float64)
+    assert mean.dtype == np.float64 and xc.dtype == dtype and xc.flags.c_contiguous
+    np.testing.assert_allclose(cp.asnumpy(mean), want_mean, rtol=1e-13, atol=1e-12)
+    want = x - cp.asnumpy(mean).astype(dtype)[:, None]
+    assert np.array_equal(cp.asnumpy(xc), want)
+
+
 def test_int16_covariance_is_exact(xp):
     x = np.random.default_rng(1).integers(-32768, 32768, (16, 5000), dtype=np.int16)
     c = dspk.covariance(xp.asarray(x))

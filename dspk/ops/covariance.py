@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
@@ -61,6 +60,8 @@ def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
         # (the accumulator's bookkeeping is host time the GPU would wait for)
         s_mat, s = int_gram(x)
         return _int_cov_gpu(s_mat, s, n, int(ddof), bool(center))
+    if xp is not np and x.dtype != np.int16 and n - ddof > 0:
+        return _float_cov_gpu(x, int(ddof), bool(center))
     acc = CovarianceAccumulator(center=center, ddof=ddof)
     acc.add(x)
     return acc.result()
@@ -115,8 +116,16 @@ class CovarianceAccumulator:
             self._int = s_mat if self._int is None else self._int + s_mat
             self._s = s if self._s is None else self._s + s
         else:
-            mean = x.mean(axis=1, dtype=np.float64) if self.center else xp.zeros(c, np.float64)
-            xc = (x - mean[:, None].astype(x.dtype)) if self.center else x
+            if not self.center:
+                mean, xc = xp.zeros(c, np.float64), x
+            elif xp is np:
+                mean = x.mean(axis=1, dtype=np.float64)
+                xc = x - mean[:, None].astype(x.dtype)
+            else:  # the same arithmetic in one pass (dspk/kernels/covariance.cu)
+                from . import _covariance_gpu  # noqa: PLC0415 (CuPy input)
+
+                with _on_device_of(x):
+                    xc, mean = _covariance_gpu.center_rows(x)
             m2 = matmul(xc, xc.T).astype(np.float64)
             if self._m2 is None:
                 self._mean, self._m2 = mean, m2
@@ -185,48 +194,33 @@ class CovarianceAccumulator:
         return (self._m2 / (self.n - self.ddof)).astype(self._dtype)
 
 
+def _on_device_of(a: Any):
+    """The device context of CuPy array ``a`` (the launches are packed for one device)."""
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+    return cp.cuda.Device(a.data.device_id)
+
+
 def _int_cov_gpu(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     """`CovarianceAccumulator.result` of int16 sums on the GPU in one launch
     (dspk/kernels/covariance.cu), the same float64 bits as the CPU's expression; with
     ``center``, only while n·S − s·sᵀ is exact in int64 (n < 2^16)."""
-    import cupy as cp  # noqa: PLC0415 (CuPy input)
+    from . import _covariance_gpu as g  # noqa: PLC0415 (CuPy input)
 
-    dev = s_mat.data.device_id
-    if dev != cp.cuda.runtime.getDevice():
-        with cp.cuda.Device(dev):
-            return _int_cov_gpu(s_mat, s, n, ddof, center)
-    c = s_mat.shape[0]
-    if not s_mat.flags.c_contiguous:
-        s_mat = cp.ascontiguousarray(s_mat)
-    out = cp.empty((c, c), dtype=np.float64)
-    denom = float(n * (n - ddof)) if center else float(n - ddof)
-    _finish_launch(c, center)(cp.cuda.get_current_stream().ptr, s_mat.data.ptr, s.data.ptr,
-                              out.data.ptr, n, denom)
-    return out
+    with _on_device_of(s_mat):
+        return g.int_finish(s_mat, s, n, ddof, center)
 
 
-def _finish_launch(c: int, center: bool) -> Any:
-    """int_cov_finish for C channels on the current device, its launch packed once
-    (`FastLaunch`; n and the divisor are call-time parameters: 8-byte values, the divisor
-    as its float64 bits)."""
-    import cupy as cp  # noqa: PLC0415 (CuPy input)
+def _float_cov_gpu(x: Any, ddof: int, center: bool) -> Any:
+    """`covariance` of one float32/float64 CuPy array: the centred copy in one pass, the
+    product through the engine, one finishing launch (three launches and the product, where
+    the accumulator's CuPy expressions took eight)."""
+    from . import _covariance_gpu as g  # noqa: PLC0415 (CuPy input)
 
-    key = (cp.cuda.runtime.getDevice(), c, center)
-    launch = _FINISH.get(key)
-    if launch is None:
-        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
-
-        fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
-        dyn = ("ptr", None)
-        fast = FastLaunch(fn, grid_1d(c * c), (256,), [dyn, dyn, ("i32", c), dyn, dyn, dyn])
-
-        def launch(stream: int, ps: int, pv: int, po: int, n: int, denom: float) -> None:
-            fast(stream, ps, pv, n, _F64_BITS.unpack(_F64.pack(denom))[0], po)
-
-        if len(_FINISH) < 64:
-            _FINISH[key] = launch
-    return launch
-
-
-_FINISH: dict = {}
-_F64, _F64_BITS = struct.Struct("<d"), struct.Struct("<Q")
+    n = x.shape[1]
+    with _on_device_of(x):
+        xc = g.center_rows(x)[0] if center else x
+        m2 = matmul(xc, xc.T)
+        if not m2.flags.c_contiguous:
+            m2 = m2.copy()
+        return g.float_finish(m2, float(n - ddof))
