@@ -176,12 +176,28 @@ def run(backend, small):
     clips = xp.asarray(np.random.default_rng(1).standard_normal((100000 if not small else 10000,
                                                                   61)).astype(np.float32))
     p = dspk.PCA(6).fit(clips)
+    dev = "cuda" if gpu else "cpu"
     add("PCA transform 61->6", "dspk.PCA.transform", clock.median_ms(lambda: p.transform(clips)),
         clips.nbytes)
+    mu, comps = p.mean_, p.components_
+    add("PCA transform 61->6", "peer (x - mean) @ W.T (CuPy/NumPy)",
+        clock.median_ms(lambda: (clips - mu[None]) @ comps.T), clips.nbytes)
+    if torch is not None:
+        tc, tm, tw = (torch.as_tensor(v, device=dev) for v in (clips, mu, comps))
+        add("PCA transform 61->6", "peer torch (x - mean) @ W.T",
+            clock.median_ms(lambda: (tc - tm[None]) @ tw.T), clips.nbytes)
     npts = 20000 if gpu and not small else 4000
     a = xp.asarray(np.random.default_rng(2).standard_normal((npts, 16)).astype(np.float32))
-    add(f"pairwise_sqdist {npts}x{npts}x16", "dspk.pairwise_sqdist",
-        clock.median_ms(lambda: dspk.pairwise_sqdist(a, a), 3), npts * npts * 4)
+    case = f"pairwise_sqdist {npts}x{npts}x16"
+    add(case, "dspk.pairwise_sqdist", clock.median_ms(lambda: dspk.pairwise_sqdist(a, a), 3),
+        npts * npts * 4)
+    add(case, "peer ‖a‖² + ‖b‖² − 2abᵀ, clamped (CuPy/NumPy expression)", clock.median_ms(
+        lambda: xp.maximum((a * a).sum(1)[:, None] + (a * a).sum(1)[None, :] - 2 * (a @ a.T),
+                           0), 3), npts * npts * 4)
+    if torch is not None:
+        ta = torch.as_tensor(a, device=dev)
+        add(case, "peer torch.cdist(a, a) ** 2",
+            clock.median_ms(lambda: torch.cdist(ta, ta) ** 2, 3), npts * npts * 4)
     return rows, notes, {"copy_Bps": bw}
 
 

@@ -194,6 +194,30 @@ def test_distances(xp):
     assert to_numpy(dist).min() >= 0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,m", [(1, 1), (70000, 5), (300, 1025), (2049, 700)])
+def test_distances_are_numpys_expression_bit_for_bit(xp, dtype, n, m):
+    """The one-pass finish (in place on the GPU, one temporary on the CPU) gives the bits of
+    max(‖a‖² + ‖b‖² − 2·A·Bᵀ, 0) computed from the same product and norms, near-duplicate
+    points (negative before the clamp) included, at row counts beyond a grid's y limit."""
+    rng = np.random.default_rng(n + m)
+    a = (rng.standard_normal((n, 5)) * 10).astype(dtype)
+    b = np.concatenate([a[: min(n, m // 2)] + np.asarray(1e-3, dtype),
+                        (rng.standard_normal((m - min(n, m // 2), 5)) * 10).astype(dtype)])
+    ga, gb = xp.asarray(a), xp.asarray(b)
+    got = dspk.pairwise_sqdist(ga, gb)
+    ab = dspk.matmul(ga, gb.T)
+    want = xp.maximum((ga * ga).sum(axis=1)[:, None] + (gb * gb).sum(axis=1)[None, :] - 2 * ab, 0)
+    assert got.dtype == dtype and got.shape == (n, m)
+    assert np.array_equal(to_numpy(got), to_numpy(want))
+    ref = ((a[:, None, :].astype(np.float64) - b[None].astype(np.float64)) ** 2).sum(-1) \
+        if n * m <= 2_000_000 else None
+    if ref is not None:
+        scale = np.abs(a).max() ** 2 * 5
+        assert np.abs(to_numpy(got) - ref).max() <= scale * (1e-5 if dtype == np.float32
+                                                             else 1e-13)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def test_samples_channels_hint(xp):
     with pytest.raises(ValueError, match="did you pass \\[samples, channels\\]"):

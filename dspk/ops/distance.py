@@ -64,10 +64,37 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
         raise ValueError(f"a has {a.shape[1]} dimensions but b has {b.shape[1]}")
     if a.dtype != b.dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}; convert one explicitly")
-    ab = matmul(a, b.T)
+    ab = matmul(a, b.T)                 # a new [n, m] array: finished in place
     na = (a * a).sum(axis=1)
     nb = (b * b).sum(axis=1)
-    return xp.maximum(na[:, None] + nb[None, :] - 2 * ab, 0)
+    if xp is not np:
+        return _finish_gpu(ab, na, nb)
+    # NumPy's expression na[:, None] + nb[None, :] - 2 * ab with one [n, m] temporary, not
+    # four (2 * ab is exact, so the bits are the same)
+    ab *= 2
+    np.subtract(na[:, None] + nb[None, :], ab, out=ab)
+    return np.maximum(ab, 0, out=ab)
+
+
+def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
+    """The same expression on the GPU in one pass over ab (dspk/kernels/distance.cu)."""
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+    from ..kernels import ctype, kernel  # noqa: PLC0415
+
+    if not ab.flags.c_contiguous:
+        ab = cp.ascontiguousarray(ab)
+    n, m = ab.shape
+    if ab.size == 0:
+        return ab
+    with cp.cuda.Device(ab.data.device_id):
+        fn = kernel("distance.cu", f"sqdist_finish<{ctype(ab.dtype)}>")
+        fn((-(-m // (_SQD_THREADS * _SQD_UNROLL)), min(n, 65535)), (_SQD_THREADS,),
+           (ab, cp.ascontiguousarray(na), cp.ascontiguousarray(nb), np.int64(n), np.int64(m)))
+    return ab
+
+
+_SQD_THREADS, _SQD_UNROLL = 256, 4      # as in distance.cu
 
 
 def knn(a: Any, b: Any, k: int) -> tuple:

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The float covariance of channels as a user calls it, piece by piece, against its peers:
-`dspk.covariance` (float32, centred), the CuPy expressions it replaced (mean, cast, subtract,
-product, casts), its three pieces alone (centred copy, product, finish), `torch.cov` and
-`cupy.cov`; and `PCA.transform` against the same expression in CuPy and PyTorch. GPU only.
+"""Public one-shot calls as a user makes them, piece by piece, against their peers on the GPU:
+`dspk.covariance` (float32, centred) with the CuPy expressions it replaced (mean, cast,
+subtract, product, casts), its three pieces alone (centred copy, product, finish), `torch.cov`
+and `cupy.cov`; `PCA.transform` against the same expression in CuPy and PyTorch;
+`pairwise_sqdist` against the CuPy expression it replaced and `torch.cdist` squared.
 
 Two timings per row, both medians of 21 samples between CUDA events: one call from an idle
 stream (after a sync: the host time before the first launch shows, as in bench_ops), and 20
 calls back to back divided by 20 (throughput, host time hidden behind the GPU's work).
 
-    python benchmarks/profile_covariance.py [--out DIR]
+    python benchmarks/profile_oneshot.py [--out DIR]
 """
 
 from __future__ import annotations
@@ -118,12 +119,25 @@ def main() -> None:
     if torch is not None:
         tc, tm, tw = (torch.as_tensor(v, device="cuda") for v in (clips, mu, w))
         row(case, "peer torch (x - mean) @ W.T", lambda: (tc - tm[None]) @ tw.T, ref)
+    for n, d in ((20000, 16), (2000, 16)):
+        pa = cp.asarray(np.random.default_rng(n).standard_normal((n, d)).astype(np.float32))
+        case = f"pairwise_sqdist {n}x{n}x{d}"
+        row(case, "dspk.pairwise_sqdist (product, one in-place finish)",
+            lambda: dspk.pairwise_sqdist(pa, pa))
+        row(case, "before: product + CuPy expression (four [n, n] temporaries)",
+            lambda: cp.maximum((pa * pa).sum(axis=1)[:, None] + (pa * pa).sum(axis=1)[None, :]
+                               - 2 * dspk.matmul(pa, pa.T), 0))
+        if torch is not None:
+            tp = torch.as_tensor(pa, device="cuda")
+            row(case, "peer torch.cdist(a, a) ** 2", lambda: torch.cdist(tp, tp) ** 2)
+            row(case, "peer torch.cdist(a, a, compute_mode='use_mm_for_euclid_dist') ** 2",
+                lambda: torch.cdist(tp, tp, compute_mode="use_mm_for_euclid_dist") ** 2)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    text = (f"# profile_covariance — {name.decode() if isinstance(name, bytes) else name}, "
+    text = (f"# profile_oneshot — {name.decode() if isinstance(name, bytes) else name}, "
             f"CuPy {cp.__version__}\n\n" + "\n".join(lines) + "\n")
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "profile_covariance-gpu.md").write_text(text)
+        (out / "profile_oneshot-gpu.md").write_text(text)
 
 
 if __name__ == "__main__":
