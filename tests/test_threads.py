@@ -368,3 +368,40 @@ def _datasets(path):
         f.visititems(lambda name, obj: found.__setitem__(name, obj[()])
                      if isinstance(obj, h5py.Dataset) else None)
     return found
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["rows", "fortran", "row_slice", "batched"])
+@pytest.mark.parametrize("m,k", [(96, 5000), (383, 2000), (200, 701)])
+def test_symmetric_cpu_candidates_give_the_same_symmetric_bits_on_any_thread_count(
+        m, k, dtype, layout):
+    """X·Xᵀ through every CPU candidate that takes it (the row-block tiles among them, batched
+    through OpenBLAS or through dspk's pool): the same bits on 1, 2 and 3 threads, symmetric to
+    the bit, and the float64 product within float rounding."""
+    rng = np.random.default_rng(m + k)
+    base = rng.standard_normal((3 if layout == "batched" else 1, m, k + 9)).astype(dtype)
+    x = {"rows": base[0, :, :k], "fortran": np.asfortranarray(base[0, :, :k]),
+         "row_slice": base[0, :, 5:k + 5], "batched": base[:, :, :k]}[layout]
+    p, _ = engine._problem(x, np.swapaxes(x, -1, -2), None)
+    assert p.symmetric
+    names = []
+    for cand in cpu_candidates():
+        if cand.unavailable(p) is not None:
+            continue
+        names.append(cand.name)
+
+        def run(cand=cand):
+            q, _ = engine._problem(x, np.swapaxes(x, -1, -2), None)
+            cand.run(q)
+            return q.out.to_array().copy()
+
+        got = _under_each_thread_count(run)
+        _same_bits(got)
+        r = got[THREADS[0]].reshape(-1, m, m)
+        assert all(np.array_equal(s, s.T) for s in r), f"{cand.name}: not symmetric"
+        x3 = x.reshape(-1, m, k).astype(np.float64)
+        ref = x3 @ np.swapaxes(x3, -1, -2)
+        err = np.linalg.norm(r - ref) / np.linalg.norm(ref)
+        assert err <= (1e-6 if dtype == np.float32 else 1e-14), f"{cand.name}: {err:.2g}"
+    if m >= 96:
+        assert {"numpy_symblock3"} <= set(names)

@@ -263,6 +263,116 @@ class CpuSyrk(_CpuCandidate):
                 out[i] = np.triu(c) + np.triu(c, 1).T
 
 
+def _row_edges(m: int, blocks: int) -> list[int]:
+    """Cuts of m rows into ``blocks`` row blocks, multiples of 8 rows but the last."""
+    size = -(-m // (blocks * 8)) * 8
+    return [min(i * size, m) for i in range(blocks)] + [m]
+
+
+def _tiles_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, blocks: int) -> tuple:
+    """(upper-triangle tiles (r0, r1, c0, c1), one grouped ?gemm_batch call's arrays or None)
+    for out = a·b with b = aᵀ, kept per geometry: the members' byte offsets are relative to the
+    three base addresses, added per call (the plan is shared between threads)."""
+    key = ("sym", a.shape, a.strides, b.strides, out.shape, out.strides, a.dtype, blocks)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    edges = _row_edges(out.shape[-2], blocks)
+    tiles = [(edges[i], edges[i + 1], edges[j], edges[j + 1])
+             for i in range(blocks) for j in range(i, blocks) if edges[i] < edges[i + 1]
+             and edges[j] < edges[j + 1]]
+    found = gemm_batch(a.dtype)
+    fa, fb = _blas_operand(a), _blas_operand(b)
+    k = a.shape[-1]
+    batch = None
+    if found is not None and fa is not None and fb is not None \
+            and out.strides[-1] == out.itemsize and out.strides[-2] % out.itemsize == 0 \
+            and min((r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in tiles) * k > SMALL_MNK:
+        # (OpenBLAS's small-matrix kernels crashed in a batch: members of M·N·K <= 100³ never
+        # go to it)
+        fn, itype = found
+        shapes = list(dict.fromkeys((r1 - r0, c1 - c0) for r0, r1, c0, c1 in tiles))
+        members = [[t for t in tiles if (t[1] - t[0], t[3] - t[2]) == sh] for sh in shapes]
+        order = [t for group in members for t in group]
+        off = np.array([[r0 * a.strides[-2] for r0, _, _, _ in order],
+                        [c0 * b.strides[-1] for _, _, c0, _ in order],
+                        [r0 * out.strides[-2] + c0 * out.strides[-1] for r0, _, c0, _ in order]],
+                       dtype=np.uintp)
+        g = len(shapes)
+        ints = np.array([[mm for mm, _ in shapes], [nn for _, nn in shapes], [k] * g,
+                         [fa[1]] * g, [fb[1]] * g, [out.strides[-2] // out.itemsize] * g,
+                         [len(group) for group in members]], dtype=itype)
+        flags = np.array([[fa[0]] * g, [fb[0]] * g], dtype=np.int32)
+        scal = np.array([[1.0] * g, [0.0] * g], dtype=a.dtype)
+        batch = (fn, g, ints, flags, scal, off)
+    plan = (tiles, batch)
+    if len(_plans) > 256:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _mirror_upper(out: np.ndarray, tiles: list) -> None:
+    """Copy each tile's transpose below the diagonal (the diagonal tiles' own upper halves
+    too), so the result is symmetric to the bit."""
+    for r0, r1, c0, c1 in tiles:
+        if r0 == c0:
+            t = out[r0:r1, r0:r1]
+            low = np.tril_indices(r1 - r0, -1)
+            t[low] = t.T[low]
+        else:
+            out[c0:c1, r0:r1] = out[r0:r1, c0:c1].T
+
+
+class CpuSymBlocks(_CpuCandidate):
+    """X·Xᵀ as the upper-triangle tiles of its rows cut into ``blocks`` blocks, each tile one
+    single-threaded gemm, the lower triangle mirrored: (blocks + 1) / (2·blocks) of the full
+    product's work, shared among BLAS's threads whole tiles at a time (one grouped ?gemm_batch
+    where OpenBLAS has it, else dspk's pool), so the bits do not depend on the thread count.
+    A 384 x 384 covariance has only 384 output columns: `NumpyMatmul`'s column blocks (>= 512
+    columns each) leave it on one thread. Measured on 2 cores (OpenBLAS 0.3.31, float32, ms):
+    384 x 6000 one thread 7.3, 2/3/4/6 blocks 7.4/5.7/5.8/6.8; 384 x 60 000 73.0 -> 71.5/59.5/
+    67.0/82.6 — an even number of equal tiles (3 blocks: 6 tiles) shares best between two
+    threads; NumPy's own two-thread syrk (whose bits depend on the thread count) 5.0 and 49.7."""
+
+    def __init__(self, blocks: int):
+        self.blocks = blocks
+        self.name = f"numpy_symblock{blocks}"
+        self.summary = (f"X·Xᵀ as the upper-triangle tiles of {blocks} row blocks, each one "
+                        f"single-threaded gemm, tiles shared among BLAS's threads, mirrored")
+
+    def unavailable(self, p: Problem) -> str | None:
+        if not p.symmetric:
+            return "only for X·Xᵀ (b is not a.T)"
+        if p.m < 32 * self.blocks:
+            return f"{p.m} rows: fewer than 32 per block of {self.blocks}"
+        return None
+
+    def compute(self, a, b, out):
+        for i in range(out.shape[0]):
+            self._one(a[i if a.shape[0] > 1 else 0], b[i if b.shape[0] > 1 else 0], out[i])
+
+    def _one(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        tiles, batch = _tiles_plan(a, b, out, self.blocks)
+        if batch is not None:
+            fn, g, ints, flags, scal, offs = batch
+            ptrs = offs + np.array([a.ctypes.data, b.ctypes.data, out.ctypes.data],
+                                   dtype=np.uintp)[:, None]
+            f, i, s, p = flags.ctypes.data, ints.ctypes.data, scal.ctypes.data, ptrs.ctypes.data
+            isz, fsz, psz, nmem = ints.itemsize * g, scal.itemsize * g, \
+                ptrs.itemsize, ptrs.shape[1]
+            fn(101, f, f + 4 * g, i, i + isz, i + 2 * isz, s,
+               p, i + 3 * isz, p + psz * nmem, i + 4 * isz, s + fsz,
+               p + 2 * psz * nmem, i + 5 * isz, g, i + 6 * isz)
+        else:
+            def tile(t: tuple) -> None:
+                r0, r1, c0, c1 = t
+                np.matmul(a[r0:r1], b[:, c0:c1], out=out[r0:r1, c0:c1])
+
+            parallel_blocks(tile, tiles)
+        _mirror_upper(out, tiles)
+
+
 class CpuDirect(_CpuCandidate):
     name = "direct_einsum"
     summary = "numpy.einsum loop without BLAS, for tiny products"
@@ -279,4 +389,5 @@ class CpuDirect(_CpuCandidate):
 
 def cpu_candidates() -> list[Candidate]:
     """All CPU candidates, in the order used when tuning is off."""
-    return [NumpyMatmul(), CpuSyrk(), NumpySplitK(4096), NumpySplitK(16384), CpuDirect()]
+    return [NumpyMatmul(), CpuSyrk(), CpuSymBlocks(3), CpuSymBlocks(4), NumpySplitK(4096),
+            NumpySplitK(16384), CpuDirect()]
