@@ -281,3 +281,44 @@ def test_timing_rotates_copies_of_operands_that_fit_in_l2():
     big = cp.empty((1024, -(-ROTATE_L2_MULTIPLE * l2 // 4 // 1024)), np.float32)
     pb, _ = _problem(cp.ones((4, 1024), np.float32), big, None)
     assert _rotation(pb) == [pb]
+
+
+class NewExact(Candidate):
+    """A correct candidate that a later dspk adds (np.matmul in float64, rounded once)."""
+
+    name = "fake_new_exact"
+    summary = "float64 product rounded to the operands' dtype"
+
+    def unavailable(self, p):
+        return None
+
+    def run(self, p):
+        a, b = p.a.to_array(), p.b.to_array()
+        p.out.to_array()[...] = np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def test_a_choice_tuned_before_a_candidate_existed_is_tuned_again(fresh_cache, monkeypatch):
+    """The version string does not change between development builds, nor when a kernel
+    becomes available: an entry that never considered a candidate able to run the product is
+    tuned again (and replaced in the file) in mode "on", and still used as it is in
+    "readonly"."""
+    a, b = operands(16, 2000, 16)
+    old = Tuner(lambda gpu: [NumpyMatmul()])
+    p, _ = engine._problem(a, b, None)
+    assert old.select(p, run=True).source == "tuned now"
+    key = old.key_str(old.key(p))
+    assert set(json.loads(cache_path().read_text())["entries"][key]["timings_ms"]) == {"numpy"}
+    monkeypatch.setenv("DSPK_TUNE", "readonly")
+    stale = Tuner(lambda gpu: [NumpyMatmul(), NewExact()]).select(p, run=True)
+    assert stale.source == "cache (file)" and stale.candidate.name == "numpy"
+    monkeypatch.setenv("DSPK_TUNE", "on")
+    new = Tuner(lambda gpu: [NumpyMatmul(), NewExact()])
+    assert new.select(p, run=True).source == "tuned now"
+    entry = json.loads(cache_path().read_text())["entries"][key]
+    assert set(entry["timings_ms"]) == {"numpy", "fake_new_exact"}
+    again = Tuner(lambda gpu: [NumpyMatmul(), NewExact()]).select(p, run=True)
+    assert again.source == "cache (file)"
+    # a tuning that knew fewer candidates never overwrites one that knew more
+    assert Tuner(lambda gpu: [NumpyMatmul()]).select(p).source == "cache (file)"
+    assert set(json.loads(cache_path().read_text())["entries"][key]["timings_ms"]) == \
+        {"numpy", "fake_new_exact"}

@@ -200,6 +200,11 @@ class Tuner:
         if entry is None:
             entry = self._from_file(key)
             source = "cache (file)"
+            if entry is not None and self.mode == "on" and _stale(entry, names, p):
+                # tuned before a candidate that can run this product existed: tune again (the
+                # new entry replaces it in the file); "readonly" keeps using it
+                self._memory.pop(key, None)
+                return None
         if entry is None:
             return None
         for name in entry["ranking"]:
@@ -453,15 +458,29 @@ def _cache_lock(path: Path) -> Iterator[None]:
                 lock.close()
 
 
+def _known(entry: dict) -> set:
+    """The candidates an entry's tuning considered (timed or rejected, with the reason)."""
+    return set(entry.get("timings_ms", {})) | set(entry.get("rejected", {}))
+
+
+def _stale(entry: dict, names: dict, p: Problem) -> bool:
+    """Whether a candidate that can run ``p`` is missing from the entry's tuning (a dspk
+    change added it since: same version string during development, or a kernel that became
+    available)."""
+    known = _known(entry)
+    return any(name not in known and c.unavailable(p) is None for name, c in names.items())
+
+
 def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
-    """Add ``entry`` under ``key`` unless the file already holds that key (another process
-    stored it first: its entry is returned and kept). Read-merge-write under the cache lock;
+    """Add ``entry`` under ``key`` unless the file already holds that key from a tuning that
+    considered every candidate this one did (another process stored it first: its entry is
+    returned and kept); an entry missing candidates is replaced. Read-merge-write under the cache lock;
     the write is a rename, so a reader never sees a half-written file and two tuning processes
     never lose each other's entries."""
     with _cache_lock(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = _read_cache(path, warn=False)
-        if key in entries:
+        if key in entries and _known(entries[key]) >= _known(entry):
             return entries[key]
         entries[key] = entry
         doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
