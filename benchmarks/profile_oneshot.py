@@ -3,7 +3,9 @@
 `dspk.covariance` (float32, centred) with the CuPy expressions it replaced (mean, cast,
 subtract, product, casts), its three pieces alone (centred copy, product, finish), `torch.cov`
 and `cupy.cov`; `PCA.transform` against the same expression in CuPy and PyTorch;
-`pairwise_sqdist` against the CuPy expression it replaced and `torch.cdist` squared.
+`pairwise_sqdist` against the CuPy expression it replaced and `torch.cdist` squared, with its
+two GPU routes (the one-launch direct kernel, the engine's product and a finish) at 16, 64 and
+128 dimensions (where the direct kernel's bound is set).
 
 Two timings per row, both medians of 21 samples between CUDA events: one call from an idle
 stream (after a sync: the host time before the first launch shows, as in bench_ops), and 20
@@ -26,6 +28,8 @@ import cupy as cp  # noqa: E402
 
 import dspk  # noqa: E402
 from dspk.ops import _covariance_gpu as g  # noqa: E402
+from dspk.ops import _pca_gpu  # noqa: E402
+from dspk.ops import distance as dist  # noqa: E402
 
 try:
     import torch
@@ -114,16 +118,28 @@ def main() -> None:
     ref = (clips_h.astype(np.float64) - cp.asnumpy(mu).astype(np.float64)) @ \
         cp.asnumpy(w).astype(np.float64).T
     case = "PCA transform 100000x61 -> 6"
-    row(case, "dspk.PCA.transform", lambda: p.transform(clips), ref)
+    row(case, "dspk.PCA.transform (one pass: centre and project)", lambda: p.transform(clips),
+        ref)
+    row(case, "piece: the center_project launch alone",
+        lambda: _pca_gpu.center_project(clips, mu, w))
+    row(case, "before: CuPy centring + engine product",
+        lambda: dspk.matmul(clips - mu[None], w.T), ref)
     row(case, "peer cupy (x - mean) @ W.T", lambda: (clips - mu[None]) @ w.T, ref)
     if torch is not None:
         tc, tm, tw = (torch.as_tensor(v, device="cuda") for v in (clips, mu, w))
         row(case, "peer torch (x - mean) @ W.T", lambda: (tc - tm[None]) @ tw.T, ref)
-    for n, d in ((20000, 16), (2000, 16)):
+    direct_max = dist._DIRECT_MAX_DIMS
+    for n, d in ((20000, 16), (2000, 16), (20000, 64), (2000, 64), (20000, 128), (2000, 128)):
         pa = cp.asarray(np.random.default_rng(n).standard_normal((n, d)).astype(np.float32))
         case = f"pairwise_sqdist {n}x{n}x{d}"
-        row(case, "dspk.pairwise_sqdist (product, one in-place finish)",
+        row(case, f"dspk.pairwise_sqdist (direct kernel up to d = {direct_max})",
             lambda: dspk.pairwise_sqdist(pa, pa))
+        for label, limit in (("direct kernel", 1 << 30), ("product, one in-place finish", 0)):
+            dist._DIRECT_MAX_DIMS = limit
+            try:
+                row(case, f"piece: {label}", lambda: dspk.pairwise_sqdist(pa, pa))
+            finally:
+                dist._DIRECT_MAX_DIMS = direct_max
         row(case, "before: product + CuPy expression (four [n, n] temporaries)",
             lambda: cp.maximum((pa * pa).sum(axis=1)[:, None] + (pa * pa).sum(axis=1)[None, :]
                                - 2 * dspk.matmul(pa, pa.T), 0))

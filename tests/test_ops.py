@@ -199,11 +199,15 @@ def test_distances(xp):
 def test_distances_are_numpys_expression_bit_for_bit(xp, dtype, n, m):
     """The one-pass finish (in place on the GPU, one temporary on the CPU) gives the bits of
     max(‖a‖² + ‖b‖² − 2·A·Bᵀ, 0) computed from the same product and norms, near-duplicate
-    points (negative before the clamp) included, at row counts beyond a grid's y limit."""
+    points (negative before the clamp) included, at row counts beyond a grid's y limit. On the
+    GPU the finish serves more dimensions than the direct kernel takes (70 here)."""
+    from dspk.ops.distance import _DIRECT_MAX_DIMS
+
+    d = 5 if xp is np else _DIRECT_MAX_DIMS + 6
     rng = np.random.default_rng(n + m)
-    a = (rng.standard_normal((n, 5)) * 10).astype(dtype)
+    a = (rng.standard_normal((n, d)) * 10).astype(dtype)
     b = np.concatenate([a[: min(n, m // 2)] + np.asarray(1e-3, dtype),
-                        (rng.standard_normal((m - min(n, m // 2), 5)) * 10).astype(dtype)])
+                        (rng.standard_normal((m - min(n, m // 2), d)) * 10).astype(dtype)])
     ga, gb = xp.asarray(a), xp.asarray(b)
     got = dspk.pairwise_sqdist(ga, gb)
     ab = dspk.matmul(ga, gb.T)
@@ -213,9 +217,105 @@ def test_distances_are_numpys_expression_bit_for_bit(xp, dtype, n, m):
     ref = ((a[:, None, :].astype(np.float64) - b[None].astype(np.float64)) ** 2).sum(-1) \
         if n * m <= 2_000_000 else None
     if ref is not None:
-        scale = np.abs(a).max() ** 2 * 5
+        scale = np.abs(a).max() ** 2 * d
         assert np.abs(to_numpy(got) - ref).max() <= scale * (1e-5 if dtype == np.float32
                                                              else 1e-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,m,d", [(1, 1, 1), (70, 130, 5), (300, 1025, 16), (2049, 700, 31),
+                                   (129, 64, 32), (65, 67, 33), (200, 256, 64), (70000, 5, 3)])
+def test_gpu_direct_distances(dtype, n, m, d):
+    """The one-launch kernel for few dimensions against float64 distances, within the rounding of
+    a length-d dot product of the points' magnitude; exactly 0 between identical points (the
+    norms and the products are the same fma chain); near-duplicates clamped at 0, never
+    negative; partial tiles, odd widths (scalar stores) and strided inputs."""
+    import cupy as cp
+
+    rng = np.random.default_rng(n * m + d)
+    a = (rng.standard_normal((n, d)) * 10 + 3).astype(dtype)
+    dup = min(n, m // 2)
+    b = np.concatenate([a[:dup], (rng.standard_normal((m - dup, d)) * 10).astype(dtype)])
+    if m - dup > 1:
+        b[dup] = b[dup - 1] + np.asarray(1e-3, dtype) if dup else b[dup]
+    got = dspk.pairwise_sqdist(cp.asarray(a), cp.asarray(b))
+    assert isinstance(got, cp.ndarray) and got.dtype == dtype and got.shape == (n, m)
+    got = cp.asnumpy(got)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = (a64 * a64).sum(1)[:, None] + (b64 * b64).sum(1)[None] - 2 * a64 @ b64.T
+    ref = np.maximum(ref, 0)
+    eps = np.finfo(dtype).eps
+    scale = (np.abs(a64).max() + np.abs(b64).max()) ** 2 * d
+    assert np.abs(got - ref).max() <= 4 * scale * eps
+    assert got.min() >= 0
+    assert np.all(got[np.arange(dup), np.arange(dup)] == 0)
+    # strided views of the same points give the same bits
+    wide_a = cp.asarray(np.repeat(a, 2, axis=1))[:, ::2]
+    wide_b = cp.asarray(np.repeat(b, 2, axis=1))[:, ::2]
+    assert np.array_equal(cp.asnumpy(dspk.pairwise_sqdist(wide_a, wide_b)), got)
+
+
+@pytest.mark.gpu
+def test_gpu_direct_distances_propagate_nan():
+    import cupy as cp
+
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    a[2, 1] = np.nan
+    got = cp.asnumpy(dspk.pairwise_sqdist(cp.asarray(a), cp.asarray(a)))
+    assert np.isnan(got[2]).all() and np.isnan(got[:, 2]).all()
+    keep = [0, 1, 3]
+    assert np.isfinite(got[np.ix_(keep, keep)]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,taps,k", [(1, 1, 1), (100, 61, 6), (1000, 61, 3), (777, 33, 12),
+                                      (5000, 82, 32), (300, 120, 9), (129, 121, 16)])
+def test_gpu_pca_transform_in_one_pass(dtype, n, taps, k):
+    """The fused centred projection against float64 (x − μ)·Wᵀ for the fitted mean and
+    components, within a length-taps dot product's rounding; the centring is the expression's
+    own (x − μ in the dtype); strided and [n, channels, taps] clips give the same bits."""
+    import cupy as cp
+
+    from dspk.ops import _pca_gpu
+
+    rng = np.random.default_rng(n + taps + k)
+    clips = (rng.standard_normal((n + k, 4)) @ rng.standard_normal((4, taps)) * 30
+             + rng.standard_normal((n + k, taps)) + 50).astype(dtype)
+    p = dspk.PCA(k).fit(cp.asarray(clips))
+    x = clips[:n]
+    assert _pca_gpu.fits(taps, k, np.dtype(dtype).itemsize)
+    got = p.transform(cp.asarray(x))
+    assert isinstance(got, cp.ndarray) and got.dtype == dtype and got.shape == (n, k)
+    got = cp.asnumpy(got)
+    mean, comps = cp.asnumpy(p.mean_), cp.asnumpy(p.components_)
+    xc = x - mean[None]                                  # the expression's centring
+    ref = xc.astype(np.float64) @ comps.astype(np.float64).T
+    bound = np.abs(xc).astype(np.float64) @ np.abs(comps).astype(np.float64).T
+    assert np.all(np.abs(got - ref) <= 2 * taps * np.finfo(dtype).eps * bound + 1e-30)
+    wide = cp.asarray(np.repeat(x, 2, axis=1))[:, ::2]
+    assert np.array_equal(cp.asnumpy(p.transform(wide)), got)
+    if n % 3 == 0:
+        three = cp.asnumpy(p.transform(cp.asarray(x.reshape(n // 3, 3, taps))))
+        assert np.array_equal(three.reshape(n, k), got)
+
+
+@pytest.mark.gpu
+def test_gpu_pca_transform_beyond_a_tile_takes_the_expression():
+    """Taps too many for a shared-memory tile go through the centred copy and the engine."""
+    import cupy as cp
+
+    from dspk.ops import _pca_gpu
+
+    taps = 1000
+    assert not _pca_gpu.fits(taps, 3, 8)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((50, taps))
+    p = dspk.PCA(3).fit(cp.asarray(x))
+    got = p.transform(cp.asarray(x))
+    want = (x - cp.asnumpy(p.mean_)) @ cp.asnumpy(p.components_).T
+    assert rel(got, want) <= 1e-12
 
 
 # -- bad input ---------------------------------------------------------------------------------

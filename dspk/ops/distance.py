@@ -27,6 +27,10 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
     """Squared Euclidean distances [n, m] between the rows of a [n, d] and b [m, d], as
     ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative).
 
+    On the GPU, for up to 64 dimensions, one kernel computes norms, products and the clamp per
+    tile and writes the result once (a point's distance to an identical point is then exactly
+    0); for more dimensions the engine's product is finished in place in one pass.
+
     Parameters
     ----------
     a : array
@@ -64,6 +68,8 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
         raise ValueError(f"a has {a.shape[1]} dimensions but b has {b.shape[1]}")
     if a.dtype != b.dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}; convert one explicitly")
+    if xp is not np and a.shape[1] <= _DIRECT_MAX_DIMS and a.shape[0] <= _DIRECT_MAX_ROWS:
+        return _sqdist_direct(a, b)
     ab = matmul(a, b.T)                 # a new [n, m] array: finished in place
     na = (a * a).sum(axis=1)
     nb = (b * b).sum(axis=1)
@@ -95,6 +101,36 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
 
 
 _SQD_THREADS, _SQD_UNROLL = 256, 4      # as in distance.cu
+_SQDD_TILE = 128                        # as in distance.cu
+#: the most dimensions for which the one-launch kernel beats the engine's product and the finish
+#: (measured on the H100, benchmarks/profile_oneshot.py: at 2000² and 20 000² the direct kernel
+#: wins up to this d; beyond it the product's reuse pays for the second pass over D)
+_DIRECT_MAX_DIMS = 64
+_DIRECT_MAX_ROWS = 65535 * _SQDD_TILE   # the grid's y limit
+
+
+def _sqdist_direct(a: Any, b: Any) -> Any:
+    """The GPU distances in one launch for few dimensions (dspk/kernels/distance.cu,
+    sqdist_direct): norms, product and clamp computed per tile, D written once."""
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
+
+    from ..kernels import ctype, kernel  # noqa: PLC0415
+
+    n, d = a.shape
+    m = b.shape[0]
+    out = cp.empty((n, m), dtype=a.dtype)
+    if out.size == 0:
+        return out
+    if d == 0:
+        out.fill(0)
+        return out
+    a = cp.ascontiguousarray(a)
+    b = cp.ascontiguousarray(b)
+    with cp.cuda.Device(a.data.device_id):
+        fn = kernel("distance.cu", f"sqdist_direct<{ctype(a.dtype)}>")
+        fn((-(-m // _SQDD_TILE), -(-n // _SQDD_TILE)), (256,),
+           (a, b, np.int64(n), np.int64(m), np.int32(d), out))
+    return out
 
 
 def knn(a: Any, b: Any, k: int) -> tuple:

@@ -31,7 +31,9 @@ class PCA:
     ``fit(clips)`` centres the clips (each tap's mean), forms their covariance with one product
     through `dspk.linalg.matmul`, and takes the eigenvectors of the largest eigenvalues (float64
     eigendecomposition). Sign convention: each component's largest-magnitude entry is positive,
-    so results are reproducible. ``transform(clips)`` = (X − μ)·Wᵀ as one product. Clips are
+    so results are reproducible. ``transform(clips)`` = (X − μ)·Wᵀ as one product (on the GPU,
+for up to a few hundred taps, one pass that centres and projects without writing the centred
+clips: dspk/kernels/projection.cu). Clips are
     [n, taps]; [n, channels, taps] clips share components across channels and give
     [n, channels, k] features.
 
@@ -103,8 +105,14 @@ class PCA:
         if x.shape[1] != self.components_.shape[1]:
             raise ValueError(f"clips: {x.shape[1]} taps, but the PCA was fitted on "
                              f"{self.components_.shape[1]}")
-        xc = x.astype(self.components_.dtype, copy=False) - self.mean_[None]
-        feats = matmul(xc, self.components_.T)
+        x = x.astype(self.components_.dtype, copy=False)
+        if xp is not np:
+            from . import _pca_gpu  # noqa: PLC0415 (CuPy input)
+
+            if _pca_gpu.fits(x.shape[1], self.n_components, x.itemsize):
+                feats = _pca_gpu.center_project(x, self.mean_, self.components_)
+                return feats.reshape(clips.shape[:-1] + (self.n_components,))
+        feats = matmul(x - self.mean_[None], self.components_.T)
         return feats.reshape(clips.shape[:-1] + (self.n_components,))
 
     def fit_transform(self, clips: Any) -> Any:
