@@ -128,18 +128,19 @@ def main() -> None:
     if torch is not None:
         tc, tm, tw = (torch.as_tensor(v, device="cuda") for v in (clips, mu, w))
         row(case, "peer torch (x - mean) @ W.T", lambda: (tc - tm[None]) @ tw.T, ref)
-    direct_max = dist._DIRECT_MAX_DIMS
-    for n, d in ((20000, 16), (2000, 16), (20000, 64), (2000, 64), (20000, 128), (2000, 128)):
+    chooser = dist._direct
+    for n, d in ((20000, 16), (2000, 16), (20000, 32), (20000, 64), (2000, 64), (20000, 128),
+                 (2000, 128)):
         pa = cp.asarray(np.random.default_rng(n).standard_normal((n, d)).astype(np.float32))
         case = f"pairwise_sqdist {n}x{n}x{d}"
-        row(case, f"dspk.pairwise_sqdist (direct kernel up to d = {direct_max})",
-            lambda: dspk.pairwise_sqdist(pa, pa))
-        for label, limit in (("direct kernel", 1 << 30), ("product, one in-place finish", 0)):
-            dist._DIRECT_MAX_DIMS = limit
+        route = "direct kernel" if chooser(n, n, d) else "product, in-place finish"
+        row(case, f"dspk.pairwise_sqdist (chose: {route})", lambda: dspk.pairwise_sqdist(pa, pa))
+        for label, take in (("direct kernel", True), ("product, one in-place finish", False)):
+            dist._direct = lambda n, m, d, take=take: take
             try:
                 row(case, f"piece: {label}", lambda: dspk.pairwise_sqdist(pa, pa))
             finally:
-                dist._DIRECT_MAX_DIMS = direct_max
+                dist._direct = chooser
         row(case, "before: product + CuPy expression (four [n, n] temporaries)",
             lambda: cp.maximum((pa * pa).sum(axis=1)[:, None] + (pa * pa).sum(axis=1)[None, :]
                                - 2 * dspk.matmul(pa, pa.T), 0))

@@ -200,10 +200,10 @@ def test_distances_are_numpys_expression_bit_for_bit(xp, dtype, n, m):
     """The one-pass finish (in place on the GPU, one temporary on the CPU) gives the bits of
     max(‖a‖² + ‖b‖² − 2·A·Bᵀ, 0) computed from the same product and norms, near-duplicate
     points (negative before the clamp) included, at row counts beyond a grid's y limit. On the
-    GPU the finish serves more dimensions than the direct kernel takes (70 here)."""
-    from dspk.ops.distance import _DIRECT_MAX_DIMS
+    GPU the finish serves more dimensions than the direct kernel takes (134 here)."""
+    from dspk.ops.distance import _DIRECT_SMALL_DIMS
 
-    d = 5 if xp is np else _DIRECT_MAX_DIMS + 6
+    d = 5 if xp is np else _DIRECT_SMALL_DIMS + 6
     rng = np.random.default_rng(n + m)
     a = (rng.standard_normal((n, d)) * 10).astype(dtype)
     b = np.concatenate([a[: min(n, m // 2)] + np.asarray(1e-3, dtype),
@@ -214,7 +214,8 @@ def test_distances_are_numpys_expression_bit_for_bit(xp, dtype, n, m):
     want = xp.maximum((ga * ga).sum(axis=1)[:, None] + (gb * gb).sum(axis=1)[None, :] - 2 * ab, 0)
     assert got.dtype == dtype and got.shape == (n, m)
     assert np.array_equal(to_numpy(got), to_numpy(want))
-    ref = ((a[:, None, :].astype(np.float64) - b[None].astype(np.float64)) ** 2).sum(-1) \
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = np.maximum((a64 * a64).sum(1)[:, None] + (b64 * b64).sum(1)[None] - 2 * a64 @ b64.T, 0) \
         if n * m <= 2_000_000 else None
     if ref is not None:
         scale = np.abs(a).max() ** 2 * d

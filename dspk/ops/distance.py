@@ -27,9 +27,10 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
     """Squared Euclidean distances [n, m] between the rows of a [n, d] and b [m, d], as
     ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative).
 
-    On the GPU, for up to 64 dimensions, one kernel computes norms, products and the clamp per
-    tile and writes the result once (a point's distance to an identical point is then exactly
-    0); for more dimensions the engine's product is finished in place in one pass.
+    On the GPU, for few dimensions (up to 32, or up to 128 for outputs up to 2²³ elements), one
+    kernel computes norms, products and the clamp per tile and writes the result once (a
+    point's distance to an identical point is then exactly 0); otherwise the engine's product is
+    finished in place in one pass.
 
     Parameters
     ----------
@@ -68,7 +69,7 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
         raise ValueError(f"a has {a.shape[1]} dimensions but b has {b.shape[1]}")
     if a.dtype != b.dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}; convert one explicitly")
-    if xp is not np and a.shape[1] <= _DIRECT_MAX_DIMS and a.shape[0] <= _DIRECT_MAX_ROWS:
+    if xp is not np and _direct(a.shape[0], b.shape[0], a.shape[1]):
         return _sqdist_direct(a, b)
     ab = matmul(a, b.T)                 # a new [n, m] array: finished in place
     na = (a * a).sum(axis=1)
@@ -102,11 +103,27 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
 
 _SQD_THREADS, _SQD_UNROLL = 256, 4      # as in distance.cu
 _SQDD_TILE = 128                        # as in distance.cu
-#: the most dimensions for which the one-launch kernel beats the engine's product and the finish
-#: (measured on the H100, benchmarks/profile_oneshot.py: at 2000² and 20 000² the direct kernel
-#: wins up to this d; beyond it the product's reuse pays for the second pass over D)
-_DIRECT_MAX_DIMS = 64
+#: the GPU route: the one-launch kernel always up to _DIRECT_MAX_DIMS dimensions, and up to
+#: _DIRECT_SMALL_DIMS for outputs of at most _DIRECT_SMALL_SIZE elements; else the engine's
+#: product and the in-place finish. Measured on the H100 (benchmarks/profile_oneshot.py,
+#: results/profile_oneshot-gpu-h100-2026-12-05.md, float32, back to back, ms):
+#:   d = 16:  20 000² direct 0.77, product+finish 1.75;  2000² 0.014 vs 0.079
+#:   d = 64:  20 000² direct 3.05, product+finish 2.58;  2000² 0.037 vs 0.083
+#:   d = 128: 20 000² direct 5.83, product+finish 3.58;  2000² 0.067 vs 0.076
+#: (the direct kernel's fp32 FMA rate is below cuBLAS's, so for large outputs its saving of a
+#: pass over D stops paying between 16 and 64 dimensions; for small outputs the launches saved
+#: dominate up to 128)
+_DIRECT_MAX_DIMS = 32
+_DIRECT_SMALL_DIMS = 128
+_DIRECT_SMALL_SIZE = 1 << 23
 _DIRECT_MAX_ROWS = 65535 * _SQDD_TILE   # the grid's y limit
+
+
+def _direct(n: int, m: int, d: int) -> bool:
+    """Whether the GPU distances take the one-launch kernel (see _DIRECT_MAX_DIMS)."""
+    if n > _DIRECT_MAX_ROWS:
+        return False
+    return d <= _DIRECT_MAX_DIMS or (d <= _DIRECT_SMALL_DIMS and n * m <= _DIRECT_SMALL_SIZE)
 
 
 def _sqdist_direct(a: Any, b: Any) -> Any:
