@@ -475,8 +475,8 @@ def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
     """Add ``entry`` under ``key`` unless the file already holds that key from a tuning that
     considered every candidate this one did (another process stored it first: its entry is
     returned and kept); an entry missing candidates is replaced. Read-merge-write under the
-    cache lock; the write is a rename, so a reader never sees a half-written file and two tuning processes
-    never lose each other's entries."""
+    cache lock; the write is a rename, so a reader never sees a half-written file and two
+    tuning processes never lose each other's entries."""
     with _cache_lock(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = _read_cache(path, warn=False)
