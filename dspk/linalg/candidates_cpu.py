@@ -18,17 +18,17 @@ import numpy as np
 from .problem import Candidate, Problem, Runner
 from .threads import gemm_batch, parallel_blocks, single_threaded_blas
 
-#: A threaded product's output columns are cut into blocks that are a function of the shape
-#: alone, so the blocks (and the bits) are the same whatever the thread count: a power of two
-#: of blocks (they share evenly among 1, 2, 4, 8 or 16 threads), at most MAX_BLOCKS, each of
-#: at least BLOCK_FLOP (PAIR_FLOP for two blocks) and of at least 8·K columns (between
-#: MIN_COLS / 4 and MIN_COLS), as equal as multiples of COL_ALIGN columns allow. Each block
-#: packs W again (K·M values) and costs a dispatch; measured on 2 cores with NumPy's OpenBLAS
-#: 0.3.31 (ms, ratio to NumPy): one thread, 384 x 384 x 6000 in 2 / 4 blocks 1.027 / 1.050, 384 x 384 x 60 000 in
-#: 2 / 4 / 8 / 16 blocks 1.004 / 1.013 / 1.020 / 1.029, 64 x 64 x 60 000 1.02-1.035 for 2-16;
-#: two threads, 384 x 384 x 6000 in 2 / 4 blocks 1.02 / 1.06, 64 x 64 x 2000 in 2 / 4 blocks
-#: 1.04 / 1.22 (one block: 1.5); OpenBLAS runs a batch in rounds of one member per thread,
-#: so many small members cost a barrier each (32 x 64 x 60 000: 16 blocks 1.05, 4 blocks 0.94).
+#: A threaded product's output columns are cut into blocks that are a function of the shape alone,
+#: so the blocks (and the bits) are the same whatever the thread count: a power of two of blocks
+#: (they share evenly among 1, 2, 4, 8 or 16 threads), at most MAX_BLOCKS, each of at least
+#: BLOCK_FLOP (PAIR_FLOP for two blocks) and of at least 8·K columns (between MIN_COLS / 4 and
+#: MIN_COLS), as equal as multiples of COL_ALIGN columns allow. Each block packs W again (K·M
+#: values) and costs a dispatch; measured on 2 cores with NumPy's OpenBLAS 0.3.31 (ms, ratio to
+#: NumPy): one thread, 384 x 384 x 6000 in 2 / 4 blocks 1.027 / 1.050, 384 x 384 x 60 000 in 2 / 4 /
+#: 8 / 16 blocks 1.004 / 1.013 / 1.020 / 1.029, 64 x 64 x 60 000 1.02-1.035 for 2-16; two threads,
+#: 384 x 384 x 6000 in 2 / 4 blocks 1.02 / 1.06, 64 x 64 x 2000 in 2 / 4 blocks 1.04 / 1.22 (one
+#: block: 1.5); OpenBLAS runs a batch in rounds of one member per thread, so many small members cost
+#: a barrier each (32 x 64 x 60 000: 16 blocks 1.05, 4 blocks 0.94).
 MAX_BLOCKS = 16
 BLOCK_FLOP = 1 << 25
 PAIR_FLOP = 1 << 22     # from here two blocks even when each is under BLOCK_FLOP
