@@ -19,16 +19,19 @@
 #define PR_THREADS 256
 #define PR_MAX_PER_THREAD 16
 #define PR_UNROLL 4
-// blocks per SM to fit in registers for up to 16 bytes of accumulators per thread: eight where an SM holds
-// 2048 threads, six on the consumer Ampere/Ada parts (1536)
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+// blocks per SM to fit in registers for up to 16 bytes of accumulators per thread: eight
+// where an SM holds 2048 threads, six on the consumer Ampere/Ada parts (1536)
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
 #define PR_BLOCKS_SMALL 6
 #else
 #define PR_BLOCKS_SMALL 8
 #endif
+#define PR_MIN_BLOCKS(T, MPT) \
+    ((MPT) * sizeof(T) <= 16 ? PR_BLOCKS_SMALL : ((MPT) * sizeof(T) <= 32 ? 4 : 2))
 
 template <typename T, int MPT>
-__global__ void __launch_bounds__(PR_THREADS, MPT * sizeof(T) <= 16 ? PR_BLOCKS_SMALL : (MPT * sizeof(T) <= 32 ? 4 : 2))
+__global__ void __launch_bounds__(PR_THREADS, PR_MIN_BLOCKS(T, MPT))
 center_project(const T* __restrict__ x, long long row_stride, long long col_stride, long long n,
                int K, const T* __restrict__ mean, const T* __restrict__ w, int M, int rows,
                int pitch, T* __restrict__ out)
