@@ -32,10 +32,9 @@ class PCA:
     through `dspk.linalg.matmul`, and takes the eigenvectors of the largest eigenvalues (float64
     eigendecomposition). Sign convention: each component's largest-magnitude entry is positive,
     so results are reproducible. ``transform(clips)`` = (X − μ)·Wᵀ as one product (on the GPU,
-for up to a few hundred taps, one pass that centres and projects without writing the centred
-clips: dspk/kernels/projection.cu). Clips are
-    [n, taps]; [n, channels, taps] clips share components across channels and give
-    [n, channels, k] features.
+    for up to a few hundred taps, one pass that centres and projects without writing the
+    centred clips: dspk/kernels/projection.cu). Clips are [n, taps]; [n, channels, taps] clips
+    share components across channels and give [n, channels, k] features.
 
     Parameters
     ----------
