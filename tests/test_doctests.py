@@ -10,7 +10,8 @@ import importlib
 
 import pytest
 
-MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.matmul", "dspk.linalg.intmm",
+MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.matmul",
+           "dspk.linalg.intmm",
            "dspk.linalg.engine",
            "dspk.match", "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial",
            "dspk.ops.distance", "dspk.ops.fir", "dspk.detect", "dspk.pipeline",
