@@ -317,7 +317,8 @@ def test_spikeglx_inconsistent_meta(tmp_path):
 def test_a_bin_without_meta_is_still_a_flat_binary(tmp_path):
     data = rand16(100, 4)
     data.tofile(tmp_path / "plain.ap.bin")
-    with pytest.raises(RecordingError, match="n_channels: a flat binary"):
+    # named like a SpikeGLX stream: the missing .meta is what is reported
+    with pytest.raises(RecordingError, match="plain.ap.meta: missing .* as a flat binary"):
         open_recording(tmp_path / "plain.ap.bin")
     assert open_recording(tmp_path / "plain.ap.bin", n_channels=4, fs=3e4).n_channels == 4
 

@@ -14,24 +14,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
-from ..backend import is_cupy_array
+from ..argnames import arg
+from .errors import RecordingError, RecordingWarning
 from .layout import to_channels_first
-from .openephys import OEBIN, OpenEphysRecording, find_oebins
+from .openephys import OEBIN, OpenEphysRecording
 from .probe import read_probe
-from .recording import (MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording, BinaryRecording,
-                        Recording, RecordingError, RecordingSpec, SpikeInterfaceRecording)
+from .recording import (BINARY_SUFFIXES, MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording,
+                        BinaryRecording, OpenOptions, Recording, RecordingSpec,
+                        SpikeInterfaceRecording, source_path)
+from .scaling import to_uv
 from .spikeglx import SpikeGLXRecording, meta_path
 
-__all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingSpec",
-           "ArrayRecording",
+__all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingWarning",
+           "RecordingSpec", "ArrayRecording",
            "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
            "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
-           "to_channels_first",
-           "MAX_CHANNELS", "MAX_READ_BYTES"]
-
-BINARY_SUFFIXES = (".bin", ".dat", ".raw")
+           "to_channels_first", "to_uv", "recording_formats",
+           "MAX_CHANNELS", "MAX_READ_BYTES", "BINARY_SUFFIXES"]
 
 
 def open_recording(source: Any, dataset: str | None = None, fs: float | None = None,
@@ -90,16 +89,28 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
     FileNotFoundError
         A path that does not exist.
     RecordingError
-        A file that is neither HDF5 nor a described binary, a truncated or damaged file, a
-        missing dataset (the datasets found are listed), several ElectricalSeries or streams
-        and no choice, a folder with no or several Open Ephys recordings (listed), a SpikeGLX
-        ``.meta`` without a tag that is needed (named), a layout that cannot be told, absurd
-        dimensions, an external link, fewer than 2 samples, wrong metadata.
+        A file that is neither HDF5 nor a described binary, a truncated or damaged file (an
+        Open Ephys ``continuous.dat`` with fewer or more samples than its
+        ``sample_numbers.npy``), a missing dataset (the datasets found are listed), several
+        ElectricalSeries or streams and no choice, a folder with no or several Open Ephys
+        recordings (listed), a SpikeGLX ``.meta`` without a tag that is needed (named), a file
+        named like a SpikeGLX stream without its ``.meta`` (named), a layout that cannot be
+        told, absurd dimensions, an external link, fewer than 2 samples, wrong metadata, a
+        geometry with two channels at one position, an option that contradicts the file.
+    TypeError
+        A source that is neither a path, an array nor a SpikeInterface recording.
+
+    Warns
+    -----
+    RecordingWarning
+        A SpikeGLX ``.bin`` whose ``.meta`` has no ``fileSizeBytes`` and whose length
+        disagrees with the ``.meta``'s ``fileTimeSecs``.
 
     See Also
     --------
     SpikeGLXRecording, OpenEphysRecording : What is read from those formats, with examples.
     read_probe : Probe files for ``geometry=``.
+    recording_formats : The formats asked, in order, whether a source is theirs.
 
     Examples
     --------
@@ -144,66 +155,44 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
     >>> del rec
     >>> tmp.cleanup()
     """
-    meta = dict(gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
-    if isinstance(source, np.ndarray) or is_cupy_array(source):
-        if fs is None:
-            raise RecordingError("fs: an array recording needs its sampling rate (fs=)")
-        return ArrayRecording(source, fs, layout, **meta)
-    if hasattr(source, "get_traces") and hasattr(source, "get_sampling_frequency"):
-        return SpikeInterfaceRecording(source, fs=fs, **meta)
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"source: expected a path or an array, got {type(source).__name__}")
-    path = os.fspath(source)
-    if not os.path.exists(path):
+    options = OpenOptions(dataset=dataset, fs=fs, layout=layout, gain_to_uv=gain_to_uv,
+                          offset_to_uv=offset_to_uv, geometry=geometry, n_channels=n_channels,
+                          dtype=dtype, header_bytes=header_bytes,
+                          allow_external_links=allow_external_links)
+    path = source_path(source)
+    if path is not None and not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
-    oe_stream = _open_ephys_stream(path)
-    if os.path.isdir(path) and not find_oebins(path):
+    for fmt in recording_formats():
+        if fmt.recognizes(source, options):
+            return fmt.from_source(source, options)
+    if path is None:
+        raise TypeError(f"source: expected a path or an array, got {type(source).__name__}")
+    if os.path.isdir(path):
         raise RecordingError(_not_a_recording_folder(path))
-    if os.path.isdir(path) or os.path.basename(path) == OEBIN or oe_stream is not None:
-        if oe_stream is not None and dataset not in (None, oe_stream[1]):
-            raise RecordingError(f"dataset: {path} is the data of stream {oe_stream[1]!r}, "
-                                 f"not {dataset!r}")
-        rec = OpenEphysRecording(path if oe_stream is None else oe_stream[0],
-                                 dataset if oe_stream is None else oe_stream[1], fs=fs, **meta)
-        _no_flat_options(path, "an Open Ephys recording", n_channels, dtype, header_bytes,
-                         layout, allowed=(rec.n_stored, rec.n_channels))
-        return rec
-    if path.lower().endswith(".meta") or meta_path(path) is not None:
-        if dataset is not None:
-            raise RecordingError(f"dataset: a SpikeGLX file ({path}) holds one stream; "
-                                 f"dataset= does not apply")
-        rec = SpikeGLXRecording(path, fs=fs, **meta)
-        _no_flat_options(path, "a SpikeGLX file", n_channels, dtype, header_bytes, layout,
-                         allowed=(rec.n_stored, rec.n_channels))
-        return rec
-    from .hdf5 import HDF5Recording, _h5py  # noqa: PLC0415 (h5py on first use)
-
-    if _h5py().is_hdf5(path):
-        rec = HDF5Recording(path, dataset, fs, layout, allow_external_links=allow_external_links,
-                            **meta)
-        if n_channels is not None and rec.n_channels != int(n_channels):
-            rec.close()
-            raise RecordingError(f"n_channels: {path} has {rec.n_channels} channels, not "
-                                 f"{n_channels}")
-        return rec
-    if n_channels is None and not path.lower().endswith(BINARY_SUFFIXES):
-        raise RecordingError(f"{path}: not an HDF5 file; a flat binary needs n_channels= "
-                             f"and fs= (and dtype= if not int16)")
-    if n_channels is None:
-        raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count")
-    if layout not in (None, "samples_channels"):
-        raise RecordingError("layout: flat binaries are [samples, channels]")
-    return BinaryRecording(path, n_channels, fs, np.int16 if dtype is None else dtype,
-                           header_bytes, **meta)
+    raise RecordingError(f"{path}: not an HDF5 file; a flat binary needs {arg('n_channels')} "
+                         f"and {arg('fs')} (and {arg('dtype')} if not int16)")
 
 
-def _open_ephys_stream(path: str) -> tuple[str, str] | None:
-    """(structure.oebin, stream) when ``path`` is an Open Ephys stream's continuous.dat."""
-    if os.path.basename(path) != "continuous.dat":
-        return None
-    stream_dir = os.path.dirname(os.path.abspath(path))
-    oebin = os.path.join(os.path.dirname(os.path.dirname(stream_dir)), OEBIN)
-    return (oebin, os.path.basename(stream_dir)) if os.path.isfile(oebin) else None
+def recording_formats() -> tuple[type[Recording], ...]:
+    """The formats `open_recording` asks, in order, whether a source is theirs
+    (`Recording.recognizes`): objects first, then the files whose metadata say what they
+    are, then HDF5, and the flat binary last (any file, given its channel count).
+
+    Returns
+    -------
+    tuple of Recording subclasses
+
+    Examples
+    --------
+    >>> from dspk.io import recording_formats
+    >>> [f.__name__ for f in recording_formats()]                 # doctest: +NORMALIZE_WHITESPACE
+    ['ArrayRecording', 'SpikeInterfaceRecording', 'OpenEphysRecording', 'SpikeGLXRecording',
+     'HDF5Recording', 'BinaryRecording']
+    """
+    from .hdf5 import HDF5Recording  # noqa: PLC0415 (the HDF5 module on first use, as below)
+
+    return (ArrayRecording, SpikeInterfaceRecording, OpenEphysRecording, SpikeGLXRecording,
+            HDF5Recording, BinaryRecording)
 
 
 def _not_a_recording_folder(path: str, most: int = 8) -> str:
@@ -222,25 +211,9 @@ def _not_a_recording_folder(path: str, most: int = 8) -> str:
     return msg + "; SpikeGLX files below it (open one of them):\n  " + "\n  ".join(sglx[:most])
 
 
-def _no_flat_options(path: str, what: str, n_channels: int | None, dtype: Any,
-                     header_bytes: int, layout: str | None, allowed: tuple = ()) -> None:
-    """The flat-binary options describe what the metadata already say: refused unless they
-    agree (a mismatch means the metadata belong to another file, or a wrong guess)."""
-    if n_channels is not None and int(n_channels) not in allowed:
-        said = f" ({' or '.join(map(str, allowed))})" if allowed else ""
-        raise RecordingError(f"n_channels: {path} is {what} whose metadata give the channel "
-                             f"count{said}; leave n_channels out (got {n_channels})")
-    if dtype is not None and np.dtype(dtype) != np.int16:
-        raise RecordingError(f"dtype: {path} is {what}, int16; got {np.dtype(dtype)}")
-    if header_bytes:
-        raise RecordingError(f"header_bytes: {path} is {what}, with no header; got "
-                             f"{header_bytes}")
-    if layout not in (None, "samples_channels"):
-        raise RecordingError(f"layout: {path} is {what}, stored [samples, channels]")
-
-
 def __getattr__(name: str) -> Any:
     if name in ("HDF5Recording", "electrical_series"):
+        # the HDF5 module (and its reader threads' machinery) loaded on first use
         from . import hdf5  # noqa: PLC0415
 
         return getattr(hdf5, name)

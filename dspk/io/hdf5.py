@@ -15,12 +15,18 @@ import time
 import zlib
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .recording import (LAYOUTS, Recording, RecordingError, RecordingSpec, _layout, _resolved,
-                        _select)
+from ..argnames import arg
+from .errors import RecordingError
+from .layout import LAYOUTS, channels_first, resolve_layout
+from .recording import OpenOptions, Recording, RecordingSpec, resolved_metadata, source_path
+
+__all__ = ["HDF5Recording", "electrical_series", "contents", "pipeline_steps", "is_hdf5",
+           "h5py_module", "GzipReader"]
 
 FS_ATTRS = ("fs", "sampling_rate", "sampling_frequency", "rate", "sample_rate")
 #: HDF5 filter ids
@@ -30,10 +36,45 @@ _DEFLATE, _SHUFFLE = 1, 2
 CHUNK_CACHE_BYTES = 64 << 20
 
 
-def _h5py() -> Any:
-    import h5py  # noqa: PLC0415 (imported when a file is opened, not with dspk)
+def h5py_module() -> Any:
+    """The h5py module, imported on first use (when a file is opened, not with dspk).
+
+    Examples
+    --------
+    >>> from dspk.io.hdf5 import h5py_module
+    >>> h5py_module().__name__
+    'h5py'
+    """
+    import h5py  # noqa: PLC0415 (h5py deferred: imported when a file is opened)
 
     return h5py
+
+
+#: the former private name, kept until every caller uses `h5py_module`
+_h5py = h5py_module
+
+
+def is_hdf5(path: Any) -> bool:
+    """Whether ``path`` is an existing file in HDF5 format (NWB files are); False for a
+    folder or a missing path.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py
+    >>> from dspk.io.hdf5 import is_hdf5
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "rec.h5")
+    >>> h5py.File(path, "w").close()
+    >>> is_hdf5(path), is_hdf5(tmp.name), is_hdf5(os.path.join(tmp.name, "none.h5"))
+    (True, False, False)
+    >>> tmp.cleanup()
+    """
+    return os.path.isfile(path) and bool(h5py_module().is_hdf5(path))
 
 
 def _text(v: Any) -> str:
@@ -41,12 +82,12 @@ def _text(v: Any) -> str:
 
 
 def _open_file(path: str) -> Any:
-    h5py = _h5py()
+    h5py = h5py_module()
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     if not h5py.is_hdf5(path):
-        raise RecordingError(f"{path}: not an HDF5 file (a flat binary needs n_channels= and "
-                             f"fs=)")
+        raise RecordingError(f"{path}: not an HDF5 file (a flat binary needs "
+                             f"{arg('n_channels')} and {arg('fs')})")
     try:
         return h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES)
     except OSError as exc:
@@ -57,7 +98,7 @@ def _open_file(path: str) -> Any:
 def _resolve(f: Any, name: str, allow_external_links: bool) -> Any:
     """The object at ``name``, refusing external links (anywhere along the path) unless
     allowed: a link may point outside the file the user named."""
-    h5py = _h5py()
+    h5py = h5py_module()
     parts = [p for p in name.strip("/").split("/") if p]
     node = f["/"]
     for i, part in enumerate(parts):
@@ -69,7 +110,7 @@ def _resolve(f: Any, name: str, allow_external_links: bool) -> Any:
         if isinstance(link, h5py.ExternalLink) and not allow_external_links:
             raise RecordingError(f"{f.filename}: {here} is an external link to "
                                  f"{link.filename}:{link.path}; refused (pass "
-                                 f"allow_external_links=True to follow it)")
+                                 f"{arg('allow_external_links', True)} to follow it)")
         try:
             node = node[part]
         except (KeyError, OSError) as exc:
@@ -79,7 +120,7 @@ def _resolve(f: Any, name: str, allow_external_links: bool) -> Any:
 
 def _datasets(f: Any) -> list[str]:
     """2-D numeric datasets of the file (for error messages and discovery)."""
-    h5py = _h5py()
+    h5py = h5py_module()
     found: list[str] = []
 
     def visit(name: str, obj: Any) -> None:
@@ -107,7 +148,7 @@ def contents(f: Any) -> list[tuple]:
     [('/spikes', (3,), ('sample_index',)), ('/traces', (100, 4), None)]
     >>> tmp.cleanup()
     """
-    h5py = _h5py()
+    h5py = h5py_module()
     found: list[tuple] = []
 
     def visit(name: str, obj: Any) -> None:
@@ -178,7 +219,7 @@ def electrical_series(f: Any) -> list[str]:
     (30000.0, 4, 1.0)
     >>> tmp.cleanup()
     """
-    h5py = _h5py()
+    h5py = h5py_module()
     found: list[str] = []
     for top in ("acquisition", "processing"):
         if top not in f or not isinstance(f.get(top, getlink=True), h5py.HardLink):
@@ -249,7 +290,7 @@ class HDF5Recording(Recording):
                  layout: str | None = None, gain_to_uv: Any = None, offset_to_uv: Any = None,
                  geometry: Any = None, allow_external_links: bool = False,
                  threads: int | None = None) -> None:
-        h5py = _h5py()
+        h5py = h5py_module()
         path = os.fspath(path)
         f = _open_file(path)
         try:
@@ -257,7 +298,7 @@ class HDF5Recording(Recording):
                 series = electrical_series(f)
                 if len(series) > 1:
                     raise RecordingError(f"{path}: {len(series)} ElectricalSeries; choose one "
-                                         f"with dataset=: {', '.join(series)}")
+                                         f"with {arg('dataset')}: {', '.join(series)}")
                 if series:
                     dataset = series[0]
                 else:
@@ -270,7 +311,7 @@ class HDF5Recording(Recording):
                     else:
                         raise RecordingError(f"{path}: no ElectricalSeries and "
                                              f"{len(found)} 2-D datasets; choose one with "
-                                             f"dataset=: {', '.join(found) or 'none'}")
+                                             f"{arg('dataset')}: {', '.join(found) or 'none'}")
             node = _resolve(f, dataset, allow_external_links)
             meta: dict = {}
             if isinstance(node, h5py.Group):
@@ -289,8 +330,8 @@ class HDF5Recording(Recording):
             if dset.dtype.kind not in "iuf":
                 raise RecordingError(f"{path}: {dataset} holds {dset.dtype}, not samples")
             attrs = _plain_meta(dset)
-            layout = _layout(layout or attrs.pop("layout", None), dset.shape,
-                             f"{path}:{dataset}")
+            layout = resolve_layout(layout or attrs.pop("layout", None), dset.shape,
+                                    f"{path}:{dataset}")
             self._samples_first = layout == "samples_channels"
             n, c = dset.shape if self._samples_first else dset.shape[::-1]
             pick = lambda arg, key: arg if arg is not None else \
@@ -305,6 +346,10 @@ class HDF5Recording(Recording):
         self.path, self.dataset, self.layout = path, dset.name, layout
         self._allow_external_links = allow_external_links
         self._file, self._dset = f, _with_chunk_cache(f, dset)
+        # where the samples are: another file for a dataset behind an external link, and any
+        # external raw-data files of the dataset (relative to its file)
+        self._dset_file = dset.file.filename
+        self._external = list(dset.external or [])
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
         self._gzip_io: GzipReader | None = None
@@ -351,10 +396,54 @@ class HDF5Recording(Recording):
         return RecordingSpec(HDF5Recording, dict(
             path=self.path, dataset=self.dataset, layout=self.layout,
             allow_external_links=self._allow_external_links, threads=self._threads,
-            **_resolved(self)))
+            **resolved_metadata(self)))
+
+    def files(self) -> tuple[Path, ...]:
+        """The HDF5 file; also, when the dataset was reached through an external link
+        (``allow_external_links``) or keeps its samples in external raw files, those files
+        (see `Recording.files`).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import h5py, numpy as np
+        >>> from dspk.io import HDF5Recording
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "rec.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     f.create_dataset("traces", data=np.ones((3000, 4), np.int16)).attrs["fs"] = 3e4
+        >>> with HDF5Recording(path) as rec:
+        ...     [p.name for p in rec.files()]
+        ['rec.h5']
+        >>> tmp.cleanup()
+        """
+        found = [self.path, self._dset_file]
+        folder = os.path.dirname(os.path.abspath(self._dset_file))
+        for name, _, _ in self._external:
+            # a relative name is looked up from the working directory unless HDF5 is told
+            # otherwise: both places counted
+            name = os.fsdecode(name)
+            found += [os.path.join(folder, name), os.path.abspath(name)]
+        return tuple(dict.fromkeys(Path(f).resolve() for f in found))
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """An HDF5 file (NWB files are; see `Recording.recognizes`)."""
+        path = source_path(source)
+        return path is not None and is_hdf5(path)
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "HDF5Recording":
+        """The dataset (``dataset``, or the one found), with ``fs``, ``layout``,
+        ``allow_external_links`` and the metadata overrides; ``n_channels``, ``dtype`` and
+        ``header_bytes`` refused unless they agree with the dataset (see
+        `Recording.from_source`)."""
+        rec = cls(os.fspath(source), options.dataset, options.fs, options.layout,
+                  allow_external_links=options.allow_external_links, **options.meta())
+        return options.check(rec, "an HDF5 dataset", layout=False)
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
-        return _select(self._read_native(start, stop, None), idx, self.n_channels,
+        return channels_first(self._read_native(start, stop, None), idx, self.n_channels,
                        self._samples_first)
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
@@ -380,7 +469,7 @@ def _with_chunk_cache(f: Any, dset: Any) -> Any:
     rows of chunks across all channels (a read of consecutive samples touches one row; h5py's
     default 1 MiB cache can hold less than one chunk, so a chunk would be decompressed once
     per read that touches it)."""
-    h5py = _h5py()
+    h5py = h5py_module()
     if dset.chunks is None:
         return dset
     per_chunk = int(np.prod(dset.chunks)) * dset.dtype.itemsize
@@ -436,7 +525,7 @@ def _nwb_meta(f: Any, series: Any, dset: Any) -> dict:
         steps = np.diff(ts)
         if ts.size < 2 or not np.all(steps > 0):
             raise RecordingError(f"{series.name}: timestamps are not increasing; cannot "
-                                 f"derive a sampling rate (pass fs=)")
+                                 f"derive a sampling rate (pass {arg('fs')})")
         meta["fs"] = 1.0 / float(np.median(steps))
     conversion = float(dset.attrs.get("conversion", 1.0))
     offset = float(dset.attrs.get("offset", 0.0))

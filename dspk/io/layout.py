@@ -1,13 +1,21 @@
-"""Moving samples-first blocks (as files store them) into dspk's [channels, samples] layout on
-the CPU, without NumPy's slow strided transpose copy."""
+"""The two storage orders of a recording ([samples, channels] as most files store them,
+[channels, samples] as dspk computes), telling which one a 2-D array is, and moving blocks into
+dspk's [channels, samples] layout (on the CPU without NumPy's slow strided transpose copy)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..backend import TRANSPOSE_TILE, blocked_transpose
+from ..argnames import arg
+from ..backend import TRANSPOSE_TILE, array_module, blocked_transpose
+from .errors import RecordingError
 
-__all__ = ["to_channels_first", "TRANSPOSE_TILE"]
+__all__ = ["to_channels_first", "resolve_layout", "channels_first", "LAYOUTS", "TRANSPOSE_TILE"]
+
+#: the storage orders a 2-D recording can have
+LAYOUTS = ("samples_channels", "channels_samples")
 
 
 def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -37,3 +45,89 @@ def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.nd
            [1, 3, 5]], dtype=int16), True)
     """
     return blocked_transpose(block, out)
+
+
+def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
+    """The layout given, or told from the shape: channels are the shorter axis when the other
+    is at least twice as long (an empty axis is the samples); otherwise the caller must say.
+
+    Parameters
+    ----------
+    layout : {"samples_channels", "channels_samples"} or None
+        What the caller said, if anything.
+    shape : tuple of 2 ints
+        The stored array's shape.
+    source : str
+        Named in the error.
+
+    Returns
+    -------
+    str
+        One of `LAYOUTS`.
+
+    Raises
+    ------
+    RecordingError
+        An unknown ``layout``, or a shape whose axes are too close to tell apart.
+
+    Examples
+    --------
+    >>> from dspk.io.layout import resolve_layout
+    >>> resolve_layout(None, (30000, 384), "x"), resolve_layout(None, (4, 3000), "x")
+    ('samples_channels', 'channels_samples')
+    >>> resolve_layout(None, (300, 200), "the array")            # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dspk.io.errors.RecordingError: layout: cannot tell samples from channels in the array ...
+    """
+    if layout is not None:
+        if layout not in LAYOUTS:
+            raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        return layout
+    a, b = shape
+    if 0 in (a, b):     # no samples: reported as such, not as "0 channels"
+        return "samples_channels" if a == 0 else "channels_samples"
+    if max(a, b) >= 2 * min(a, b):
+        return "samples_channels" if a > b else "channels_samples"
+    raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "
+                         f"{shape}; pass {arg('layout', 'samples_channels')} or "
+                         f"{arg('layout', 'channels_samples')}")
+
+
+def channels_first(block: Any, idx: np.ndarray, n_channels: int, samples_first: bool) -> Any:
+    """[channels, samples] of the channels ``idx`` from a block stored samples- or
+    channels-first, C-contiguous (a blocked transpose on the CPU; on the GPU, CuPy's).
+
+    Parameters
+    ----------
+    block : numpy.ndarray or cupy.ndarray
+        [samples, n_channels] when ``samples_first``, else [n_channels, samples].
+    idx : numpy.ndarray
+        The channels wanted, in the order wanted.
+    n_channels : int
+        The block's channel count (every channel in order needs no gather).
+    samples_first : bool
+        The block's layout.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        [len(idx), samples], C-contiguous, of ``block``'s type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io.layout import channels_first
+    >>> block = np.arange(6, dtype=np.int16).reshape(3, 2)       # 3 samples x 2 channels
+    >>> channels_first(block, np.array([1]), 2, samples_first=True)
+    array([[1, 3, 5]], dtype=int16)
+    """
+    xp = array_module(block)
+    everything = len(idx) == n_channels and bool(np.all(idx == np.arange(n_channels)))
+    if samples_first:
+        sub = block if everything else block[:, idx]
+        if xp is np:
+            return to_channels_first(np.asarray(sub))
+        return xp.ascontiguousarray(sub.T)
+    sub = block if everything else block[idx]
+    return xp.ascontiguousarray(sub)

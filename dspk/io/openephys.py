@@ -14,16 +14,22 @@ The layout follows the Open Ephys GUI documentation ("Binary format"): per conti
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .recording import BinaryRecording, RecordingError, RecordingSpec, _resolved
+from ..argnames import arg
+from .errors import RecordingError
+from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
+                        source_path)
 
-__all__ = ["OpenEphysRecording"]
+__all__ = ["OpenEphysRecording", "find_oebins", "find_oebin", "stream_of_dat", "is_auxiliary",
+           "choose_stream", "OEBIN"]
 
 OEBIN = "structure.oebin"
 #: µV per unit of a channel's ``units``
@@ -32,6 +38,10 @@ UNITS_UV = {"uv": 1.0, "µv": 1.0, "μv": 1.0, "mv": 1e3, "v": 1e6}
 _NON_NEURAL = re.compile(r"ADC|NI-DAQ|NIDAQ|AUX|ANALOG", re.I)
 #: the spike band of a probe: an "AP" token (ProbeA-AP, Neuropix-PXI-100.ProbeA-AP)
 _AP = re.compile(r"(?<![A-Za-z])AP(?![A-Za-z])")
+#: the files beside a stream's continuous.dat that hold one entry per sample (GUI >= 0.6:
+#: sample_numbers.npy int64 and timestamps.npy float64 seconds; 0.5: timestamps.npy, sample
+#: numbers)
+PER_SAMPLE_FILES = ("sample_numbers.npy", "timestamps.npy")
 
 
 def is_auxiliary(channel_name: str) -> bool:
@@ -85,6 +95,32 @@ def find_oebin(path: str) -> str:
                          f"one of them (its folder or {OEBIN}):\n  {listed}")
 
 
+def stream_of_dat(path: str) -> tuple[str, str] | None:
+    """(structure.oebin, stream folder name) when ``path`` is the ``continuous.dat`` of a
+    stream of an Open Ephys recording (``<recording>/continuous/<stream>/continuous.dat``),
+    else None.
+
+    Parameters
+    ----------
+    path : str
+        Any path.
+
+    Returns
+    -------
+    tuple of str, or None
+
+    Examples
+    --------
+    >>> stream_of_dat("/data/kilosort/temp_wh.dat") is None
+    True
+    """
+    if os.path.basename(path) != "continuous.dat":
+        return None
+    stream_dir = os.path.dirname(os.path.abspath(path))
+    oebin = os.path.join(os.path.dirname(os.path.dirname(stream_dir)), OEBIN)
+    return (oebin, os.path.basename(stream_dir)) if os.path.isfile(oebin) else None
+
+
 def _stream_name(s: dict) -> str:
     return str(s.get("folder_name", "")).strip().rstrip("/\\")
 
@@ -128,8 +164,8 @@ def choose_stream(streams: list[dict], dataset: str | None, source: str) -> int:
     if len(fastest) == 1 and len(pool) > 1:
         return fastest[0]
     raise RecordingError(f"dataset: {source} holds {len(streams)} continuous streams and none "
-                         f"is clearly the neural (AP) band; choose one with dataset= (its "
-                         f"folder name or index): {_describe(streams)}")
+                         f"is clearly the neural (AP) band; choose one with {arg('dataset')} "
+                         f"(its folder name or index): {_describe(streams)}")
 
 
 class OpenEphysRecording(BinaryRecording):
@@ -182,7 +218,8 @@ class OpenEphysRecording(BinaryRecording):
     RecordingError
         No or several recordings below a folder, several streams and none clearly neural, an
         unknown ``dataset``, a key missing from the stream (named), a data file that is not a
-        whole number of frames.
+        whole number of frames, or one that holds another number of samples than the
+        stream's ``sample_numbers.npy`` or ``timestamps.npy`` (a truncated copy).
     FileNotFoundError
         A stream whose ``continuous.dat`` is missing.
 
@@ -252,6 +289,7 @@ class OpenEphysRecording(BinaryRecording):
         if not os.path.isfile(dat):
             raise FileNotFoundError(f"{dat}: no such file (the data of stream {name!r} in "
                                     f"{oebin})")
+        _check_length(dat, n_stored, name)
         super().__init__(dat, n_stored, fs, np.int16, 0, columns=keep, gain_to_uv=gain_to_uv,
                          offset_to_uv=offset_to_uv, geometry=geometry)
         self.oebin, self.stream = oebin, name
@@ -269,7 +307,56 @@ class OpenEphysRecording(BinaryRecording):
         True
         """
         return RecordingSpec(OpenEphysRecording, dict(path=self.oebin, dataset=self.stream,
-                                                      **_resolved(self)))
+                                                      **resolved_metadata(self)))
+
+    def files(self) -> tuple[Path, ...]:
+        """Every file of the recording (see `dspk.io.Recording.files`): every file below the
+        recording folder (``structure.oebin``, each stream's ``continuous.dat``,
+        ``sample_numbers.npy`` and ``timestamps.npy``, the events, ``sync_messages.txt``,
+        ...) and, in the GUI's layout (``<Record Node>/experimentN/recordingM``), the
+        ``settings*.xml`` of the Record Node and of the experiment folder.
+
+        Examples
+        --------
+        >>> rec = OpenEphysRecording("Record Node 101")                  # doctest: +SKIP
+        >>> sorted(p.name for p in rec.files())                          # doctest: +SKIP
+        ['continuous.dat', 'sample_numbers.npy', 'settings.xml', 'structure.oebin', ...]
+        """
+        rec_dir = os.path.dirname(os.path.abspath(self.oebin))
+        found = [os.path.join(root, f) for root, dirs, names in os.walk(rec_dir)
+                 for f in names]
+        experiment = os.path.dirname(rec_dir)
+        if re.fullmatch(r"experiment\d*", os.path.basename(experiment)):
+            for folder in (experiment, os.path.dirname(experiment)):
+                found += glob.glob(os.path.join(glob.escape(folder), "settings*.xml"))
+        return tuple(dict.fromkeys(Path(f).resolve() for f in sorted(found)))
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """``structure.oebin``, a folder with one in or below it, or a stream's
+        ``continuous.dat`` (see `dspk.io.Recording.recognizes`)."""
+        path = source_path(source)
+        if path is None:
+            return False
+        if os.path.isdir(path):
+            return bool(find_oebins(path))
+        return os.path.basename(path) == OEBIN or stream_of_dat(path) is not None
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "OpenEphysRecording":
+        """The stream (``dataset``, or the one a stream's ``continuous.dat`` is the data of),
+        ``fs`` and the metadata overrides applied; the flat-binary options refused unless
+        they agree with ``structure.oebin`` (see `dspk.io.Recording.from_source`)."""
+        path = os.fspath(source)
+        dataset = options.dataset
+        of_dat = stream_of_dat(path)
+        if of_dat is not None:
+            if dataset not in (None, of_dat[1]):
+                raise RecordingError(f"dataset: {path} is the data of stream {of_dat[1]!r}, "
+                                     f"not {dataset!r}")
+            path, dataset = of_dat
+        rec = cls(path, dataset, fs=options.fs, **options.meta())
+        return options.check(rec, "an Open Ephys recording")
 
     @staticmethod
     def _uv_per_bit(channel: dict, stream: str, oebin: str) -> float:
@@ -283,3 +370,47 @@ class OpenEphysRecording(BinaryRecording):
             raise RecordingError(f"units: channel {channel.get('channel_name', '?')!r} of "
                                  f"{oebin} is in {units!r}; expected uV, mV or V")
         return float(bv) * UNITS_UV[units]
+
+
+def _check_length(dat: str, n_stored: int, stream: str) -> None:
+    """A stream's continuous.dat must be whole frames, as many as its per-sample files
+    (sample_numbers.npy, timestamps.npy) have entries: a copy cut short is otherwise read
+    without a word. Only the .npy files' headers are read."""
+    size, frame = os.path.getsize(dat), 2 * n_stored
+    if size % frame:
+        raise RecordingError(f"{dat}: {size} bytes is not a whole number of {n_stored}-channel "
+                             f"int16 frames ({frame} bytes, num_channels={n_stored} of stream "
+                             f"{stream!r}): truncated or copied incompletely")
+    n = size // frame
+    for name in PER_SAMPLE_FILES:
+        npy = os.path.join(os.path.dirname(dat), name)
+        if not os.path.isfile(npy):
+            continue
+        count = _npy_length(npy)
+        if count != n:
+            raise RecordingError(f"{dat} holds {n} samples ({size} bytes of {n_stored}-channel "
+                                 f"int16 frames) but {npy} has {count} entries: the recording "
+                                 f"looks truncated or copied incompletely")
+
+
+def _npy_length(npy: str) -> int:
+    """The first dimension of a .npy file, from its header, checked against the file's size
+    (a copy cut short keeps the whole header)."""
+    try:
+        with open(npy, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+            data_start = f.tell()
+    except (OSError, ValueError) as exc:
+        raise RecordingError(f"{npy}: cannot be read as a .npy array ({exc}): the recording "
+                             f"looks damaged or copied incompletely") from None
+    if not shape:
+        raise RecordingError(f"{npy}: a scalar, expected one entry per sample")
+    need = data_start + int(np.prod(shape)) * dtype.itemsize
+    have = os.path.getsize(npy)
+    if have < need:
+        raise RecordingError(f"{npy}: its header says {shape[0]} entries ({need} bytes) but "
+                             f"the file holds {have} bytes: truncated or copied incompletely")
+    return int(shape[0])

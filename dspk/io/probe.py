@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .recording import RecordingError
+from .errors import RecordingError
 
-__all__ = ["read_probe"]
+__all__ = ["read_probe", "probe_positions", "check_distinct_positions"]
 
 #: the longest ``range(...)`` a .prb file may build (more is not a probe)
 MAX_PRB_RANGE = 1 << 20
@@ -70,8 +70,8 @@ def read_probe(path: str | os.PathLike, n_channels: int | None = None) -> np.nda
     RecordingError
         A file that cannot be read as a probe (the message names the file and what was
         expected): unknown type, code in a .prb, a table with the wrong number of columns,
-        positions that are not finite, device channels missing or repeated, or a channel
-        count other than ``n_channels``.
+        positions that are not finite, device channels missing or repeated, a channel
+        count other than ``n_channels``, or two channels at the same position.
 
     Examples
     --------
@@ -149,6 +149,12 @@ def probe_positions(probe: Any, n_channels: int | None = None,
     -------
     numpy.ndarray
         [channels, 2] float64.
+
+    Raises
+    ------
+    RecordingError
+        Not a probe, device channels missing or repeated, positions that are not finite, a
+        channel count other than ``n_channels``, or two channels at the same position.
 
     Examples
     --------
@@ -252,7 +258,68 @@ def _checked(g: Any, n_channels: int | None, source: str) -> np.ndarray:
     if n_channels is not None and g.shape[0] != int(n_channels):
         raise RecordingError(f"{source}: {g.shape[0]} channel positions, expected "
                              f"{int(n_channels)} (one per recording channel)")
-    return g
+    return check_distinct_positions(g, source)
+
+
+def check_distinct_positions(positions: np.ndarray, source: str = "geometry") -> np.ndarray:
+    """``positions``, refused when two channels sit at the same (x, y): a probe's contacts
+    are at distinct places, so coincident ones are a wrong or placeholder geometry (all
+    zeros, say) that would make every spatial step (neighbours, local whitening) silently
+    wrong.
+
+    Parameters
+    ----------
+    positions : numpy.ndarray
+        [channels, 2] finite (x, y) in µm, row i for channel i.
+    source : str
+        Where the positions come from, named in the error.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``positions`` itself.
+
+    Raises
+    ------
+    RecordingError
+        Two channels or more at one position: the message names a few such pairs of channels
+        and their position, and how many positions are shared.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io.probe import check_distinct_positions
+    >>> check_distinct_positions(np.array([[0.0, 0.0], [0.0, 20.0]])).shape
+    (2, 2)
+    >>> check_distinct_positions(np.zeros((4, 2)), "probe.csv")    # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dspk.io.errors.RecordingError: probe.csv: channels 0, 1, 2 and 3 are all at (0, 0) µm: ...
+    """
+    if len(positions) < 2:
+        return positions
+    _, first, inverse, counts = np.unique(positions, axis=0, return_index=True,
+                                          return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts > 1)
+    if shared.size == 0:
+        return positions
+    inverse = inverse.reshape(-1)
+    # the shared positions in the order their first channel appears
+    shared = shared[np.argsort(first[shared])]
+    groups = []
+    for u in shared[:3]:
+        chans = np.flatnonzero(inverse == u)
+        x, y = positions[chans[0]]
+        if len(chans) == 2:
+            who = f"channels {chans[0]} and {chans[1]} are both"
+        else:
+            listed = ", ".join(str(c) for c in chans[:min(len(chans) - 1, 4)])
+            last = f" and {chans[-1]}" if len(chans) <= 5 else f", ... ({len(chans)} in all)"
+            who = f"channels {listed}{last} are all"
+        groups.append(f"{who} at ({x:g}, {y:g}) µm")
+    more = f"; {shared.size} positions are shared in all" if shared.size > 3 else ""
+    raise RecordingError(f"{source}: {'; '.join(groups)}{more}: the contacts of a probe are at "
+                         f"distinct positions (a placeholder geometry, or the wrong probe?)")
 
 
 # -- probeinterface JSON --------------------------------------------------------------------------

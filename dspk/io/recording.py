@@ -1,46 +1,149 @@
-"""The `Recording` interface and the sources that need no HDF5: in-memory arrays and flat
-binaries (Kilosort / SpikeGLX: int16 [samples, channels])."""
+"""The `Recording` interface and the sources that need no HDF5: in-memory arrays, flat
+binaries (Kilosort / SpikeGLX: int16 [samples, channels]) and SpikeInterface recordings; the
+options `dspk.io.open_recording` hands to the format that recognises a source."""
 
 from __future__ import annotations
 
 import copy
-
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ..backend import array_module
-from .layout import to_channels_first
+from ..argnames import arg
+from ..backend import array_module, is_cupy_array
+from .errors import RecordingError
+from .layout import LAYOUTS, channels_first, resolve_layout, to_channels_first
+from .probe import check_distinct_positions, probe_positions, read_probe
+from .scaling import to_uv
+
+__all__ = ["Recording", "RecordingSpec", "OpenOptions", "ArrayRecording", "BinaryRecording",
+           "SpikeInterfaceRecording", "RecordingError", "resolved_metadata", "source_path",
+           "MAX_CHANNELS", "MAX_READ_BYTES", "LAYOUTS", "RAW_DTYPES", "BINARY_SUFFIXES"]
 
 #: more channels than this is taken for a wrong axis or a corrupt header, not a probe
 MAX_CHANNELS = 65536
 #: one read() may return at most this many bytes (float32 when scaled): larger requests are
 #: refused before allocating (read in chunks, or use dspk.pipeline)
 MAX_READ_BYTES = 8 << 30
-LAYOUTS = ("samples_channels", "channels_samples")
 RAW_DTYPES = tuple(np.dtype(d) for d in (np.int16, np.uint16, np.int32, np.float32,
                                          np.float64, np.int8, np.uint8))
+#: the suffixes of a flat binary read without metadata (other files need n_channels=)
+BINARY_SUFFIXES = (".bin", ".dat", ".raw")
 
 _R = TypeVar("_R", bound="Recording")
 
 
-class RecordingError(ValueError):
-    """A recording that cannot be opened or read as asked (the message says why).
+def source_path(source: Any) -> str | None:
+    """``source`` as a path string when it is one (str or path-like), else None.
 
-    A `ValueError`, so ``except ValueError`` catches it too.
+    Parameters
+    ----------
+    source : object
+        What `dspk.io.open_recording` was given.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from dspk.io import RecordingError, open_recording
-    >>> rec = open_recording(np.zeros((3000, 4), dtype=np.int16), fs=30000.0)
-    >>> rec.read(0, 5000)                                      # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    dspk.io.recording.RecordingError: read: expected 0 <= start <= stop <= 3000, got ...
+    >>> from pathlib import Path
+    >>> from dspk.io.recording import source_path
+    >>> source_path(Path("rec.bin")), source_path(3)
+    ('rec.bin', None)
     """
+    return os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """The keywords of `dspk.io.open_recording`, handed to the format that recognises the
+    source (``recognizes``) and opens it (``from_source``). A format uses those that apply to
+    it and refuses the others when they contradict what it read (`check`): a flat-binary
+    ``n_channels`` that is not the file's, say, means the metadata belong to another file or
+    the guess was wrong.
+
+    Parameters
+    ----------
+    dataset, fs, layout, gain_to_uv, offset_to_uv, geometry : optional
+        As for `dspk.io.open_recording`.
+    n_channels, dtype, header_bytes, allow_external_links : optional
+        As for `dspk.io.open_recording`.
+
+    Examples
+    --------
+    >>> from dspk.io.recording import OpenOptions
+    >>> opts = OpenOptions(fs=30000.0, n_channels=4)
+    >>> opts.flat_binary_given(), sorted(opts.meta())
+    (True, ['gain_to_uv', 'geometry', 'offset_to_uv'])
+    """
+
+    dataset: str | None = None
+    fs: float | None = None
+    layout: str | None = None
+    gain_to_uv: Any = None
+    offset_to_uv: Any = None
+    geometry: Any = None
+    n_channels: int | None = None
+    dtype: Any = None
+    header_bytes: int = 0
+    allow_external_links: bool = False
+
+    def meta(self) -> dict:
+        """The metadata overrides every format takes: gains, offsets, geometry."""
+        return dict(gain_to_uv=self.gain_to_uv, offset_to_uv=self.offset_to_uv,
+                    geometry=self.geometry)
+
+    def flat_binary_given(self) -> bool:
+        """Whether any option that describes a flat binary (``n_channels``, ``dtype``,
+        ``header_bytes``) was given."""
+        return self.n_channels is not None or self.dtype is not None or bool(self.header_bytes)
+
+    def no_dataset(self, what: str, source: str) -> None:
+        """Refuse ``dataset`` for a source that holds one stream."""
+        if self.dataset is not None:
+            raise RecordingError(f"dataset: {what} ({source}) holds one stream; "
+                                 f"{arg('dataset')} does not apply (got {self.dataset!r})")
+
+    def check(self, rec: "Recording", what: str, layout: bool = True,
+              header_bytes: bool = True) -> "Recording":
+        """``rec``, or closed and refused when ``n_channels``, ``dtype``, ``header_bytes``
+        or ``layout`` contradict it (those the format does not itself take: ``layout=False``
+        or ``header_bytes=False`` leave them to the format).
+
+        Parameters
+        ----------
+        rec : Recording
+            As opened.
+        what : str
+            The format, for messages ("a SpikeGLX file").
+        layout, header_bytes : bool
+            Whether to check those two (False: the format used them).
+        """
+        try:
+            self._check(rec, what, layout, header_bytes)
+        except RecordingError:
+            rec.close()
+            raise
+        return rec
+
+    def _check(self, rec: "Recording", what: str, layout: bool, header_bytes: bool) -> None:
+        path = rec.source
+        if self.n_channels is not None:
+            allowed = tuple(dict.fromkeys((rec.n_channels, getattr(rec, "n_stored",
+                                                                   rec.n_channels))))
+            if int(self.n_channels) not in allowed:
+                said = " or ".join(map(str, allowed))
+                raise RecordingError(f"n_channels: {path} is {what} whose metadata give the "
+                                     f"channel count ({said}); leave {arg('n_channels')} out "
+                                     f"(got {self.n_channels})")
+        if self.dtype is not None and np.dtype(self.dtype) != rec.dtype:
+            raise RecordingError(f"dtype: {path} is {what}, {rec.dtype}; got "
+                                 f"{np.dtype(self.dtype)}")
+        if header_bytes and self.header_bytes:
+            raise RecordingError(f"header_bytes: {path} is {what}, with no header; got "
+                                 f"{self.header_bytes}")
+        if layout and self.layout not in (None, "samples_channels"):
+            raise RecordingError(f"layout: {path} is {what}, stored [samples, channels]")
 
 
 class Recording:
@@ -50,7 +153,9 @@ class Recording:
     `HDF5Recording`, `SpikeInterfaceRecording`; `open_recording` picks one): metadata checked
     once when it is made, and `read` for [channels, samples] blocks. A subclass implements
     ``_read(start, stop, idx)`` (and may override ``_read_native``; one that holds a file
-    overrides `close` and `spec`).
+    overrides `close`, `spec` and `files`). A format that `open_recording` dispatches to
+    says whether a source is its own (`recognizes`) and opens it with the caller's options
+    (`from_source`).
 
     Every recording is a context manager that closes it (`close`: the file handle, memory
     map or reader threads it holds; nothing for an in-memory one), and says how to open it
@@ -117,7 +222,7 @@ class Recording:
         self.source = source
         if fs is None:
             raise RecordingError(f"fs: the sampling rate of {source or 'the recording'} is "
-                                 f"unknown; pass fs=")
+                                 f"unknown; pass {arg('fs')}")
         fs = float(fs)
         if not (np.isfinite(fs) and fs > 0):
             raise RecordingError(f"fs: expected a positive sampling rate in Hz, got {fs}")
@@ -159,9 +264,8 @@ class Recording:
         if isinstance(geom, (str, os.PathLike)) or hasattr(geom, "contact_positions") or \
                 hasattr(geom, "probes"):
             # a probe file, or a probeinterface Probe/ProbeGroup: rows in device-channel order
-            from .probe import probe_positions, read_probe  # noqa: PLC0415 (io.probe imports us)
-
-            geom = read_probe(geom, self.n_channels) if isinstance(geom, (str, os.PathLike)) \
+            # (checked there: shape, finite, distinct)
+            return read_probe(geom, self.n_channels) if isinstance(geom, (str, os.PathLike)) \
                 else probe_positions(geom, self.n_channels)
         g = np.asarray(geom, dtype=np.float64)
         if g.ndim != 2 or g.shape != (self.n_channels, 2):
@@ -169,7 +273,7 @@ class Recording:
                                  f"got shape {g.shape}")
         if not np.all(np.isfinite(g)):
             raise RecordingError("geometry: positions must be finite")
-        return g
+        return check_distinct_positions(g, "geometry")
 
     @property
     def duration_s(self) -> float:
@@ -197,6 +301,91 @@ class Recording:
         True
         """
         self.closed = True
+
+    def files(self) -> tuple[Path, ...]:
+        """Every file on disk that belongs to the recording: its samples and its metadata
+        (absolute, symbolic links resolved). An output must never be one of them. Empty for a
+        recording that holds no file (an array, a SpikeInterface object).
+
+        Returns
+        -------
+        tuple of pathlib.Path
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from dspk.io import open_recording
+        >>> open_recording(np.zeros((3000, 2), np.int16), fs=30000.0).files()
+        ()
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "rec.bin")
+        >>> np.zeros((10, 2), np.int16).tofile(path)
+        >>> with open_recording(path, n_channels=2, fs=1000.0) as rec:
+        ...     [p.name for p in rec.files()]
+        ['rec.bin']
+        >>> tmp.cleanup()
+        """
+        return ()
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """Whether ``source`` (what `open_recording` was given: a path, an array, ...) is
+        this format, given the caller's ``options``; cheap, reading at most a file's name, a
+        folder listing or a few header bytes. `open_recording` asks the formats in order and
+        opens the source with the first that recognises it.
+
+        Parameters
+        ----------
+        source : object
+            A path (str or path-like; it exists) or an object.
+        options : OpenOptions
+            The caller's keywords.
+
+        Returns
+        -------
+        bool
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import ArrayRecording, BinaryRecording
+        >>> from dspk.io.recording import OpenOptions
+        >>> x = np.zeros((3000, 2), np.int16)
+        >>> ArrayRecording.recognizes(x, OpenOptions()), BinaryRecording.recognizes(x,
+        ...                                                                        OpenOptions())
+        (True, False)
+        """
+        return False
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "Recording":
+        """The recording of a source this format `recognizes`, opened with the options
+        that apply to it; those that do not are refused when they contradict what was read.
+
+        Parameters
+        ----------
+        source : object
+            As given to `recognizes`.
+        options : OpenOptions
+            The caller's keywords.
+
+        Returns
+        -------
+        Recording
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.io import ArrayRecording
+        >>> from dspk.io.recording import OpenOptions
+        >>> rec = ArrayRecording.from_source(np.zeros((3000, 2), np.int16),
+        ...                                  OpenOptions(fs=30000.0))
+        >>> rec.n_channels
+        2
+        """
+        raise NotImplementedError(f"{cls.__name__} is not opened from a source by "
+                                  f"open_recording; construct it")
 
     def __enter__(self: _R) -> _R:
         return self
@@ -309,14 +498,7 @@ class Recording:
             self._check_finite(raw, start, idx)
         if not scaled:
             return raw
-        xp = array_module(raw)
-        gain, offset = self.gain_to_uv[idx], self.offset_to_uv[idx]
-        out = raw.astype(np.float32)
-        if np.any(gain != 1):            # a pass over the block each, skipped when trivial
-            out *= xp.asarray(gain.astype(np.float32))[:, None]
-        if np.any(offset != 0):
-            out += xp.asarray(offset.astype(np.float32))[:, None]
-        return out
+        return to_uv(raw, self.gain_to_uv[idx], self.offset_to_uv[idx])
 
     #: whether the source stores samples first ([samples, channels]); see `read_native`
     samples_first: bool = True
@@ -444,41 +626,32 @@ class RecordingSpec:
         return f"RecordingSpec({what}{'' if path is None else f', {path!r}'})"
 
 
-def _resolved(rec: Recording) -> dict:
-    """The metadata of an opened recording as constructor keywords: a reopened file gives
-    these values whatever its attributes or the caller's overrides said."""
+def resolved_metadata(rec: Recording) -> dict:
+    """The metadata of an opened recording as constructor keywords (``fs``, ``gain_to_uv``,
+    ``offset_to_uv``, ``geometry``): a reopened file gives these values whatever its
+    attributes or the caller's overrides said (what `Recording.spec` hands on).
+
+    Parameters
+    ----------
+    rec : Recording
+        An opened recording.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io import open_recording
+    >>> from dspk.io.recording import resolved_metadata
+    >>> rec = open_recording(np.zeros((3000, 2), np.int16), fs=30000.0, gain_to_uv=0.5)
+    >>> meta = resolved_metadata(rec)
+    >>> meta["fs"], meta["gain_to_uv"], meta["geometry"]
+    (30000.0, array([0.5, 0.5]), None)
+    """
     return {"fs": rec.fs, "gain_to_uv": rec.gain_to_uv, "offset_to_uv": rec.offset_to_uv,
             "geometry": rec.geometry}
-
-
-def _select(block: Any, idx: np.ndarray, n_channels: int, samples_first: bool) -> Any:
-    """[channels, samples] of the channels ``idx`` from a block stored samples- or
-    channels-first (a blocked transpose on the CPU; the GPU transposes after its transfer)."""
-    xp = array_module(block)
-    everything = len(idx) == n_channels and bool(np.all(idx == np.arange(n_channels)))
-    if samples_first:
-        sub = block if everything else block[:, idx]
-        if xp is np:
-            return to_channels_first(np.asarray(sub))
-        return xp.ascontiguousarray(sub.T)
-    sub = block if everything else block[idx]
-    return xp.ascontiguousarray(sub)
-
-
-def _layout(layout: str | None, shape: tuple, source: str) -> str:
-    """The layout given, or told from the shape: channels are the shorter axis when the other
-    is at least twice as long (an empty axis is the samples); otherwise the caller must say."""
-    if layout is not None:
-        if layout not in LAYOUTS:
-            raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-        return layout
-    a, b = shape
-    if 0 in (a, b):     # no samples: reported as such, not as "0 channels"
-        return "samples_channels" if a == 0 else "channels_samples"
-    if max(a, b) >= 2 * min(a, b):
-        return "samples_channels" if a > b else "channels_samples"
-    raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "
-                         f"{shape}; pass layout='samples_channels' or 'channels_samples'")
 
 
 class ArrayRecording(Recording):
@@ -511,7 +684,7 @@ class ArrayRecording(Recording):
         if getattr(array, "ndim", None) != 2:
             raise RecordingError(f"array: expected a 2-D array, got shape "
                                  f"{getattr(array, 'shape', None)}")
-        layout = _layout(layout, array.shape, "the array")
+        layout = resolve_layout(layout, array.shape, "the array")
         self._samples_first = layout == "samples_channels"
         n, c = array.shape if self._samples_first else array.shape[::-1]
         super().__init__(fs=fs, n_channels=c, n_samples=n, dtype=array.dtype,
@@ -519,10 +692,27 @@ class ArrayRecording(Recording):
         self._array = array
         self.samples_first = self._samples_first
 
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """A NumPy or CuPy array (see `Recording.recognizes`)."""
+        return isinstance(source, np.ndarray) or is_cupy_array(source)
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "ArrayRecording":
+        """The array with ``fs`` (required), ``layout`` and the metadata overrides; the
+        flat-binary options are refused unless they describe the array (see
+        `Recording.from_source`)."""
+        if options.fs is None:
+            raise RecordingError(f"fs: an array recording needs its sampling rate "
+                                 f"({arg('fs')})")
+        options.no_dataset("an array", f"shape {source.shape}")
+        return options.check(cls(source, options.fs, options.layout, **options.meta()),
+                             "an array", layout=False)
+
     def _read(self, start: int, stop: int, idx: np.ndarray) -> Any:
         a = self._array
         block = a[start:stop] if self._samples_first else a[:, start:stop]
-        return _select(block, idx, self.n_channels, self._samples_first)
+        return channels_first(block, idx, self.n_channels, self._samples_first)
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> Any:
         a = self._array
@@ -601,7 +791,8 @@ class BinaryRecording(Recording):
         dtype = np.dtype(dtype)
         size = os.path.getsize(path) - int(header_bytes)
         if n_channels is None or int(n_channels) < 1:
-            raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count")
+            raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count "
+                                 f"(at least 1; got {n_channels}); pass {arg('n_channels')}")
         stored = int(n_channels)
         frame = stored * dtype.itemsize
         if size < 0 or size % frame:
@@ -620,6 +811,34 @@ class BinaryRecording(Recording):
         consecutive = bool(np.all(np.diff(cols) == 1))
         self._cols: Any = slice(int(cols[0]), int(cols[-1]) + 1) if consecutive else cols
         self._all = consecutive and len(cols) == stored
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """A file named ``.bin``, ``.dat`` or ``.raw``, or any file when ``n_channels`` is
+        given (see `Recording.recognizes`); asked last, after every format with metadata."""
+        path = source_path(source)
+        return path is not None and os.path.isfile(path) and \
+            (options.n_channels is not None or path.lower().endswith(BINARY_SUFFIXES))
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "BinaryRecording":
+        """The file as [samples, channels] frames of ``n_channels`` (required) ``dtype``
+        samples (default int16) after ``header_bytes`` (see `Recording.from_source`)."""
+        path = os.fspath(source)
+        if options.n_channels is None:
+            raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel "
+                                 f"count; pass {arg('n_channels')} and {arg('fs')} (and "
+                                 f"{arg('dtype')} if not int16)")
+        if options.layout not in (None, "samples_channels"):
+            raise RecordingError("layout: flat binaries are [samples, channels]")
+        options.no_dataset("a flat binary", path)
+        return cls(path, options.n_channels, options.fs,
+                   np.int16 if options.dtype is None else options.dtype,
+                   options.header_bytes, **options.meta())
+
+    def files(self) -> tuple[Path, ...]:
+        """The file (see `Recording.files`)."""
+        return (Path(self.path).resolve(),)
 
     def close(self) -> None:
         """Drop the memory map (the file is unmapped once no array read from it is left)."""
@@ -645,12 +864,12 @@ class BinaryRecording(Recording):
         """
         return RecordingSpec(BinaryRecording, dict(
             path=self.path, n_channels=self.n_stored, dtype=self.dtype,
-            header_bytes=self.header_bytes, columns=self.columns, **_resolved(self)))
+            header_bytes=self.header_bytes, columns=self.columns, **resolved_metadata(self)))
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         if isinstance(self._cols, slice):     # a view of the run of columns: no gather
-            return _select(self._map[start:stop, self._cols], idx, self.n_channels, True)
-        return _select(self._map[start:stop], self.columns[idx], self.n_stored, True)
+            return channels_first(self._map[start:stop, self._cols], idx, self.n_channels, True)
+        return channels_first(self._map[start:stop], self.columns[idx], self.n_stored, True)
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
         block = self._map[start:stop] if self._all else self._map[start:stop, self._cols]
@@ -748,6 +967,19 @@ class SpikeInterfaceRecording(Recording):
                          dtype=r.get_dtype(), source=f"SpikeInterface {type(r).__name__}",
                          **meta)
         self._si, self._segment = r, segment
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """An object with SpikeInterface's recording methods (see `Recording.recognizes`)."""
+        return hasattr(source, "get_traces") and hasattr(source, "get_sampling_frequency")
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "SpikeInterfaceRecording":
+        """Its first segment, ``fs`` and the metadata overrides applied (see
+        `Recording.from_source`)."""
+        what = "a SpikeInterface recording"
+        options.no_dataset(what, type(source).__name__)
+        return options.check(cls(source, fs=options.fs, **options.meta()), what)
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         ids = self._si.get_channel_ids()[idx]

@@ -16,15 +16,33 @@ of the recording: a preprocessing pipeline must never filter, reference or white
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import warnings
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .recording import BinaryRecording, RecordingError, RecordingSpec, _resolved
+from ..argnames import arg
+from .errors import RecordingError, RecordingWarning
+from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
+                        source_path)
 
-__all__ = ["SpikeGLXRecording"]
+__all__ = ["SpikeGLXRecording", "meta_path", "read_meta", "parse_channel_list",
+           "looks_like_spikeglx"]
+
+log = logging.getLogger("dspk.io")
+
+#: how many samples a .bin without fileSizeBytes may differ from what its fileTimeSecs and
+#: rate imply beyond their written precision, before a warning (SpikeGLX writes fileTimeSecs
+#: as samples / rate, rounded)
+DURATION_TOLERANCE_SAMPLES = 4
+#: SpikeGLX's stream file names: run_g0_t0.imec0.ap.bin, .lf.bin, run_g0_t0.nidq.bin,
+#: run_g0_t0.obx0.obx.bin (3A: run_g0_t0.imec.ap.bin)
+_STREAM_NAME = re.compile(r"\.(ap|lf|nidq|obx)\.bin$|\.imec\d*\.(.*\.)?bin$", re.I)
 
 #: imec probe types whose every channel has the fixed gain 80 (NP2.0 families: the IMRO
 #: entries have no gain field)
@@ -61,6 +79,28 @@ def meta_path(path: str) -> str | None:
         return None
     meta = stem + ".meta"
     return meta if os.path.isfile(meta) else None
+
+
+def looks_like_spikeglx(path: str) -> bool:
+    """Whether a file is named as SpikeGLX names its streams' binaries (``*.ap.bin``,
+    ``*.lf.bin``, ``*.nidq.bin``, ``*.obx.bin``, ``*.imecN.*.bin``), whether or not its
+    ``.meta`` is there.
+
+    Parameters
+    ----------
+    path : str
+        A file name or path.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> looks_like_spikeglx("run_g0_t0.imec0.ap.bin"), looks_like_spikeglx("kilosort.bin")
+    (True, False)
+    """
+    return bool(_STREAM_NAME.search(os.path.basename(path)))
 
 
 def read_meta(path: str) -> dict[str, str]:
@@ -133,7 +173,10 @@ class SpikeGLXRecording(BinaryRecording):
       ``geometry=``). Entries marked unused (reference sites) are kept as channels; their
       flags are in ``used``.
     - **Size**: the file must be a whole number of ``nSavedChans`` int16 frames and, when
-      the meta has ``fileSizeBytes``, exactly that long.
+      the meta has ``fileSizeBytes``, exactly that long. Without ``fileSizeBytes`` (older
+      files), a sample count that disagrees with ``fileTimeSecs`` × the rate (beyond the
+      precision they are written with) is warned about (`RecordingWarning`): whole frames
+      missing cannot be told otherwise.
 
     Parameters
     ----------
@@ -167,6 +210,14 @@ class SpikeGLXRecording(BinaryRecording):
         A tag that is needed and missing or malformed (the message names it and the
         ``.meta``), a file size that does not match the meta, a probe type whose gains are not
         known (pass ``gain_to_uv=``).
+    FileNotFoundError
+        The ``.meta`` of a ``.bin``, or the ``.bin`` of a ``.meta``, missing.
+
+    Warns
+    -----
+    RecordingWarning
+        A ``.meta`` without ``fileSizeBytes`` whose ``fileTimeSecs`` implies another sample
+        count than the file holds.
 
     Examples
     --------
@@ -251,7 +302,47 @@ class SpikeGLXRecording(BinaryRecording):
         >>> rec.spec().open().n_channels == rec.n_channels          # doctest: +SKIP
         True
         """
-        return RecordingSpec(SpikeGLXRecording, dict(path=self.path, **_resolved(self)))
+        return RecordingSpec(SpikeGLXRecording, dict(path=self.path,
+                                                     **resolved_metadata(self)))
+
+    def files(self) -> tuple[Path, ...]:
+        """The ``.bin`` and its ``.meta`` (see `dspk.io.Recording.files`).
+
+        Examples
+        --------
+        >>> rec = SpikeGLXRecording("run_g0_t0.imec0.ap.bin")           # doctest: +SKIP
+        >>> [p.name for p in rec.files()]                               # doctest: +SKIP
+        ['run_g0_t0.imec0.ap.bin', 'run_g0_t0.imec0.ap.meta']
+        """
+        return (Path(self.path).resolve(), Path(self._meta_file).resolve())
+
+    @classmethod
+    def recognizes(cls, source: Any, options: OpenOptions) -> bool:
+        """A ``.meta``, a ``.bin`` with a ``.meta`` of the same stem beside it, or a file named
+        like a SpikeGLX stream (`looks_like_spikeglx`) when no flat-binary option says it is
+        to be read as one (see `dspk.io.Recording.recognizes`)."""
+        path = source_path(source)
+        if path is None or os.path.isdir(path):
+            return False
+        if path.lower().endswith(".meta") or meta_path(path) is not None:
+            return True
+        return looks_like_spikeglx(path) and not options.flat_binary_given()
+
+    @classmethod
+    def from_source(cls, source: Any, options: OpenOptions) -> "SpikeGLXRecording":
+        """The stream, ``fs`` and the metadata overrides applied; ``dataset`` refused, the
+        flat-binary options refused unless they agree with the ``.meta`` (see
+        `dspk.io.Recording.from_source`)."""
+        path = os.fspath(source)
+        if not path.lower().endswith(".meta") and meta_path(path) is None:
+            meta, name = os.path.splitext(path)[0] + ".meta", os.path.basename(path)
+            raise RecordingError(
+                f"{meta}: missing (no such file). SpikeGLX keeps the sampling rate, channel "
+                f"count and µV scale of {name} in its .meta; copy it beside the .bin, or read "
+                f"{name} as a flat binary instead: pass {arg('n_channels')} and {arg('fs')} "
+                f"(and {arg('dtype')} if not int16)")
+        options.no_dataset("a SpikeGLX file", path)
+        return options.check(cls(path, fs=options.fs, **options.meta()), "a SpikeGLX file")
 
     # -- metadata access ---------------------------------------------------------------------
     def _get(self, key: str) -> str:
@@ -301,6 +392,7 @@ class SpikeGLXRecording(BinaryRecording):
 
     def _check_size(self, path: str, n_saved: int) -> None:
         size = os.path.getsize(path)
+        frame = 2 * n_saved
         expected = self.meta.get("fileSizeBytes")
         if expected is not None:
             try:
@@ -312,10 +404,45 @@ class SpikeGLXRecording(BinaryRecording):
                 raise RecordingError(f"{path}: {size} bytes on disk, but its .meta says "
                                      f"fileSizeBytes={expected_i}: the file is truncated or "
                                      f"incomplete (or the .meta belongs to another file)")
-        if size % (2 * n_saved):
+            if size % frame:     # the file is whole: the channel count is what is wrong
+                raise RecordingError(f"nSavedChans: {self._meta_file} disagrees with {path}: "
+                                     f"nSavedChans={n_saved} implies {frame}-byte int16 "
+                                     f"frames, but the file holds {size} bytes (as "
+                                     f"fileSizeBytes says), not a whole number of them; the "
+                                     f".meta describes another file or was edited")
+            return
+        if size % frame:
             raise RecordingError(f"{path}: {size} bytes is not a whole number of "
-                                 f"{n_saved}-channel int16 frames ({2 * n_saved} bytes, "
+                                 f"{n_saved}-channel int16 frames ({frame} bytes, "
                                  f"nSavedChans={n_saved}): truncated")
+        self._check_duration(path, size // frame)
+
+    def _check_duration(self, path: str, found: int) -> None:
+        """Warn when a file without fileSizeBytes holds another sample count than
+        fileTimeSecs × the rate imply (whole frames cut off leave no other trace)."""
+        rate_key = "imSampRate" if self.stream == "imec" else "niSampRate"
+        secs_text, rate_text = self.meta.get("fileTimeSecs"), self.meta.get(rate_key)
+        if not secs_text or not rate_text:
+            return
+        try:
+            secs, rate = float(secs_text), float(rate_text)
+        except ValueError:
+            return                          # not needed to read the file: not checked
+        if not (np.isfinite(secs) and np.isfinite(rate) and secs > 0 and rate > 0):
+            return
+        implied = secs * rate
+        # both may be written rounded: the implied count is known to half a unit of the last
+        # digit of each (fileTimeSecs = samples / rate when SpikeGLX wrote it)
+        slack = 0.5 * _last_digit(secs_text) * rate + \
+            0.5 * _last_digit(rate_text) * secs + DURATION_TOLERANCE_SAMPLES
+        if abs(found - implied) <= slack:
+            return
+        msg = (f"{path}: {found} samples on disk, but its .meta implies {implied:.0f} "
+               f"(fileTimeSecs={secs_text} x {rate_key}={rate_text}) and has no fileSizeBytes "
+               f"to tell for certain: the file may be truncated or copied incompletely (or the "
+               f".meta belongs to another file)")
+        log.warning(msg)
+        warnings.warn(msg, RecordingWarning, stacklevel=4)
 
     def _saved_ids(self, n_saved: int) -> np.ndarray | None:
         """The acquired channel numbers of the stored columns, or None when all are saved."""
@@ -411,7 +538,7 @@ class SpikeGLXRecording(BinaryRecording):
             gain = np.array([per_chan[c][b] for c, b in zip(imro.tolist(), bands.tolist())])
         else:
             raise RecordingError(f"imroTbl: probe type {ptype} in {self._meta_file} is not one "
-                                 f"whose gains dspk knows; pass gain_to_uv=")
+                                 f"whose gains dspk knows; pass {arg('gain_to_uv')}")
         if not np.all(gain > 0):
             raise RecordingError(f"imroTbl: gains must be positive in {self._meta_file}")
         return 1e6 * vmax / imax / gain
@@ -492,3 +619,18 @@ class SpikeGLXRecording(BinaryRecording):
             raise RecordingError(f"niMNGain/niMAGain: gains must be positive in "
                                  f"{self._meta_file}")
         return 1e6 * vmax / imax / gain
+
+
+def _last_digit(text: str) -> float:
+    """The value of one unit in the last digit of a number as written ("3600.01": 0.01), but
+    at most that of its 6th significant digit: a writer rounds to 6 significant digits at the
+    coarsest (C's and Qt's default precision), so "0.1" is 0.100000 and exact to 1e-6, while
+    a value with more digits is as exact as they say."""
+    try:
+        value = Decimal(text.strip())
+        exponent = value.as_tuple().exponent
+    except InvalidOperation:
+        return 0.0
+    if not isinstance(exponent, int) or value == 0:
+        return 0.0
+    return min(10.0 ** exponent, 10.0 ** (value.adjusted() - 5))
