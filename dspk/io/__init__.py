@@ -189,7 +189,9 @@ def recording_formats() -> tuple[type[Recording], ...]:
     ['ArrayRecording', 'SpikeInterfaceRecording', 'OpenEphysRecording', 'SpikeGLXRecording',
      'HDF5Recording', 'BinaryRecording']
     """
-    from .hdf5 import HDF5Recording  # noqa: PLC0415 (the HDF5 module on first use, as below)
+    # the HDF5 module is loaded on first use (see __getattr__ below; h5py is imported later
+    # still, when a file is opened)
+    from .hdf5 import HDF5Recording  # noqa: PLC0415
 
     return (ArrayRecording, SpikeInterfaceRecording, OpenEphysRecording, SpikeGLXRecording,
             HDF5Recording, BinaryRecording)
