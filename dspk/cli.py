@@ -24,12 +24,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
 import sys
 import textwrap
-from typing import Any
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
 
 from ._version import __version__
-from .backend import gpu_unavailable_reason, resolve_backend
+from .argnames import command_line_spelling
+from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
+from .io import open_recording, read_probe
+from .linalg.tuner import cache_path, read_cache, tune_mode
+from .pipeline import JobInterrupted, Pipeline, registry
 
 #: the raw sample types a flat binary may hold
 RAW_DTYPES = ("int16", "uint16", "int32", "float32", "float64", "int8", "uint8")
@@ -50,8 +61,6 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
 def _open_options(args: argparse.Namespace) -> dict:
     """The input options (``_input_options``) as `dspk.open_recording` keywords, those given
     only (the others keep open_recording's defaults); ``--probe`` read into ``geometry``."""
-    from .io import read_probe  # noqa: PLC0415
-
     options = {key: getattr(args, key) for key in ("dataset", "fs", "n_channels", "dtype",
                                                    "gain_to_uv")
                if getattr(args, key) is not None}
@@ -64,8 +73,6 @@ def _open_options(args: argparse.Namespace) -> dict:
 
 def _open(args: argparse.Namespace, dataset: str | None = None) -> Any:
     """The input recording, with the geometry of ``--probe`` and the flat-binary options."""
-    from .io import open_recording  # noqa: PLC0415
-
     options = _open_options(args)
     if dataset is not None:
         options["dataset"] = dataset
@@ -75,14 +82,10 @@ def _open(args: argparse.Namespace, dataset: str | None = None) -> Any:
 def _info(args: argparse.Namespace) -> int:
     if args.input is not None:
         return _info_file(args)
-    from .linalg.tuner import cache_path, tune_mode  # noqa: PLC0415
-
     print(f"dspk {__version__}")
     print(f"backend: {resolve_backend(args.backend)}")
     reason = gpu_unavailable_reason()
     if reason is None:
-        from .backend import cupy_module, device_name  # noqa: PLC0415
-
         cp = cupy_module()
         for i in range(cp.cuda.runtime.getDeviceCount()):
             print(f"gpu {i}: {device_name(i)}")
@@ -101,17 +104,15 @@ def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
 
 
 def _info_file(args: argparse.Namespace) -> int:
-    import os  # noqa: PLC0415
-
-    import numpy as np  # noqa: PLC0415
-
-    from .io.hdf5 import _h5py, contents, electrical_series, pipeline_steps  # noqa: PLC0415
+    # the HDF5 helpers load h5py on first use (dspk.io.hdf5): `dspk --help` stays fast
+    from .io.hdf5 import (contents, electrical_series, h5py_module,  # noqa: PLC0415
+                          is_hdf5, pipeline_steps)
 
     path = args.input
     series: list = []
     steps = None
-    if os.path.isfile(path) and _h5py().is_hdf5(path):
-        with _h5py().File(path, "r") as f:
+    if os.path.isfile(path) and is_hdf5(path):
+        with h5py_module().File(path, "r") as f:
             series = electrical_series(f)
             datasets = contents(f)
             steps = pipeline_steps(f)
@@ -149,30 +150,21 @@ def _info_file(args: argparse.Namespace) -> int:
 
 
 def _pipeline_options(args: argparse.Namespace) -> dict:
-    """The pipeline options (``_pipeline_args``, and ``--detect``/``--threshold`` where the
-    command has them) as `Pipeline.from_options` keywords: the one mapping from the command
-    line to a pipeline (``dspk preprocess``, ``tune`` and ``preprocess-many``)."""
-    options = dict(highpass=args.highpass or None,
-                   bandpass=tuple(args.bandpass) if args.bandpass else None,
-                   reference=args.reference, whiten=args.whiten, n_neighbors=args.neighbors,
-                   backend=args.backend or "auto")
-    if getattr(args, "detect", False):
-        options.update(detect=True, detect_threshold=args.threshold)
-    return options
+    """The pipeline options (`_pipeline_args`: every option of the stage registry) as
+    `Pipeline.from_options` keywords: the one mapping from the command line to a pipeline
+    (``dspk preprocess``, ``tune`` and ``preprocess-many``)."""
+    options = {o.name: getattr(args, o.name) for o in registry.options()}
+    for o in registry.options():
+        if o.nargs and options[o.name] is not None:
+            options[o.name] = tuple(options[o.name])
+    return {**options, "backend": args.backend or "auto"}
 
 
-def _pipeline(args: argparse.Namespace) -> Any:
-    from .pipeline import Pipeline  # noqa: PLC0415
-
+def _pipeline(args: argparse.Namespace) -> Pipeline:
     return Pipeline.from_options(**_pipeline_options(args))
 
 
 def _preprocess(args: argparse.Namespace) -> int:
-    import logging  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    import numpy as np  # noqa: PLC0415
-
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     pipe = _pipeline(args)
     with _open(args) as rec:
@@ -180,7 +172,7 @@ def _preprocess(args: argparse.Namespace) -> int:
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
         t0 = time.perf_counter()
-        out = pipe.run(rec, args.output, chunk_s=args.chunk,
+        out = pipe.run(rec, args.output, chunk_s=args.chunk_s,
                        output_dtype=np.int16 if args.int16 else np.float32,
                        overwrite=args.overwrite, resume=args.resume,
                        compression=None if args.compression == "none" else args.compression,
@@ -194,11 +186,10 @@ def _preprocess(args: argparse.Namespace) -> int:
 
 
 def _preprocess_many(args: argparse.Namespace) -> int:
-    import numpy as np  # noqa: PLC0415
-
+    # dspk.dask needs the optional extra dask: loaded only by this command
     from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
 
-    options = {**_pipeline_options(args), **_open_options(args), "chunk_s": args.chunk,
+    options = {**_pipeline_options(args), **_open_options(args), "chunk_s": args.chunk_s,
                "output_dtype": np.int16 if args.int16 else np.float32,
                "overwrite": args.overwrite}
     client = cluster_client(args.scheduler, args.workers, gpu=options["backend"] == "gpu")
@@ -220,65 +211,66 @@ def _preprocess_many(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     """Fit the pipeline and push one chunk through it: every tuner decision the job will need
     (products, FIR and reference implementations) is taken now and stored in the cache."""
-    import time  # noqa: PLC0415
-
-    from .linalg.tuner import cache_path  # noqa: PLC0415
-
     pipe = _pipeline(args)
     with _open(args) as rec:
         t0 = time.perf_counter()
-        pipe.tune(rec, args.chunk)
-        chunk = min(rec.n_samples, max(1, int(round(args.chunk * rec.fs))))
+        pipe.tune(rec, args.chunk_s)
+        chunk = min(rec.n_samples, max(1, int(round(args.chunk_s * rec.fs))))
         print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
               f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
     return 0
 
 
+#: how to open IN: which series, and what a flat binary does not say about itself (each
+#: option stores to the `dspk.open_recording` keyword of its name; --probe to ``geometry``)
+INPUT_OPTIONS = (
+    ("--dataset", dict(default=None, help="the HDF5 dataset or NWB ElectricalSeries path, or "
+                       "the Open Ephys stream (needed when the file holds several)")),
+    ("--fs", dict(type=float, default=None, metavar="HZ",
+                  help="sampling rate in Hz (required for flat binaries; overrides the file's)")),
+    ("--n-channels", dict(type=int, default=None, metavar="N",
+                          help="channels per frame of a flat binary")),
+    ("--dtype", dict(default=None, choices=RAW_DTYPES,
+                     help="sample type of a flat binary (when not given: int16)")),
+    ("--header-bytes", dict(type=int, default=0, metavar="BYTES",
+                            help="bytes before the first sample of a flat binary")),
+    ("--gain-to-uv", dict(type=float, default=None, metavar="UV",
+                          help="µV per raw unit (overrides the file's; when neither gives one: "
+                               "1, the samples taken as µV)")),
+    ("--probe", dict(default=None, metavar="FILE",
+                     help="channel positions in µm: probeinterface JSON, .prb, CSV/TSV (x,y or "
+                          "channel,x,y per line) or .npy; overrides the file's (needed by "
+                          "local whitening and --detect when the file has none)")),
+    ("--backend", dict(default=None, metavar="auto|cpu|gpu",
+                       help="where to compute (when not given: $DSPK_BACKEND, else auto)")),
+)
+
+
 def _input_options(p: argparse.ArgumentParser) -> None:
-    """How to open IN: which series, and what a flat binary does not say about itself."""
-    p.add_argument("--dataset", default=None,
-                   help="the HDF5 dataset or NWB ElectricalSeries path, or the Open Ephys "
-                        "stream (needed when the file holds several)")
-    p.add_argument("--fs", type=float, default=None, metavar="HZ",
-                   help="sampling rate in Hz (required for flat binaries; overrides the "
-                        "file's)")
-    p.add_argument("--n-channels", type=int, default=None, metavar="N",
-                   help="channels per frame of a flat binary")
-    p.add_argument("--dtype", default=None, choices=RAW_DTYPES,
-                   help="sample type of a flat binary (when not given: int16)")
-    p.add_argument("--header-bytes", type=int, default=0, metavar="BYTES",
-                   help="bytes before the first sample of a flat binary")
-    p.add_argument("--gain-to-uv", type=float, default=None, metavar="UV",
-                   help="µV per raw unit (overrides the file's; when neither gives one: 1, "
-                        "the samples taken as µV)")
-    p.add_argument("--probe", default=None, metavar="FILE",
-                   help="channel positions in µm: probeinterface JSON, .prb, CSV/TSV (x,y or "
-                        "channel,x,y per line) or .npy; overrides the file's (needed by local "
-                        "whitening and --detect when the file has none)")
-    p.add_argument("--backend", default=None, metavar="auto|cpu|gpu",
-                   help="where to compute (when not given: $DSPK_BACKEND, else auto)")
+    """The input options (`INPUT_OPTIONS`)."""
+    for flag, kwargs in INPUT_OPTIONS:
+        p.add_argument(flag, **kwargs)
 
 
 def _pipeline_args(p: argparse.ArgumentParser) -> None:
-    band = p.add_mutually_exclusive_group()
-    band.add_argument("--highpass", type=float, default=300.0, metavar="HZ",
-                      help="FIR high-pass cutoff in Hz (0: none)")
-    band.add_argument("--bandpass", type=float, nargs=2, metavar=("LO", "HI"),
-                      help="FIR band-pass edges in Hz, instead of the high-pass")
-    p.add_argument("--reference", default="median", choices=("median", "mean", "none"),
-                   help="common reference across channels")
-    p.add_argument("--whiten", default="local", choices=("global", "local", "none"),
-                   help="ZCA whitening: local needs channel positions (--probe)")
-    p.add_argument("--neighbors", type=int, default=32, metavar="N",
-                   help="channels per neighbourhood for local whitening")
-    p.add_argument("--chunk", type=float, default=1.0, metavar="SECONDS",
+    """Every option of the stage registry (`dspk.pipeline.registry`: a step registered by
+    your code gets its option here too), the chunk length and the input options."""
+    groups: dict = {}
+    for o in registry.options():
+        if o.group is not None and o.group not in groups:
+            groups[o.group] = p.add_mutually_exclusive_group()
+        where = p if o.group is None else groups[o.group]
+        if o.switch:
+            where.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
+            continue
+        where.add_argument(o.flag, dest=o.name, default=o.default, type=o.type,
+                           choices=o.choices, nargs=o.nargs, metavar=o.metavar, help=o.help)
+    p.add_argument("--chunk", dest="chunk_s", type=float, default=1.0, metavar="SECONDS",
                    help="chunk length (the output does not depend on it)")
     _input_options(p)
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .linalg.tuner import _read_cache, cache_path  # noqa: PLC0415
-
     path = cache_path()
     if args.action == "clear":
         if path.exists():
@@ -287,7 +279,7 @@ def _cache(args: argparse.Namespace) -> int:
         else:
             print(f"no cache at {path}")
         return 0
-    entries = _read_cache(path)
+    entries = read_cache(path)
     if not entries:
         print(f"no tuned choices in {path}")
         return 0
@@ -332,11 +324,6 @@ def parser() -> argparse.ArgumentParser:
     _pipeline_args(p_pre)
     p_pre.add_argument("--int16", action="store_true",
                        help="scaled int16 output (else float32)")
-    p_pre.add_argument("--detect", action="store_true",
-                       help="also detect spikes (/spikes and /features of the output; needs "
-                            "channel positions)")
-    p_pre.add_argument("--threshold", type=float, default=7.0, metavar="SDS",
-                       help="detection threshold in noise SDs")
     p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
                        help="HDF5 compression of the output")
     p_pre.add_argument("--channels-first", action="store_true",
@@ -378,15 +365,65 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+#: the keywords whose command-line option has another name (or none of its own) than the
+#: keyword's: how messages spell them on the command line (`dspk.argnames`)
+OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype": "--int16",
+                "layout": "--channels-first", "compression": "--compression",
+                "resume": "--resume", "overwrite": "--overwrite"}
+
+
+def spelling() -> dict:
+    """Python keyword -> command-line option, for the options of every command: the stage
+    registry's, the input options' (each stores to the keyword of its name) and
+    `OPTION_NAMES`.
+
+    Examples
+    --------
+    >>> from dspk import cli
+    >>> table = cli.spelling()
+    >>> table["fs"], table["n_neighbors"], table["geometry"]
+    ('--fs', '--neighbors', '--probe FILE')
+    """
+    table = {o.name: o.flag for o in registry.options()}
+    table.update({flag[2:].replace("-", "_"): flag for flag, _ in INPUT_OPTIONS})
+    return {**table, **OPTION_NAMES}
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a command as Ctrl-C does (a job keeps its partial output for
+    --resume), in the main thread; the handler before it is restored at the end."""
+    try:
+        before = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:          # not the main thread (an embedding program): left as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``dspk`` command; returns its exit status (0 done, 1 some recordings of
-    preprocess-many failed, 2 an error, printed on one line as ``dspk: error: ...``)."""
+    preprocess-many failed, 2 an error, printed on one line as ``dspk: error: ...``; 130
+    interrupted by Ctrl-C or SIGTERM, one line saying where a job stopped and that --resume
+    continues it). Messages spell arguments as this command's options (`dspk.argnames`)."""
     args = parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except Exception as exc:  # a clear one-line error for the command line
-        print(f"dspk: error: {exc}", file=sys.stderr)
-        return 2
+    with command_line_spelling(spelling()), _terminate_as_interrupt():
+        try:
+            return args.func(args)
+        except KeyboardInterrupt as exc:
+            what = str(exc) if isinstance(exc, JobInterrupted) else "interrupted"
+            print(f"\ndspk: {what}", file=sys.stderr)
+            return 130
+        except Exception as exc:  # a clear one-line error for the command line
+            print(f"dspk: error: {exc}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

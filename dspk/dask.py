@@ -2,9 +2,9 @@
 blocks with halos, and many recordings fanned out over a ``dask.distributed`` cluster.
 
 Nothing here computes on its own: every block runs the single-process code path
-(`Pipeline.apply` on a NumPy or CuPy block, `Pipeline.block` for a fit chunk, `dspk.io` for
-reading, `Pipeline.run` and `Pipeline.run_span` for writing, `dspk.pipeline.job` for the
-output files), so a result is the single-process result. Workers open recordings for
+(`Pipeline.apply` on a NumPy or CuPy block, `Pipeline.fit` in a task, `dspk.io` for reading,
+a `dspk.pipeline.Job` — `Pipeline.run`, `Pipeline.run_span`, `Job.allocate` — for writing,
+`dspk.pipeline.output` for the output files), so a result is the single-process result. Workers open recordings for
 themselves from `dspk.io.Recording.spec`; only public API of the pipeline is used here.
 Needs the optional extra ``dask`` (``pip install dspk[dask]``); dask-cuda's
 ``LocalCUDACluster`` is used for GPU workers when installed (one worker per visible GPU).
@@ -33,12 +33,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+try:
+    import dask
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+except ImportError as exc:   # pragma: no cover - the extra is installed in the tests
+    raise ImportError("dspk.dask needs dask: pip install 'dspk[dask]'") from exc
+
 from .backend import resolve_backend
 from .io import Recording, RecordingSpec, open_recording
-from .ops import CovarianceAccumulator
-from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, PipelineError, Whiten, fit_spans
-from .pipeline.job import (LAYOUTS, PartialOutput, check_output, chunk_samples, int16_scale,
-                           job_record, opened, write_metadata)
+from .io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
+from .pipeline import Job, Pipeline, PipelineError, registry
+from .pipeline.job import opened
+from .pipeline.output import LAYOUTS, PartialOutput, check_output, chunk_samples
 
 __all__ = ["to_dask", "apply", "fit", "to_hdf5", "run_split", "preprocess_many", "cluster_client",
            "close_client"]
@@ -49,14 +56,6 @@ log = logging.getLogger("dspk.dask")
 CHUNK_S = 1.0
 #: seconds to wait for a scheduler given by address before giving up
 CONNECT_TIMEOUT_S = 10.0
-
-
-def _dask_array() -> Any:
-    try:
-        import dask.array as da  # noqa: PLC0415
-    except ImportError as exc:   # pragma: no cover - the extra is installed in the tests
-        raise ImportError("dspk.dask needs dask: pip install 'dspk[dask]'") from exc
-    return da
 
 
 class _Reopened:
@@ -120,9 +119,6 @@ def to_dask(recording: Any, chunk: int | None = None, **open_options: Any) -> An
     120.0
     >>> tmp.cleanup()
     """
-    import dask  # noqa: PLC0415
-
-    da = _dask_array()
     if not isinstance(recording, (str, os.PathLike, Recording)):
         raise TypeError(f"recording: expected a path or a dspk Recording, got "
                         f"{type(recording).__name__}")
@@ -187,7 +183,7 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     if getattr(darray, "ndim", None) != 2:
         raise ValueError(f"darray: expected a 2-D [channels, samples] dask array, got "
                          f"{getattr(darray, 'shape', None)}")
-    if pipeline.detector is not None:
+    if pipeline.sinks:
         raise PipelineError("apply: the Detect step writes spikes, not traces; run "
                             "preprocess_many (Pipeline.run) for detection")
     if not pipeline.is_fitted:
@@ -207,16 +203,13 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
             chunks[-2:] = [chunks[-2] + chunks[-1]]
         darray = darray.rechunk({1: tuple(chunks)})
     starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
-
-    from dask.array.utils import meta_from_array  # noqa: PLC0415
-
     gpu = resolve_backend(pipeline.backend) == "gpu"
 
     def block(x: Any, block_info: Any = None) -> Any:
         i = block_info[None]["chunk-location"][1]
         host = isinstance(x, np.ndarray)
         if gpu and host:      # a GPU pipeline computes host blocks on its device, as run() does
-            import cupy  # noqa: PLC0415
+            import cupy  # noqa: PLC0415 (GPU pipelines only)
 
             y = cupy.asarray(x).astype(pipeline.dtype, copy=False)
         else:
@@ -233,8 +226,6 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
 def _write_block(block: np.ndarray, path: str, offset: int, shape: tuple, dtype: str,
                  starts: np.ndarray, samples_first: bool, block_info: Any = None) -> np.ndarray:
     """One block of traces into the output's samples (os.pwrite; no HDF5 in the worker)."""
-    from .io.rawio import RawDatasetWriter  # noqa: PLC0415
-
     s0 = int(starts[block_info[None]["chunk-location"][1]])
     host = np.asarray(getattr(block, "get", lambda: block)(), dtype=dtype)
     writer = RawDatasetWriter(path, offset=offset, shape=shape, dtype=dtype)
@@ -304,10 +295,6 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     (1000.0, True)
     >>> tmp.cleanup()
     """
-    import dask  # noqa: PLC0415
-
-    from .io.rawio import create_contiguous, new_file, raw_offset  # noqa: PLC0415
-
     out = _new_output(out_path, layout, overwrite)
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -419,48 +406,29 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
                spans: int | None, chunk_s: float, output_dtype: Any,
                output_scale: float | None, layout: str, overwrite: bool,
                on_chunk: Callable[[int], Any] | None) -> Path:
-    import dask  # noqa: PLC0415
-
-    from .io.rawio import create_contiguous, new_file, raw_offset  # noqa: PLC0415
-
-    out = _new_output(out_path, layout, overwrite, rec)
-    out_dtype = np.dtype(output_dtype)
-    if out_dtype not in (np.dtype(np.float32), np.dtype(np.int16)):
-        raise ValueError(f"output_dtype: expected float32 or int16, got {out_dtype}")
-    if pipeline.detector is not None:
+    if pipeline.sinks:
         raise PipelineError("run_split: the Detect step writes spikes; use preprocess_many")
-    pipeline.check(rec)
+    # every check of Pipeline.run's job (output, options, what the steps need) before work
+    job = Job(pipeline, rec, out_path, chunk_s=chunk_s, output_dtype=output_dtype,
+              output_scale=output_scale, layout=layout, overwrite=overwrite)
     if not pipeline.is_fitted:
-        # without a client, the fit's tasks run where the spans will: in this process's
+        # without a client, the fit's task runs where the spans will: in this process's
         # threads, not on a global default client
         with dask.config.set(scheduler="threads") if client is None else nullcontext():
             fit(pipeline, rec, client=client)
-    pipeline.fs = rec.fs
-    scale = int16_scale(out_dtype, output_scale,
-                        any(isinstance(s, Whiten) for s in pipeline.steps))
-    n, c = rec.n_samples, rec.n_channels
-    chunk = chunk_samples(chunk_s, rec.fs)
+    n, chunk = rec.n_samples, job.chunk
     if spans is None:
         spans = len(client.scheduler_info()["workers"]) if client is not None else 1
     n_chunks = -(-n // chunk)
     spans = max(1, min(int(spans), n_chunks))
     bounds = [min(n, (i * n_chunks // spans) * chunk) for i in range(spans + 1)]
     t0 = time.perf_counter()
-    files = PartialOutput(out)
-    files.discard()
     # a failed span leaves no file that could pass for an output
-    with files.writing() as partial:
-        with new_file(partial) as f:
-            shape = (n, c) if layout == "samples_channels" else (c, n)
-            dset = create_contiguous(f, "traces", shape, out_dtype)
-            # the metadata and fitted state of Pipeline.run's output: the same file
-            write_metadata(f, rec, job_record(pipeline.fingerprint(), rec, chunk, out_dtype,
-                                              scale, layout, None), pipeline.options())
-            pipeline.write_fitted(f, rec.fs)
-            offset = raw_offset(dset)
+    with job.files.writing() as partial:
+        offset = job.allocate()       # the metadata and fitted state of Pipeline.run's output
         source = _Reopened(rec)
         tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
-                                         out_dtype.str, scale, layout, on_chunk)
+                                         job.out_dtype.str, job.scale, layout, on_chunk)
                  for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         t1 = time.perf_counter()
         if client is not None:
@@ -468,6 +436,7 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
         else:
             timings = dask.compute(*tasks, scheduler="threads")
         t2 = time.perf_counter()
+    out = job.files.out
     log.info("run_split %s: output prepared in %.3f s, %d span(s) in %.3f s", out.name,
              t1 - t0, len(tasks), t2 - t1)
     for t in timings:
@@ -477,34 +446,31 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
     return out
 
 
-def _partial_covariance(pipeline: Pipeline, source: _Reopened, s0: int, s1: int, k: int,
-                        xp_name: str) -> CovarianceAccumulator:
-    """One fit chunk through the steps before step k, as a CovarianceAccumulator."""
-    xp = np
-    if xp_name == "cupy":
-        import cupy as xp  # noqa: PLC0415
-    acc = CovarianceAccumulator()
-    acc.add(pipeline.block(source.get(), s0, s1, upto=k, xp=xp))
-    return acc
+def _fit_task(pipeline: Pipeline, source: _Reopened, seed: int) -> tuple:
+    """`Pipeline.fit` of a copy of ``pipeline``, in a worker: (fitted states, rate)."""
+    fitted = Pipeline(pipeline.steps, backend=pipeline.backend, dtype=pipeline.dtype,
+                      states=[dict(st) for st in pipeline.states])
+    fitted.fit(source.get(), seed=seed)
+    return fitted.states, fitted.fs
 
 
 def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
         **open_options: Any) -> Pipeline:
-    """`Pipeline.fit` with the fit chunks computed as tasks (on ``client``'s cluster, or
-    dask's default scheduler): each chunk's steps and covariance in parallel, the partial
-    covariances then combined on the caller in the chunks' order, as `Pipeline.fit` adds
-    them — the same whitening matrix, bit for bit. (The feature PCA of a Detect step is
-    fitted by `Pipeline.run`.)
+    """`Pipeline.fit` as a task (on ``client``'s cluster, or dask's default scheduler): the
+    worker reopens the recording and runs the one fit pass of `Pipeline.fit` (each fit chunk
+    read and filtered once, several read at once), so the fitted state is that of
+    `Pipeline.fit`, bit for bit, computed where the pipeline's backend is (a GPU worker for
+    a GPU pipeline).
 
     Parameters
     ----------
     pipeline : Pipeline
-        Fitted in place (its whitening steps' W) and returned.
+        Fitted in place and returned.
     recording : path or Recording
         Opened with `dspk.open_recording` (``open_options`` passed on) when a path; a file
-        is reopened by each worker.
+        is reopened by the worker.
     client : dask.distributed.Client, optional
-        Where the chunks are computed (default: dask's default scheduler).
+        Where the fit runs (default: dask's default scheduler).
     seed : int
         Seeds the fit chunks' positions, as for `Pipeline.fit` (its default chunk count and
         length).
@@ -527,27 +493,13 @@ def fit(pipeline: Pipeline, recording: Any, client: Any = None, seed: int = 0,
     >>> bool(np.array_equal(tasks.states[-1]["W"], alone.states[-1]["W"]))   # bit for bit
     True
     """
-    import dask  # noqa: PLC0415
-
     with opened(recording, **open_options) as rec:
-        source = _Reopened(rec)
-        pipeline.fs = rec.fs
-        # the caller's backend decides where the chunks are computed (as Pipeline.fit)
-        xp_name = pipeline.xp.__name__
-        for k, step in enumerate(pipeline.steps):
-            if not isinstance(step, Whiten):
-                continue
-            if step.mode == "local" and rec.geometry is None:
-                raise PipelineError("whiten='local' needs the recording's geometry")
-            spans = fit_spans(rec.n_samples, rec.fs, seed, FIT_CHUNKS, FIT_CHUNK_S)
-            tasks = [dask.delayed(_partial_covariance)(pipeline, source, s0, s1, k, xp_name)
-                     for s0, s1 in spans]
-            parts = client.gather(client.compute(tasks)) if client is not None else \
-                list(dask.compute(*tasks))
-            acc = parts[0]
-            for part in parts[1:]:
-                acc.merge(part)
-            pipeline.set_fitted(k, step.fit(acc, rec.geometry))
+        pipeline.check(rec)             # refused here, before a task is sent
+        task = dask.delayed(_fit_task)(pipeline, _Reopened(rec), seed)
+        states, fs = client.compute(task).result() if client is not None else task.compute()
+    for k, st in enumerate(states):
+        pipeline.set_fitted(k, st)
+    pipeline.fs = fs
     return pipeline
 
 
@@ -613,13 +565,25 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
                                processes=True, dashboard_address=":0"))
 
 
-#: preprocess_many's keywords, by where they go
+#: preprocess_many's keywords, by where they go (the pipeline's: `pipeline_keys`)
 OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry", "n_channels",
              "dtype", "header_bytes", "allow_external_links"}
-PIPELINE_KEYS = {"highpass", "bandpass", "reference", "whiten", "n_neighbors", "backend",
-                 "dtype_processing", "detect", "detect_threshold"}
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
             "overwrite", "on_chunk"}
+
+
+def pipeline_keys() -> set:
+    """preprocess_many's pipeline keywords: every option of the stage registry
+    (`dspk.pipeline.registry.options`, steps registered by your code included), ``backend``,
+    and ``dtype_processing`` for the processing dtype (``dtype`` is the raw files').
+
+    Examples
+    --------
+    >>> from dspk.dask import pipeline_keys
+    >>> sorted(pipeline_keys())[:4]
+    ['backend', 'bandpass', 'detect', 'detect_threshold']
+    """
+    return {o.name for o in registry.options()} | {"backend", "dtype_processing"}
 
 
 def _pipeline(pipe_options: dict) -> Pipeline:
@@ -629,7 +593,7 @@ def _pipeline(pipe_options: dict) -> Pipeline:
     return Pipeline.from_options(**opts)
 
 
-def _job(path: str, out: str, open_options: dict, pipe_options: dict,
+def _job(path: str, out: str, open_options: dict, pipeline: Pipeline,
          run_options: dict) -> str:
     """One recording, in a worker: open, fit, run — resuming the partial output that a
     killed worker left (`Pipeline.run`'s resume), so a retried job ends with the same file."""
@@ -637,14 +601,14 @@ def _job(path: str, out: str, open_options: dict, pipe_options: dict,
     if "layout_out" in run:
         run["layout"] = run.pop("layout_out")
     with open_recording(path, **open_options) as rec:
-        return str(_pipeline(pipe_options).run(rec, out, resume=True, progress=False, **run))
+        return str(pipeline.run(rec, out, resume=True, progress=False, **run))
 
 
-def _tune_job(path: str, open_options: dict, pipe_options: dict, chunk_s: float) -> None:
+def _tune_job(path: str, open_options: dict, pipeline: Pipeline, chunk_s: float) -> None:
     """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
     cache before the jobs start."""
     with open_recording(path, **open_options) as rec:
-        _pipeline(pipe_options).tune(rec, chunk_s)
+        pipeline.tune(rec, chunk_s)
 
 
 def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
@@ -769,15 +733,18 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     out.mkdir(parents=True, exist_ok=True)
     if not os.access(out, os.W_OK):
         raise PermissionError(f"out_dir: {out} is not writable")
-    unknown = set(options) - OPEN_KEYS - PIPELINE_KEYS - RUN_KEYS
+    pipe_keys = pipeline_keys()
+    unknown = set(options) - OPEN_KEYS - pipe_keys - RUN_KEYS
     if unknown:
         raise TypeError(f"preprocess_many: unknown keyword(s) {sorted(unknown)}")
     open_options = {k: v for k, v in options.items() if k in OPEN_KEYS}
-    pipe_options = {k: v for k, v in options.items() if k in PIPELINE_KEYS}
     run_options = {k: v for k, v in options.items() if k in RUN_KEYS}
+    # the pipeline is made here, once (a bad option is refused before a cluster starts), and
+    # sent to the workers: its stages travel with it, those of your own registered steps too
+    pipeline = _pipeline({k: v for k, v in options.items() if k in pipe_keys})
     own = client is None
     if own:
-        client = cluster_client(gpu=pipe_options.get("backend") == "gpu")
+        client = cluster_client(gpu=resolve_backend(pipeline.backend) == "gpu")
     try:
         # the tuner's decisions first, once per kind of recording, so that every worker (on a
         # machine sharing the tuner's cache) makes the same choices: outputs identical to a
@@ -790,12 +757,12 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
                 first.setdefault(key, p)
         for p in first.values() if tune else ():
             try:
-                client.submit(_tune_job, p, open_options, pipe_options, chunk_s,
+                client.submit(_tune_job, p, open_options, pipeline, chunk_s,
                               pure=False).result()
             except Exception as exc:   # its own job will report it
                 log.warning("%s: tuning failed: %s", p, exc)
         futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}.h5"), open_options,
-                                    pipe_options, run_options, retries=retries, pure=False)
+                                    pipeline, run_options, retries=retries, pure=False)
                    for p in paths}
         results: dict = {}
         for p, fut in futures.items():

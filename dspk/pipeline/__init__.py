@@ -1,31 +1,36 @@
 """The streaming pipeline: a recording in, preprocessed traces (HDF5) out, chunk by chunk.
 
-A `Pipeline` is a list of steps on [channels, samples] float arrays: `HighPass` / `BandPass`
-(linear-phase FIR), `Reference` (median or mean across channels) and `Whiten` (global or local
-ZCA, fitted on a seeded sample of chunks spread over the recording). A chunk is read with a
-halo of ``margin`` samples on each side (the FIR steps' half lengths, summed), processed, and
-its inner part written, so the output does not depend on the chunk size (up to float32
-rounding of the FFT filters). Outside the recording the signal is zero, as in the one-shot
-ops: after every step the samples outside [0, n) are set to zero again, so a chunk at an edge
-equals the same samples of `Pipeline.transform` on the whole recording.
+A `Pipeline` is a list of stages on [channels, samples] float arrays: steps — `HighPass` /
+`BandPass` (linear-phase FIR), `Reference` (median or mean across channels), `Whiten` (global
+or local ZCA, fitted on a seeded sample of chunks spread over the recording), and any step of
+your own — then sinks, which write beside the traces (`Detect`: spikes and their features).
+A chunk is read with a halo of ``margin`` samples on each side (the stages' margins, summed),
+processed, and its inner part written, so the output does not depend on the chunk size (up to
+float32 rounding of the FFT filters). Outside the recording the signal is zero, as in the
+one-shot ops: after every step the samples outside [0, n) are set to zero again, so a chunk at
+an edge equals the same samples of `Pipeline.transform` on the whole recording.
 
 Output: HDF5, ``/traces`` [samples, channels] (or [channels, samples]), float32 or int16 with a
-scale; with a `Detect` step also ``/spikes`` (`dspk.detect.SPIKE_DTYPE`, sorted by time) and,
-row for row, ``/features`` [spikes, neighbours, components] (PCA of each spike's waveform on
-its neighbour channels, the PCA fitted on the fit chunks' spikes) and ``/feature_channels``
+scale; with `Detect` also ``/spikes`` (`dspk.detect.SPIKE_DTYPE`, sorted by time) and, row for
+row, ``/features`` [spikes, neighbours, components] (PCA of each spike's waveform on its
+neighbour channels, the PCA fitted on the fit chunks' spikes) and ``/feature_channels``
 [spikes, neighbours]; written to ``OUT.partial`` and renamed when complete; ``resume=True``
 continues a job that was killed from the last chunk it recorded as written (the progress is
 kept next to the partial file and written only after the chunk's data is flushed), with the
 fitted state stored in the partial file, giving the same bytes as a job that never stopped
 (no HDF5 object times are stored: two runs of a job write the same file). The output is
-checked (not the input, not an existing file without ``overwrite``, a folder that exists) and
-so is what the steps need of the recording (`Pipeline.check`) before anything is fitted or
-written. The input is opened read-only and never written.
+checked (never a file of the input, never anything but a regular file, not an existing file
+without ``overwrite``, a folder that exists) and so is what the stages need of the recording
+(`Pipeline.check`) before anything is fitted or written. The input is opened read-only and
+never written.
 
-The package's modules: `dspk.pipeline.steps` (the steps: ``fit``, ``apply``, their halo),
-`dspk.pipeline.pipeline` (`Pipeline`, `preprocess`) and `dspk.pipeline.job` (what a job
-does with files: the partial output and its resume record, staging, the writer, the chunk
-loop, progress), which `dspk.dask` uses too. Every name below is importable from
+The package's modules: `dspk.pipeline.stage` (the contract of a stage: `Step`, `Sink`,
+`Context`), `dspk.pipeline.registry` (stages and their options: the command line,
+`Pipeline.from_options` and `dspk.dask` read it), `dspk.pipeline.steps` and
+`dspk.pipeline.sinks` (the stages), `dspk.pipeline.pipeline` (`Pipeline`, `preprocess`),
+`dspk.pipeline.prepared` (a pipeline prepared for a run; the fit pass),
+`dspk.pipeline.job` (`Job`: one run), `dspk.pipeline.output` (the output file) and
+`dspk.pipeline.stream` (the chunk loop). Every name below is importable from
 ``dspk.pipeline``.
 
 Examples
@@ -37,11 +42,20 @@ Examples
 (131, True)
 """
 
+from . import registry  # noqa: F401
 from .errors import PipelineError
-# importable from here as before the package split (Detect, the constants), besides __all__
-from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess  # noqa: F401
-from .steps import (FITTED, STEP_TYPES, BandPass, Detect, HighPass, Reference,  # noqa: F401
-                    Step, Whiten)
+from .job import Job, JobInterrupted
+from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
+from .registry import Option, register
+from .sinks import Detect
+from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
+from .steps import BandPass, HighPass, Reference, Whiten
 
-__all__ = ["Pipeline", "HighPass", "BandPass", "Reference", "Whiten", "preprocess",
-           "PipelineError"]
+#: the registered stage classes by name (the names stored in saved pipelines and outputs); a
+#: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
+STEP_TYPES = registry.stage_classes()
+
+__all__ = ["Pipeline", "HighPass", "BandPass", "Reference", "Whiten", "Detect", "preprocess",
+           "PipelineError", "Job", "JobInterrupted", "Step", "Sink", "Stage", "Context",
+           "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
+           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs"]

@@ -1,0 +1,201 @@
+"""A pipeline prepared for one run (`PreparedPipeline`): every stage's `prepare` made once for
+the run's context (the taps at its rate, W on its device), then applied to blocks, with the
+samples outside the recording kept at zero after every step; and the fit pass
+(`fitted_states`): each fit chunk read and filtered once, every stage that fits fitted in
+order on the chunks as the stages before it left them.
+
+The prepared data belong to the run: the pipeline's options and fitted state are only read.
+
+Examples
+--------
+>>> import numpy as np
+>>> from dspk.pipeline import Context, Pipeline, Reference
+>>> p = Pipeline([Reference("mean")])
+>>> run = p.prepare(Context(fs=1000.0, n_channels=2, xp=np, dtype=np.dtype(np.float32)))
+>>> run.apply(np.eye(2, dtype=np.float32), start=0, n_total=2)
+array([[ 0.5, -0.5],
+       [-0.5,  0.5]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from .stage import Context, FitBlocks, Sink, Step
+from .stream import READ_AHEAD_COMPRESSED, read_block
+
+__all__ = ["PreparedPipeline", "fitted_states"]
+
+
+class PreparedPipeline:
+    """The stages of a pipeline (the first ``upto``), each prepared for ``ctx``.
+
+    Parameters
+    ----------
+    stages : sequence of Stage
+    states : sequence of dict
+        Their fitted states.
+    ctx : Context
+    upto : int, optional
+        Only the first ``upto`` stages.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import Context, HighPass, Whiten
+    >>> from dspk.pipeline.prepared import PreparedPipeline
+    >>> ctx = Context(fs=30000.0, n_channels=2, xp=np, dtype=np.dtype(np.float32))
+    >>> run = PreparedPipeline([HighPass(), Whiten()], [{}, {}], ctx, upto=1)  # not fitted:
+    >>> len(run.steps)                                       # Whiten is not prepared
+    1
+    """
+
+    def __init__(self, stages: Sequence[Any], states: Sequence[dict], ctx: Context,
+                 upto: int | None = None) -> None:
+        self.ctx = ctx
+        pairs = list(zip(stages, states))[:upto]
+        self.steps = [(s, s.prepare(ctx, st)) for s, st in pairs if isinstance(s, Step)]
+        self.sinks = [(s, s.prepare(ctx, st), st) for s, st in pairs if isinstance(s, Sink)]
+
+    def apply(self, x: Any, start: int, n_total: int) -> Any:
+        """The steps on a block x [channels, samples] in the run's dtype whose first sample
+        is sample ``start`` of a recording of ``n_total`` samples (in place where a step
+        allows): the samples outside [0, n_total) are set to zero after every step.
+
+        Parameters
+        ----------
+        x : array
+        start : int
+            Negative for a block that begins with a halo before the recording.
+        n_total : int
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.pipeline import Context, Pipeline, Reference
+        >>> run = Pipeline([Reference("mean")]).prepare(
+        ...     Context(fs=1e3, n_channels=2, xp=np, dtype=np.dtype(np.float32)))
+        >>> x = np.array([[1, 1, 1], [3, 3, 3]], np.float32)   # samples -1, 0, 1 of 1
+        >>> run.apply(x, start=-1, n_total=1)
+        array([[ 0., -1.,  0.],
+               [ 0.,  1.,  0.]], dtype=float32)
+        """
+        ctx = self.ctx
+        lo, hi = max(0, -start), min(x.shape[1], n_total - start)
+        for step, prepared in self.steps:
+            x = step.apply(x, ctx, prepared)
+            if lo > 0 or hi < x.shape[1]:
+                x[:, :lo] = 0
+                x[:, hi:] = 0
+        return x
+
+    def compute(self, raw: tuple, s0: int, s1: int, m: int) -> Any:
+        """The steps on a block read as (first sample, µV block) for [s0 − m, s1 + m),
+        padded with zeros where that lies outside the recording.
+
+        Parameters
+        ----------
+        raw : tuple
+            (first sample read, block [channels, samples]) (`dspk.pipeline.stream.read_block`).
+        s0, s1 : int
+            The chunk.
+        m : int
+            Its halo.
+
+        Returns
+        -------
+        array [channels, s1 − s0 + 2 m]
+        """
+        ctx = self.ctx
+        xp, dtype = ctx.xp, ctx.dtype
+        rec = ctx.recording
+        a, block = raw
+        width = s1 - s0 + 2 * m
+        if a == s0 - m and block.shape[1] == width:   # inside the recording: no padding
+            x = xp.asarray(block).astype(dtype, copy=False)
+        else:
+            x = xp.zeros((ctx.n_channels, width), dtype=dtype)
+            x[:, a - (s0 - m):a - (s0 - m) + block.shape[1]] = \
+                xp.asarray(block).astype(dtype, copy=False)
+        return self.apply(x, s0 - m, rec.n_samples)
+
+    def tables(self) -> list:
+        """Every sink's tables, in order (`dspk.pipeline.Sink.tables`)."""
+        return [t for s, _, st in self.sinks for t in s.tables(self.ctx, st)]
+
+    def rows(self, full: Any, s0: int, s1: int, m: int) -> list:
+        """Every sink's rows of chunk [s0, s1) computed with halo m (each sink gets its own
+        margin of exact context), in `tables`' order.
+
+        Parameters
+        ----------
+        full : array [channels, s1 − s0 + 2 m]
+        s0, s1, m : int
+        """
+        out: list = []
+        for sink, prepared, _ in self.sinks:
+            md = sink.margin(self.ctx.fs)
+            out += sink.rows(full[:, m - md:m + (s1 - s0) + md], s0, s1, self.ctx, prepared)
+        return out
+
+
+def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
+                  spans: Sequence[tuple]) -> list:
+    """The fitted state of every stage from one pass over the fit chunks ``spans``: each read
+    once with the whole pipeline's halo (in threads: several decompress at once) and put
+    through the steps; a stage that fits is fitted on the chunks as the stages before it left
+    them (with its own margin of context), then applied to them for the stages after it.
+    Stages that fit nothing keep their state; nothing is read when no stage fits.
+
+    Parameters
+    ----------
+    stages : sequence of Stage
+    states : sequence of dict
+        The current states (those of stages that fit nothing are kept).
+    ctx : Context
+        The fit's context, ``ctx.recording`` the recording read.
+    spans : sequence of (int, int)
+        The fit chunks (`dspk.pipeline.fit_spans`).
+
+    Returns
+    -------
+    list of dict
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline import Context, HighPass, Whiten, fit_spans
+    >>> from dspk.pipeline.prepared import fitted_states
+    >>> x = np.random.default_rng(0).standard_normal((3, 9000)).astype(np.float32)
+    >>> rec = dspk.open_recording(x, fs=30000.0)
+    >>> ctx = Context.of(rec, np, np.float32)
+    >>> states = fitted_states([HighPass(), Whiten("global")], [{}, {}], ctx,
+    ...                        fit_spans(9000, 30000.0))
+    >>> [sorted(s) for s in states]
+    [[], ['W']]
+    """
+    out = [dict(st) for st in states]
+    fitting = [k for k, s in enumerate(stages) if s.fitted]
+    if not fitting:
+        return out
+    rec, fs = ctx.recording, ctx.fs
+    margins = [s.margin(fs) for s in stages]
+    m = sum(margins)
+    first, last = fitting[0], fitting[-1]
+    # the steps before the first stage that fits, chunk by chunk as the reads arrive; the
+    # blocks keep their width (the chunk and m samples each side), as a job computes them
+    head = PreparedPipeline(stages, out, ctx, upto=first)
+    with ThreadPoolExecutor(READ_AHEAD_COMPRESSED) as pool:
+        raws = pool.map(lambda sp: read_block(rec, sp[0], sp[1], m), spans)
+        blocks = [head.compute(raw, s0, s1, m) for (s0, s1), raw in zip(spans, raws)]
+    for k in range(first, last + 1):
+        stage = stages[k]
+        if stage.fitted:     # the stages before it took their margins: its own is exact
+            cut = m - margins[k]
+            out[k] = stage.fit(FitBlocks([b[:, cut:b.shape[1] - cut] for b in blocks],
+                                         margins[k]), ctx)
+        if k < last and isinstance(stage, Step):
+            one = PreparedPipeline([stage], [out[k]], ctx)
+            blocks = [one.apply(b, s0 - m, rec.n_samples) for (s0, _), b in zip(spans, blocks)]
+    return out
