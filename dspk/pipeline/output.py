@@ -494,12 +494,17 @@ class TraceOutput:
     def append(self, rows: Sequence[np.ndarray]) -> dict:
         """Append a chunk's rows, one array per table (in `open_tables`' order); returns
         each table's rows written so far."""
+        f = self.f
+        # HDF5 writes (and places) a dataset's cached chunks when the dataset closes, so the
+        # order of those closes is part of the file's bytes: the first table (the index:
+        # /spikes) is held open while the tables row-aligned with it are written through
+        # dataset objects closed at once (the order 0.5.0 wrote them in: the same file)
+        held = f[self.tables[0].name] if self.tables else None
         counts = {}
-        for t, values in zip(self.tables, rows):
-            d = self.f[t.name]
-            total = d.shape[0] + len(values)
-            d.resize(total, axis=0)
-            d[total - len(values):] = values
+        for k, (t, values) in enumerate(zip(self.tables, rows)):
+            total = f[t.name].shape[0] + len(values)
+            (held if k == 0 else f[t.name]).resize(total, axis=0)
+            (held if k == 0 else f[t.name])[total - len(values):] = values
             counts[t.name] = total
         return counts
 
