@@ -39,6 +39,7 @@ from ._version import __version__
 from .argnames import command_line_spelling
 from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
 from .io import open_recording, read_probe
+from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
 from .linalg.tuner import cache_path, read_cache, tune_mode
 from .pipeline import JobInterrupted, Pipeline, registry
 
@@ -104,10 +105,6 @@ def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
 
 
 def _info_file(args: argparse.Namespace) -> int:
-    # the HDF5 helpers load h5py on first use (dspk.io.hdf5): `dspk --help` stays fast
-    from .io.hdf5 import (contents, electrical_series, h5py_module,  # noqa: PLC0415
-                          is_hdf5, pipeline_steps)
-
     path = args.input
     series: list = []
     steps = None

@@ -319,16 +319,29 @@ def test_probe_objects_and_arrays_with_coincident_contacts_are_refused(tmp_path)
     np.testing.assert_array_equal(open_recording(x, fs=3e4, geometry=g).geometry, g)
 
 
-def test_a_file_geometry_with_coincident_contacts_is_refused_and_can_be_overridden(tmp_path):
+def test_a_file_geometry_with_coincident_contacts_is_not_used_and_can_be_overridden(tmp_path):
+    """A placeholder geometry in a file (all contacts at one place) does not stop the file
+    from being read: it is dropped with a warning naming the contacts, and steps that need a
+    geometry then ask for one; a geometry given is used, and a coincident one given is
+    refused."""
+    from dspk.io import RecordingWarning
+    from dspk.pipeline import Pipeline, PipelineError
+
     path = tmp_path / "rec.h5"
     with h5py.File(path, "w") as f:
         d = f.create_dataset("traces", data=rand16(3000, 4))
         d.attrs["fs"] = 3e4
         d.attrs["geometry"] = np.zeros((4, 2))                  # a placeholder
-    with pytest.raises(RecordingError, match=r"channels 0, 1, 2 and 3 are all at \(0, 0\)"):
-        open_recording(path)
+    with pytest.warns(RecordingWarning, match=r"channels 0, 1, 2 and 3 are all at \(0, 0\).*"
+                                              r"geometry is not used"):
+        rec = open_recording(path)
+    assert rec.geometry is None
+    with pytest.raises(PipelineError, match="needs the recording's geometry"):
+        Pipeline.from_options(whiten="local").check(rec)
     g = np.c_[np.zeros(4), 20.0 * np.arange(4)]
     assert open_recording(path, geometry=g).geometry[3, 1] == 60.0
+    with pytest.raises(RecordingError, match=r"channels 0, 1, 2 and 3 are all at"):
+        open_recording(path, geometry=np.zeros((4, 2)))
 
     nwb = tmp_path / "rec.nwb"
     with h5py.File(nwb, "w") as f:
@@ -340,8 +353,8 @@ def test_a_file_geometry_with_coincident_contacts_is_refused_and_can_be_overridd
         table["rel_x"] = np.array([0.0, 0.0, 0.0])
         table["rel_y"] = np.array([0.0, 20.0, 20.0])
         es["electrodes"] = np.arange(3)
-    with pytest.raises(RecordingError, match=r"geometry: channels 1 and 2 are both at \(0, 20\)"):
-        open_recording(nwb)
+    with pytest.warns(RecordingWarning, match=r"channels 1 and 2 are both at \(0, 20\)"):
+        assert open_recording(nwb).geometry is None
     assert open_recording(nwb, geometry=g[:3]).n_channels == 3
 
 

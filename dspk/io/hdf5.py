@@ -23,6 +23,7 @@ import numpy as np
 from ..argnames import arg
 from .errors import RecordingError
 from .layout import LAYOUTS, channels_first, resolve_layout
+from .probe import stored_geometry
 from .recording import OpenOptions, Recording, RecordingSpec, resolved_metadata, source_path
 
 __all__ = ["HDF5Recording", "electrical_series", "contents", "pipeline_steps", "is_hdf5",
@@ -336,10 +337,12 @@ class HDF5Recording(Recording):
             n, c = dset.shape if self._samples_first else dset.shape[::-1]
             pick = lambda arg, key: arg if arg is not None else \
                 meta.get(key, attrs.get(key))  # noqa: E731
+            source = f"{path}:{dset.name}"
             super().__init__(fs=pick(fs, "fs"), n_channels=c, n_samples=n, dtype=dset.dtype,
                              gain_to_uv=pick(gain_to_uv, "gain_to_uv"),
                              offset_to_uv=pick(offset_to_uv, "offset_to_uv"),
-                             geometry=pick(geometry, "geometry"), source=f"{path}:{dset.name}")
+                             geometry=geometry if geometry is not None else
+                             stored_geometry(pick(None, "geometry"), source), source=source)
         except BaseException:
             f.close()
             raise

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import os
 import re
+import warnings
 from typing import Any
 
 import numpy as np
 
-from .errors import RecordingError
+from ..argnames import arg
+from .errors import RecordingError, RecordingWarning
 
-__all__ = ["read_probe", "probe_positions", "check_distinct_positions"]
+__all__ = ["read_probe", "probe_positions", "check_distinct_positions", "stored_geometry"]
+
+log = logging.getLogger("dspk.io")
 
 #: the longest ``range(...)`` a .prb file may build (more is not a probe)
 MAX_PRB_RANGE = 1 << 20
@@ -320,6 +325,53 @@ def check_distinct_positions(positions: np.ndarray, source: str = "geometry") ->
     more = f"; {shared.size} positions are shared in all" if shared.size > 3 else ""
     raise RecordingError(f"{source}: {'; '.join(groups)}{more}: the contacts of a probe are at "
                          f"distinct positions (a placeholder geometry, or the wrong probe?)")
+
+
+def stored_geometry(positions: Any, source: str) -> np.ndarray | None:
+    """The geometry a file stores, or None with a `RecordingWarning` when its contacts are
+    not at distinct positions: files often carry a placeholder (NWB electrodes with every
+    ``rel_x``, ``rel_y`` at 0), which must not reach a spatial step, and must not stop the
+    file from being read either (a geometry a user gives is refused instead:
+    `check_distinct_positions`).
+
+    Parameters
+    ----------
+    positions : array or None
+        [channels, 2] positions in µm, as the file stores them.
+    source : str
+        The file (and dataset), named in the warning.
+
+    Returns
+    -------
+    numpy.ndarray or None
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> from dspk.io.probe import stored_geometry
+    >>> stored_geometry(np.c_[np.zeros(2), [0.0, 20.0]], "a.nwb").shape
+    (2, 2)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     stored_geometry(np.zeros((4, 2)), "a.nwb") is None
+    True
+    >>> print(caught[0].message)                       # doctest: +ELLIPSIS
+    a.nwb: channels 0, 1, 2 and 3 are all at (0, 0) µm: ...; the file's geometry is not used (give one with geometry= to the steps that need one)
+    """
+    if positions is None:
+        return None
+    g = np.asarray(positions, dtype=np.float64)
+    if g.ndim != 2 or g.shape[1] != 2 or not np.all(np.isfinite(g)):
+        return g              # the recording's own checks name what is wrong with it
+    try:
+        return check_distinct_positions(g, source)
+    except RecordingError as exc:
+        message = (f"{exc}; the file's geometry is not used (give one with "
+                   f"{arg('geometry')} to the steps that need one)")
+        warnings.warn(message, RecordingWarning, stacklevel=3)
+        log.warning("%s", message)
+        return None
 
 
 # -- probeinterface JSON --------------------------------------------------------------------------

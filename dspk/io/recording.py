@@ -16,7 +16,7 @@ from ..argnames import arg
 from ..backend import array_module, is_cupy_array
 from .errors import RecordingError
 from .layout import LAYOUTS, channels_first, resolve_layout, to_channels_first
-from .probe import check_distinct_positions, probe_positions, read_probe
+from .probe import check_distinct_positions, probe_positions, read_probe, stored_geometry
 from .scaling import to_uv
 
 __all__ = ["Recording", "RecordingSpec", "OpenOptions", "ArrayRecording", "BinaryRecording",
@@ -954,7 +954,8 @@ class SpikeInterfaceRecording(Recording):
         if r.has_scaleable_traces():
             gains, offsets = r.get_channel_gains(), r.get_channel_offsets()
         try:
-            geometry = r.get_channel_locations()[:, :2]
+            geometry = stored_geometry(r.get_channel_locations()[:, :2],
+                                       f"SpikeInterface {type(r).__name__}")
         except Exception:   # SpikeInterface raises when no probe is attached
             geometry = None
         for key, value in (("gain_to_uv", gains), ("offset_to_uv", offsets),

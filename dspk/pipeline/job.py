@@ -36,6 +36,7 @@ import numpy as np
 
 from ..argnames import arg
 from ..io import Recording, open_recording
+from ..io.hdf5 import h5py_module
 from ..io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .errors import PipelineError
 from .output import (PartialOutput, TraceOutput, check_output, check_output_options,
@@ -337,11 +338,9 @@ class Job:
         """(open h5py file, samples done, rows written): the partial file reopened to
         continue at ``done``, or a new one (``done`` 0, or a partial file that cannot be
         reopened: then the job starts over)."""
-        import h5py  # noqa: PLC0415 (on first use: `import dspk` stays light)
-
         files = self.files
         try:
-            f = h5py.File(files.partial, "a") if done else new_file(files.partial)
+            f = h5py_module().File(files.partial, "a") if done else new_file(files.partial)
             if done and "traces" not in f:
                 f.close()
                 raise OSError("no traces dataset")

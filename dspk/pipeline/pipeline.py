@@ -34,6 +34,7 @@ import numpy as np
 from .._version import __version__
 from ..backend import array_module, resolve_backend
 from ..io import Recording
+from ..io.hdf5 import h5py_module
 from ..io.rawio import create_dataset
 from . import registry
 from .errors import PipelineError
@@ -634,10 +635,8 @@ class Pipeline:
         True
         >>> tmp.cleanup()
         """
-        import h5py  # noqa: PLC0415 (on first use: `import dspk` stays light)
-
         states: list = [{} for _ in self.steps]
-        with h5py.File(path, "r") as f:
+        with h5py_module().File(path, "r") as f:
             for k, step in enumerate(self.steps):
                 group = f.get(f"fitted/step{k}_{type(step).__name__}")
                 for key in step.fitted:
