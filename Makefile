@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-blas-threads docs venv gpu-check clean
+.PHONY: demo test test-quick test-blas-threads docs venv gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,13 +22,20 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The suite again with BLAS on 1 and on 2 threads: results promised bit-identical must not
-# depend on the thread count (CI runs this after `make test`, which leaves it unset).
+# The tests whose results could depend on the BLAS thread count (marked blas_threads: the
+# engine's thread-count checks, jobs compared with Dask workers' bits) again with BLAS on 1
+# and on 2 threads: results promised bit-identical must not depend on it (CI runs this after
+# `make test`, which leaves the count unset).
 test-blas-threads: $(STAMP)
 	for n in 1 2; do \
 	  echo "== OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n"; \
-	  OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n $(PY) -m pytest -q -p no:cacheprovider || exit 1; \
+	  OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n $(PY) -m pytest -q -p no:cacheprovider -m blas_threads || exit 1; \
 	done
+
+# The suite without the tests marked slow (notebooks, the docs build, a wheel, Dask clusters,
+# jobs stopped by signals): what a developer runs between changes. CI runs them all.
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 # The API reference from the docstrings (Sphinx), warnings as errors: docs/_build/html/index.html
 docs: $(STAMP)

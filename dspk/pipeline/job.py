@@ -45,8 +45,8 @@ from .prepared import PreparedPipeline
 from .stage import Context
 from .stream import ChunkStream, Staging, ahead, output_block, read_block
 
-__all__ = ["Job", "JobInterrupted", "opened", "raw_transfer", "resumable", "progress_bar",
-           "OnChunk"]
+# Job and JobInterrupted are documented where they are imported from: dspk.pipeline
+__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
 
 log = logging.getLogger("dspk.pipeline")
 
