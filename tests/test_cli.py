@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from dspk import cli
 from dspk.linalg.tuner import cache_path
 
@@ -251,6 +253,7 @@ def test_help_shows_the_description_and_the_defaults(capsys):
             assert "--probe FILE" in text and "--gain-to-uv" in text and "--dtype" in text
 
 
+@pytest.mark.slow
 def test_python_m_dspk_runs_the_readme_command(tmp_path):
     """`python -m dspk` in a fresh process: the README's flat-binary command (a smaller probe),
     one 'dspk:' per message, and --version."""

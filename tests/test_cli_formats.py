@@ -4,11 +4,14 @@ probe file), preprocessed with the default local whitening and --detect."""
 
 import h5py
 import numpy as np
+import pytest
 
 from dspk.cli import main
 from dspk.detect import default_templates
 
 from .test_io_formats import np1_meta, np1_xy, oe_stream, write_oe, write_sglx
+
+pytestmark = pytest.mark.slow
 
 FS = 30000
 

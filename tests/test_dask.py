@@ -22,6 +22,10 @@ from .killable import KillAfter
 pytest.importorskip("distributed")
 dd = pytest.importorskip("dspk.dask")
 
+# worker processes run BLAS on one thread (distributed's default) and are compared bit for bit
+# with this process: CI runs these again with BLAS on 1 and on 2 threads here
+pytestmark = [pytest.mark.blas_threads, pytest.mark.slow]
+
 FS = 30000.0
 
 

@@ -23,6 +23,7 @@ if _SPHINX is None or _SPHINX.origin is None:
     pytest.skip("sphinx is not installed (pip install '.[docs]' or '.[test]')",
                 allow_module_level=True)
 
+pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 

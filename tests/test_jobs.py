@@ -195,6 +195,7 @@ def run_job(tmp_path, out, kill_after=None):
                             kill_after, by_path=True)
 
 
+@pytest.mark.slow
 def test_resume_uses_the_stored_fit_and_gives_the_same_bytes(tmp_path, monkeypatch):
     """Killed twice (os._exit, as a kill), then resumed here with Pipeline.fit made to raise:
     the fitted state comes from the partial file, and the output is byte for byte the
@@ -213,6 +214,7 @@ def test_resume_uses_the_stored_fit_and_gives_the_same_bytes(tmp_path, monkeypat
         assert len(f["spikes"]) > 100 and len(f["features"]) == len(f["spikes"])
 
 
+@pytest.mark.slow
 def test_two_clean_runs_write_the_same_bytes(tmp_path):
     """Every group and dataset of an output (traces, spikes, features, geometry, fitted state)
     is written without object times: two runs, a second apart or not, are the same file."""

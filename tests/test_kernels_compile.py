@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dspk.kernels import CUDA_SOURCES
 
+pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "dspk" / "kernels").glob("*.cu")))
            + tuple(sorted((ROOT / "benchmarks").glob("*.cu"))))

@@ -12,6 +12,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("matplotlib")
 
+pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FIGURES = {"01_quickstart.ipynb": 5, "02_engine.ipynb": 2, "03_template_matching.ipynb": 1,

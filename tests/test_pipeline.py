@@ -89,6 +89,7 @@ def run_job(tmp_path, out, kill_after=None, backend="cpu"):
                             kill_after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_killed_job_resumes_to_the_same_samples(tmp_path, backend):
     digest = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
@@ -209,6 +210,7 @@ def test_output_opens_as_a_recording(tmp_path):
                                rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_detection_step_does_not_depend_on_the_chunk_size(tmp_path):
     """Spikes written by the Detect step: identical for chunks of 0.1, 1 and 2 s, and equal to
     detection on the one-shot traces; resumed jobs keep them too."""

@@ -139,6 +139,8 @@ def test_the_command_line_offers_it(tmp_path, zscore, capsys):
         assert "fitted/step2_ZScore/scale" in f
 
 
+@pytest.mark.blas_threads
+@pytest.mark.slow
 def test_dask_workers_run_it(tmp_path, zscore):
     """preprocess_many sends the pipeline to worker processes, where the step's class is
     imported from its module: the output is the single-process one, bit for bit."""

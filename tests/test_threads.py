@@ -45,6 +45,7 @@ def _same_bits(results):
 @settings(max_examples=25, deadline=None)
 @given(m=st.integers(1, 200), k=st.integers(1, 6000), n=st.integers(1, 12_295),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.blas_threads
 def test_every_cpu_candidate_gives_the_same_bits_on_any_thread_count(m, k, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(dtype)
@@ -62,6 +63,7 @@ def test_every_cpu_candidate_gives_the_same_bits_on_any_thread_count(m, k, n, dt
         _same_bits(_under_each_thread_count(run))
 
 
+@pytest.mark.blas_threads
 def test_column_blocks_depend_on_the_shape_alone():
     """A power of two of blocks (even shares among 2, 4, 8, 16 threads), enough to share a
     chunk's product, none too narrow to be worth packing W again; multiples of 64 columns."""
@@ -106,6 +108,7 @@ def _same_bits_over_1_to_4(fn):
     return outs[0]
 
 
+@pytest.mark.blas_threads
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_blocked_matmul_gives_the_same_bits_on_1_to_4_blas_threads(m, k, n, dtype):
@@ -120,6 +123,7 @@ def test_blocked_matmul_gives_the_same_bits_on_1_to_4_blas_threads(m, k, n, dtyp
 
 @pytest.mark.parametrize("case", ["batched", "broadcast_w", "x_transposed", "w_transposed",
                                   "strided_out", "public_matmul"])
+@pytest.mark.blas_threads
 def test_batched_and_transposed_operands_give_the_same_bits(case, tmp_path, monkeypatch):
     rng = np.random.default_rng(3)
     w3 = rng.standard_normal((3, 64, 64)).astype(np.float32)
@@ -159,6 +163,7 @@ def test_batched_and_transposed_operands_give_the_same_bits(case, tmp_path, monk
     engine.forget()
 
 
+@pytest.mark.blas_threads
 def test_the_batch_path_is_taken_where_numpy_s_openblas_has_one():
     """The bits above would also be the same on the slower pool path: make sure the tests
     exercise the batch where this NumPy's OpenBLAS offers it (>= 0.3.30)."""
@@ -180,6 +185,7 @@ def test_the_batch_path_is_taken_where_numpy_s_openblas_has_one():
     assert (out == 64).all()
 
 
+@pytest.mark.blas_threads
 def test_threads_multiplying_one_geometry_at_once_each_get_their_own_product():
     """The batch plan of a geometry is shared; the members' addresses are not: threads that
     multiply different data of one shape at the same time (a pipeline's workers, a Dask
@@ -205,6 +211,7 @@ def test_threads_multiplying_one_geometry_at_once_each_get_their_own_product():
     assert not bad
 
 
+@pytest.mark.blas_threads
 def test_the_pool_path_gives_the_same_bits_too(monkeypatch):
     """Where BLAS has no batch (MKL, an older OpenBLAS), dspk threads over the blocks itself."""
     monkeypatch.setattr(candidates_cpu, "gemm_batch", lambda dtype: None)
@@ -223,6 +230,7 @@ def _blas_counts():
     return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
 
+@pytest.mark.blas_threads
 def test_the_user_s_own_numpy_calls_keep_their_thread_count():
     """dspk's products leave BLAS's process-wide thread count as they found it, after a
     pinned one-block product, a batch and the pool path, and after an error."""
@@ -241,6 +249,7 @@ def test_the_user_s_own_numpy_calls_keep_their_thread_count():
             assert set(_blas_counts()) == {t}
 
 
+@pytest.mark.blas_threads
 def test_single_threaded_blas_pins_blas_from_any_python_thread():
     """threadpoolctl's OpenBLAS control does nothing when called from a thread other than the
     first that used it; dspk's pinning must hold from every thread (a Dask thread, a user's
@@ -276,6 +285,7 @@ def test_single_threaded_blas_pins_blas_from_any_python_thread():
     assert res["one"].tobytes() == res["other"].tobytes()
 
 
+@pytest.mark.blas_threads
 def test_a_covariance_with_a_long_reduction_gives_the_same_bits(tmp_path, monkeypatch):
     # [384, K]·[K, 384] with K = 30 000: the shape where OpenBLAS's own threads change the bits
     monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
@@ -286,6 +296,7 @@ def test_a_covariance_with_a_long_reduction_gives_the_same_bits(tmp_path, monkey
     engine.forget()
 
 
+@pytest.mark.blas_threads
 def test_whitening_and_pca_fits_give_the_same_bits():
     rng = np.random.default_rng(1)
     mix = np.eye(64) + 0.3 * rng.standard_normal((64, 64))
@@ -299,6 +310,7 @@ def test_whitening_and_pca_fits_give_the_same_bits():
     _same_bits(_under_each_thread_count(lambda: PCA(3).fit(clips).components_))
 
 
+@pytest.mark.blas_threads
 def test_blas_is_given_its_thread_count_back_after_nested_and_concurrent_sections():
     with threadpool_limits(2, user_api="blas"):
         assert blas_threads() == 2
@@ -317,6 +329,7 @@ def test_blas_is_given_its_thread_count_back_after_nested_and_concurrent_section
                    if lib["user_api"] == "blas")
 
 
+@pytest.mark.blas_threads
 def test_parallel_blocks_keeps_order_and_raises_a_block_error():
     with threadpool_limits(3, user_api="blas"):
         assert parallel_blocks(lambda i: i + 1, range(20)) == list(range(1, 21))
@@ -330,6 +343,7 @@ def test_parallel_blocks_keeps_order_and_raises_a_block_error():
             parallel_blocks(bad, range(20))
 
 
+@pytest.mark.slow
 def test_a_preprocessing_job_writes_the_same_bytes_with_1_2_and_3_blas_threads(tmp_path):
     """The whole job (fit and apply: covariance, whitening, FIR, reference, detection) in fresh
     processes that differ only in OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, sharing a cache."""
@@ -370,6 +384,7 @@ def _datasets(path):
     return found
 
 
+@pytest.mark.blas_threads
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layout", ["rows", "fortran", "row_slice", "batched"])
 @pytest.mark.parametrize("m,k", [(96, 5000), (383, 2000), (200, 701)])
