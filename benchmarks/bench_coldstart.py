@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The first call against the hundredth (issue 32): every public call of the API page, each in
+a fresh process, first with empty tuner and kernel caches (a new machine: ``DSPK_CACHE_DIR``
+and ``CUPY_CACHE_DIR`` empty), then again in another fresh process with the caches the first
+one filled (the second run on that machine). Each process builds its inputs (not timed),
+times the first call, then the median of three more.
+
+Goals: on the CPU the first call at most 2x the warm median; on the GPU at most the warm
+median + 0.3 s.
+
+Inputs: 384 channels x 30 000 samples (1 s at 30 kHz) of float32 traces (int16 for the
+integer products), a Neuropixels-1 geometry; detection on whitened-like unit-variance noise
+with spikes; template matching on a 1024 x 1024 image with 32 templates of 16 x 16.
+
+    python benchmarks/bench_coldstart.py [--backend cpu|gpu] [--out DIR] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import environment, heading  # noqa: E402 (benchmarks/)
+
+#: what every case's process runs before its inputs: the array module, data, a sync
+PRELUDE = """
+import json, os, statistics, sys, time
+import numpy as np
+gpu = os.environ["BENCH_BACKEND"] == "gpu"
+if gpu:
+    import cupy as xp
+    sync = xp.cuda.Device().synchronize
+else:
+    xp = np
+    sync = lambda: None
+t_import = time.perf_counter()
+import dspk
+t_import = time.perf_counter() - t_import
+rng = np.random.default_rng(0)
+C, N, FS = 384, 30000, 30000.0
+col = np.arange(C)
+geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+x = xp.asarray(rng.standard_normal((C, N)).astype(np.float32))
+"""
+
+#: name -> (inputs, the call); the call's result is synchronised on the GPU
+CASES = {
+    "covariance float32": ("", "dspk.covariance(x)"),
+    "covariance int16": ("xi = xp.asarray(rng.integers(-2000, 2000, (C, N), dtype=np.int16))",
+                         "dspk.covariance(xi)"),
+    "whitening_matrix local": ("cov = dspk.covariance(x)",
+                               "dspk.whitening_matrix(cov, geometry_um=geom, n_neighbors=32)"),
+    "spatial_filter local W": (
+        "w = dspk.whitening_matrix(dspk.covariance(x), geometry_um=geom, n_neighbors=32)",
+        "dspk.spatial_filter(w, x)"),
+    "common_reference median": ("", "dspk.common_reference(x, 'median')"),
+    "fir_filter highpass": ("taps = dspk.highpass_taps(FS, 300.0)", "dspk.fir_filter(x, taps)"),
+    "fir_bank default templates": (
+        "from dspk.detect import default_templates\nbank = default_templates(FS)",
+        "dspk.fir_bank(x, bank)"),
+    "matmul 384x384x30000": ("w = xp.asarray(rng.standard_normal((C, C)).astype(np.float32))",
+                             "dspk.matmul(w, x)"),
+    "int_matmul int16 X.X^T": (
+        "xi = xp.asarray(rng.integers(-2000, 2000, (C, N), dtype=np.int16))",
+        "dspk.int_matmul(xi, xi.T)"),
+    "PCA fit + transform": (
+        "clips = xp.asarray(rng.standard_normal((20000, 61)).astype(np.float32))",
+        "dspk.PCA(3).fit(clips).transform(clips)"),
+    "pairwise_sqdist 2000x2000x16": (
+        "a = xp.asarray(rng.standard_normal((2000, 16)).astype(np.float32))",
+        "dspk.pairwise_sqdist(a, a)"),
+    "detect_spikes": ("", "dspk.detect_spikes(x, geom, FS)"),
+    "learn_templates": ("", "dspk.learn_templates(x, FS)"),
+    "ncc 1024^2 x 32 templates": (
+        "from dspk.match import ncc\n"
+        "img = xp.asarray(rng.integers(0, 256, (1024, 1024), dtype=np.uint8))\n"
+        "tpl = xp.asarray(rng.integers(0, 256, (32, 16, 16), dtype=np.uint8))",
+        "ncc(img, tpl)"),
+    "Pipeline.transform (hp, median, local W)": (
+        "rec = dspk.open_recording(x, fs=FS, geometry=geom)\n"
+        "p = dspk.Pipeline.from_options(backend=os.environ['BENCH_BACKEND']).fit(rec)",
+        "p.transform(x)"),
+}
+
+CHILD = PRELUDE + """
+{inputs}
+sync()
+t = time.perf_counter(); {call}; sync(); first = time.perf_counter() - t
+warm = []
+for _ in range(3):
+    t = time.perf_counter(); {call}; sync(); warm.append(time.perf_counter() - t)
+print("RESULT " + json.dumps(dict(first_s=first, warm_s=statistics.median(warm),
+                                  import_s=t_import)))
+"""
+
+
+def run_case(name: str, backend: str, cache: Path, timeout: float) -> dict:
+    """One fresh process for case ``name`` with its caches under ``cache``."""
+    inputs, call = CASES[name]
+    code = CHILD.format(inputs=textwrap.dedent(inputs), call=call)
+    env = dict(os.environ, BENCH_BACKEND=backend, DSPK_CACHE_DIR=str(cache / "dspk"),
+               CUPY_CACHE_DIR=str(cache / "cupy"), PYTHONPATH=str(ROOT))
+    t = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    wall = time.perf_counter() - t
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode or not line:
+        return {"error": (res.stderr.strip().splitlines() or ["no output"])[-1]}
+    return {**json.loads(line[0][7:]), "process_s": wall}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
+    ap.add_argument("--out", default=None, help="folder for bench_coldstart-<backend>.{md,json}")
+    ap.add_argument("--only", nargs="*", default=None, help="case names (substrings)")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    args = ap.parse_args(argv)
+    names = [n for n in CASES if not args.only or any(o in n for o in args.only)]
+    rows = []
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            cold = run_case(name, args.backend, Path(tmp), args.timeout)
+            again = run_case(name, args.backend, Path(tmp), args.timeout)   # caches filled
+        row = {"call": name, "cold": cold, "filled": again}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    gpu = args.backend == "gpu"
+    env = environment(gpu)
+    lines = heading("bench_coldstart", args.backend, env,
+                    ["call", "first, empty caches (ms)", "warm median (ms)", "first / warm",
+                     "first, filled caches (ms)", "goal met (empty caches)"])
+    for r in rows:
+        c, f = r["cold"], r["filled"]
+        if "error" in c or "error" in f:
+            lines.append(f"| {r['call']} | {c.get('error', '')} {f.get('error', '')} | | | | |")
+            continue
+        first, warm = c["first_s"] * 1e3, c["warm_s"] * 1e3
+        met = first <= warm + 300.0 if gpu else first <= 2.0 * warm
+        lines.append(f"| {r['call']} | {first:.1f} | {warm:.2f} | {first / warm:.1f}x | "
+                     f"{f['first_s'] * 1e3:.1f} | {'yes' if met else 'no'} |")
+    notes = [f"import dspk: {rows[0]['cold']['import_s'] * 1e3:.0f} ms in the first process"
+             if rows and "import_s" in rows[0]["cold"] else "",
+             "goal: first <= 2x warm (CPU), first <= warm + 300 ms (GPU)",
+             f"command: python benchmarks/bench_coldstart.py --backend {args.backend}"]
+    md = "\n".join(lines + ["", "## Notes", ""] + [f"- {n}" for n in notes if n]) + "\n"
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"bench_coldstart-{args.backend}.md").write_text(md)
+        (out / f"bench_coldstart-{args.backend}.json").write_text(
+            json.dumps({"env": env, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
