@@ -314,8 +314,10 @@ def parser() -> argparse.ArgumentParser:
                     "High-pass (or band-pass) FIR, common reference and whitening, chunk by "
                     "chunk into OUT (/traces, and /spikes and /features with --detect), "
                     "written as OUT.partial and renamed when complete. OUT is refused before "
-                    "any work if it exists (without --overwrite), is IN, or its folder is "
-                    "missing; a killed job continues with --resume.")
+                    "any work if it exists (without --overwrite), is any file of IN (its "
+                    ".meta, structure.oebin, ...) or not a regular file, with --overwrite or "
+                    "without, or its folder is missing. Ctrl-C or SIGTERM stops a job with "
+                    "OUT.partial kept (exit status 130); --resume continues it.")
     p_pre.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
     p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file")
     _pipeline_args(p_pre)

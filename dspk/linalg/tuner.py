@@ -678,3 +678,4 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> f
     n = int(min(200, max(1, (2e-4 if gpu else 2e-3) / one)))
     samples = max(3, min(9, int(budget_s / (one * n))))
     return float(np.median([timed(n) for _ in range(samples)]))
+read_cache = _read_cache  # TEMP until engine merge

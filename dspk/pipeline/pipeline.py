@@ -40,6 +40,7 @@ from . import registry
 from .errors import PipelineError
 from .job import Job, OnChunk, opened
 from .prepared import PreparedPipeline, fitted_states
+from .sinks import Detect
 from .stage import Context, Sink, Stage, Step, check_needs
 from .stream import read_block
 
@@ -300,7 +301,7 @@ class Pipeline:
         >>> dspk.Pipeline.from_options(whiten="global", detect=True).detector.threshold
         7.0
         """
-        return next((s for s in self.sinks if type(s).__name__ == "Detect"), None)
+        return next((s for s in self.sinks if isinstance(s, Detect)), None)
 
     @property
     def whitens(self) -> bool:
@@ -313,7 +314,7 @@ class Pipeline:
         >>> dspk.Pipeline.from_options(whiten="none").whitens
         False
         """
-        return any(type(s).__name__ == "Whiten" for s in self.steps)
+        return any(s.whitens for s in self.steps)
 
     # -- computing -----------------------------------------------------------------------------
     def prepare(self, ctx: Context, upto: int | None = None) -> PreparedPipeline:

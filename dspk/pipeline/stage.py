@@ -184,6 +184,9 @@ class Stage:
     fitted : tuple of str
         The names of the arrays `fit` returns (empty: the stage fits nothing). They are
         saved by `dspk.pipeline.Pipeline.save`, written to outputs and fingerprinted.
+    whitens : bool
+        Whether the traces after it are in units of the noise's standard deviation, not µV
+        (an int16 output's default scale follows).
 
     Examples
     --------
@@ -193,6 +196,7 @@ class Stage:
     """
 
     fitted: ClassVar[tuple[str, ...]] = ()
+    whitens: ClassVar[bool] = False
 
     @property
     def needs(self) -> tuple[str, ...]:

@@ -247,6 +247,7 @@ class Whiten(Step):
     eps: float | None = None
 
     fitted = ("W",)
+    whitens = True
 
     @property
     def needs(self) -> tuple[str, ...]:
