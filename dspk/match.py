@@ -861,9 +861,9 @@ def _peaks(image: Any, bank: TemplateBank, threshold: float, min_distance: int,
 
 def _peaks_of(xp: Any, maps: Any, first: int, threshold: float, size: int) -> np.ndarray:
     if xp is np:
-        from scipy.ndimage import maximum_filter  # noqa: PLC0415
+        from scipy.ndimage import maximum_filter  # noqa: PLC0415 (slow import: when used)
     else:
-        from cupyx.scipy.ndimage import maximum_filter  # noqa: PLC0415
+        from cupyx.scipy.ndimage import maximum_filter  # noqa: PLC0415 (CuPy input)
     local = maximum_filter(maps, size=(1, size, size), mode="constant", cval=-np.inf)
     keep = (maps >= np.float32(threshold)) & (maps == local)
     t, y, x = (v.get() if hasattr(v, "get") else v for v in xp.nonzero(keep))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..backend import cupy_module
+from ..caches import shared
 
 KERNEL_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES = tuple(sorted(KERNEL_DIR.glob("*.cu")))
@@ -39,23 +39,28 @@ def ctype(dtype: Any) -> str:
 _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
 
 
-@lru_cache(maxsize=None)
-def _source(filename: str) -> str:
+#: the process-wide stores (`dspk.caches`): the texts NVRTC compiles, by file; the compiled
+#: kernels, by (device, file, expression)
+SOURCES = "cuda_sources"
+KERNELS = "cuda_kernels"
+
+
+def source(filename: str) -> str:
     """The text NVRTC compiles: the file with each ``#include "x.cuh"`` of this folder
     replaced by the header's text, so that NVRTC needs no include path and CuPy's compile
     cache, keyed on the text, sees a changed header (nvcc compiles the files as they are)."""
-    path = Path(filename)
-    text = (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
-    return _INCLUDE.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), text)
+    texts = shared(SOURCES, dict)
+    text = texts.get(filename)
+    if text is None:
+        path = Path(filename)
+        text = (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
+        text = texts[filename] = _INCLUDE.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(),
+                                              text)
+    return text
 
 
-@lru_cache(maxsize=None)
-def _function(device_id: int, filename: str, expression: str) -> Any:
-    cp = cupy_module()
-    with cp.cuda.Device(device_id):
-        module = cp.RawModule(code=_source(filename), options=("-std=c++17",),
-                              name_expressions=[expression])
-        return module.get_function(expression)
+#: the name it had before it was public (tests and benchmarks read it)
+_source = source
 
 
 def kernel(filename: str, expression: str) -> Any:
@@ -63,7 +68,16 @@ def kernel(filename: str, expression: str) -> Any:
     ``"gram_small<float, float, 4, true>"``) from ``filename`` (in this folder, or an absolute
     path, e.g. a benchmark's own source) for the current device."""
     cp = cupy_module()
-    return _function(cp.cuda.runtime.getDevice(), filename, expression)
+    device_id = cp.cuda.runtime.getDevice()
+    functions = shared(KERNELS, dict)
+    key = (device_id, filename, expression)
+    fn = functions.get(key)
+    if fn is None:
+        with cp.cuda.Device(device_id):
+            module = cp.RawModule(code=source(filename), options=("-std=c++17",),
+                                  name_expressions=[expression])
+            fn = functions.setdefault(key, module.get_function(expression))
+    return fn
 
 
 def grid_1d(total: int, block: int = 256, cap: int = 65535 * 16) -> tuple[int]:
@@ -109,9 +123,12 @@ class FastLaunch:
 
     def __init__(self, fn: Any, grid: tuple, block: tuple, args: list, shared_mem: int = 0):
         cupy_module()
-        from cupy_backends.cuda.api import driver  # noqa: PLC0415
+        from cupy_backends.cuda.api import driver  # noqa: PLC0415 (needs CuPy)
 
         self._launch = driver.launchKernel
+        # the kernel keeps its module loaded while this launch may run (a `forget` drops the
+        # table of compiled kernels, not the kernels that launches hold)
+        self.fn = fn
         self.fptr = fn.kernel.ptr
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))

@@ -16,8 +16,10 @@ import numpy as np
 
 from ..backend import cupy_module, device_properties
 from ..kernels import FastLaunch, ctype, kernel
-from .problem import Candidate, Problem, Runner, copy_into, scratch_like
+from .candidates_lt import CublasLtGemm
 from .cublaslt import gemm_geometry
+from .gpu_common import Workspace, blas_dims_reason, stream_getter
+from .problem import Candidate, Problem, Runner, copy_into, scratch_like
 from .view import INT32_MAX, MatrixView
 
 # cuBLAS / CUDA enums (CuPy lacks some; values from cublas_api.h / library_types.h).
@@ -40,6 +42,7 @@ def _cublas() -> Any:
     return cublas
 
 
+# device attributes: facts of the machine (like dspk.backend.device_properties), not caches
 @lru_cache(maxsize=None)
 def _fp64_ratio(device_id: int) -> int:
     return int(cupy_module().cuda.runtime.deviceGetAttribute(_ATTR_FP32_TO_FP64_RATIO, device_id))
@@ -124,19 +127,13 @@ def _gemm_batched(a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
     _gemm_plan(a, b, out, batches, stride_a, stride_b, stride_out)(a.ptr, b.ptr, out.ptr)
 
 
-def _blas_dims_reason(p: Problem) -> str | None:
-    if max(p.m, p.n, p.k, p.batches) > INT32_MAX:
-        return "a dimension exceeds cuBLAS's 32-bit sizes"
-    return None
-
-
 class CublasGemm(Candidate):
     name = "cublas"
     gpu = True
     summary = "cuBLAS gemmStridedBatchedEx, compute type 32F/64F passed explicitly"
 
     def unavailable(self, p: Problem) -> str | None:
-        return _blas_dims_reason(p)
+        return blas_dims_reason(p)
 
     def bind(self, p: Problem) -> Runner | None:
         if "S" in (p.a.layout(), p.b.layout(), p.out.layout()):
@@ -173,7 +170,7 @@ class CublasSplitK(Candidate):
             return "split-K runs single products only (batches > 1)"
         if p.k < 64 * self.chunks:
             return f"K={p.k} is too short for {self.chunks} chunks of at least 64"
-        return _blas_dims_reason(p) or _int32_reason(p)
+        return blas_dims_reason(p) or _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner | None:
         if "S" in (p.a.layout(), p.b.layout()):
@@ -183,7 +180,7 @@ class CublasSplitK(Candidate):
         kc = K // S
         rem = K - kc * S
         slots = S + (1 if rem else 0)
-        workspace = _Workspace(slots * M * N, p.dtype)
+        workspace = Workspace(slots * M * N, p.dtype)
         item = p.dtype.itemsize
         scratch = MatrixView(cupy_module().empty(0, p.dtype), (S, M, N), (M * N, N, 1), 0)
         chunks = _gemm_plan(a.cols(0, kc), b.rows(0, kc), scratch, S, kc * a.strides[2],
@@ -196,8 +193,10 @@ class CublasSplitK(Candidate):
         b_off = S * kc * b.strides[1] * item
         reduce = _reduce_plan(slots, 0, M * N, N, p, symmetric=False, acc=p.dtype)
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             chunks(pa, pb, part)
             if last is not None:
@@ -240,7 +239,7 @@ class CublasSymBlocks(Candidate):
             return "operand has no unit stride (would need a gather first)"
         if p.k < 256:
             return f"K={p.k} too short to split"
-        return _blas_dims_reason(p) or _int32_reason(p)
+        return blas_dims_reason(p) or _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner:
         cp = cupy_module()
@@ -253,7 +252,7 @@ class CublasSymBlocks(Candidate):
         kc = K // S
         rem = K - kc * S
         slots = S + (1 if rem else 0)
-        workspace = _Workspace(slots * len(pairs) * bs * bs, dt)
+        workspace = Workspace(slots * len(pairs) * bs * bs, dt)
         item = dt.itemsize
         sam, sak = x.strides[1], x.strides[2]
         if x.layout() == "R":
@@ -296,8 +295,10 @@ class CublasSymBlocks(Candidate):
         get_handle = cp.cuda.device.get_cublas_handle
         get_math, set_math = cublas.getMathMode, cublas.setMathMode
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             handle = get_handle()
             # s/dgemmBatched take no compute type: the handle's math mode decides. CuPy's
@@ -340,35 +341,6 @@ def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bo
     return FastLaunch(fn, grid, (256,),
                       _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
                             p.out.strides))
-
-
-class _Workspace:
-    """Scratch buffers of one bound runner, one set per stream: kernels on one stream run in
-    order, so a launch cannot overwrite partials a previous launch is still reducing."""
-
-    def __init__(self, size: int, dtype: Any, counters: int = 0):
-        self.size, self.dtype, self.counters = size, dtype, counters
-        self._bufs: dict = {}
-
-    def get(self, stream: int) -> tuple:
-        """(scratch buffer, counters buffer or None) for ``stream``."""
-        bufs = self._bufs.get(stream)
-        if bufs is None:
-            cp = cupy_module()
-            bufs = (cp.empty(self.size, dtype=self.dtype),
-                    cp.zeros(self.counters, dtype=np.uint32) if self.counters else None)
-            self._bufs[stream] = bufs
-        return bufs
-
-
-def _stream() -> int:
-    return _get_current_stream().ptr
-
-
-def _get_current_stream() -> Any:
-    global _get_current_stream
-    _get_current_stream = cupy_module().cuda.get_current_stream  # resolved once
-    return _get_current_stream()
 
 
 def _args(*spec: Any) -> list:
@@ -441,13 +413,15 @@ class GramSmall(_Direct):
         md = _pow2_at_least(max(M, N), 1)
         fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
                                  f"{'true' if sym else 'false'}>")
-        workspace = _Workspace(B * S * md * md, acc, counters=B)
+        workspace = Workspace(B * S * md * md, acc, counters=B)
         launch = FastLaunch(fn, (S, B), (256,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk,
                                   None, None, None, p.out.strides))
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part, count = workspace.get(stream)
             launch(stream, pa, pb, part.data.ptr, count.data.ptr, po)
 
@@ -486,13 +460,15 @@ class GramTiled(_Direct):
         S = max(1, -(-K // kchunk))
         fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
                                  f"{'true' if sym else 'false'}, {self.min_blocks}>")
-        workspace = _Workspace(B * S * 64 * 64, acc)
+        workspace = Workspace(B * S * 64 * 64, acc)
         reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
         launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk, None))
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             launch(stream, pa, pb, part)
             reduce(stream, part, po)
@@ -558,10 +534,12 @@ class WxDirect(_SmallLeft):
                             _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
                                   q.out.strides), shared_mem=mm * K * q.dtype.itemsize)
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
@@ -613,10 +591,12 @@ class WxVec(_SmallLeft):
                                   q.out.strides[:2]),
                             shared_mem=mt * self.slices * K * q.dtype.itemsize)
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
@@ -751,10 +731,12 @@ class WxTile(_SmallLeft):
                             _args(None, q.a.strides, None, q.b.strides[:2], q.m, q.k, q.n, None,
                                   q.out.strides[:2]), shared_mem=cfg["smem"])
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
@@ -766,8 +748,6 @@ LT_RANKS = 4
 
 def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
-    from .candidates_lt import CublasLtGemm  # noqa: PLC0415 (it imports this module)
-
     return [
         GramSmall(), GramSmall("f64"),
         WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(2, 8), WxVec(4, 8), WxVec(1, 4),

@@ -28,6 +28,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import is_cupy_array
+from ..caches import shared
+from ..kernels import FastLaunch, grid_1d, kernel
 
 __all__ = ["fingerprint", "PreparedCache"]
 
@@ -66,7 +68,7 @@ def _device_hash(a: Any) -> int:
 def _hashable_now(a: Any) -> bool:
     """Whether `_start_hash` applies to CuPy array ``a``: C-contiguous, not empty, on the
     current device."""
-    import cupy as cp  # noqa: PLC0415
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
 
     return (a.flags.c_contiguous and a.nbytes > 0 and
             a.data.device_id == cp.cuda.runtime.getDevice())
@@ -75,7 +77,7 @@ def _hashable_now(a: Any) -> bool:
 def _start_hash(a: Any, aside: bool = False) -> tuple:
     """Start `_device_hash` of ``a`` (see `_hashable_now`) without waiting: (hasher, number,
     event). On the current stream, or ``aside`` (see `_DeviceHasher.start`)."""
-    import cupy as cp  # noqa: PLC0415
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
 
     hasher = _hasher(a.data.device_id)
     number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream(),
@@ -102,8 +104,8 @@ class _DeviceHasher:
     RING = 256
 
     def __init__(self, device_id: int) -> None:
-        import cupy as cp  # noqa: PLC0415
-        import cupyx  # noqa: PLC0415
+        import cupy as cp  # noqa: PLC0415 (CuPy input)
+        import cupyx  # noqa: PLC0415 (CuPy input)
 
         self._cp = cp
         self._words = cp.zeros(self.RING, dtype=np.uint64)
@@ -118,8 +120,6 @@ class _DeviceHasher:
         self.waited = 0          # hashes waited for (`hash`)
 
     def _launch(self, words: int, wide: bool) -> Any:
-        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
-
         key = (words, wide)
         fn = self._launches.get(key)
         if fn is None:
@@ -182,7 +182,7 @@ class _DeviceHasher:
         runtime = self._cp.cuda.runtime
         mine = getattr(self._local, "words", None)
         if mine is None:
-            import cupyx  # noqa: PLC0415
+            import cupyx  # noqa: PLC0415 (CuPy input)
 
             mine = self._local.words = (self._cp.empty(1, dtype=np.uint64),
                                         cupyx.empty_pinned(1, dtype=np.uint64))
@@ -198,13 +198,15 @@ class _DeviceHasher:
         return int(host[0])
 
 
-_hashers: dict = {}
+#: the process-wide store (`dspk.caches`) of the device hashers, by device
+HASHERS = "fingerprint_hashers"
 
 
 def _hasher(device_id: int) -> _DeviceHasher:
-    h = _hashers.get(device_id)
+    hashers = shared(HASHERS, dict)
+    h = hashers.get(device_id)
     if h is None:
-        h = _hashers.setdefault(device_id, _DeviceHasher(device_id))
+        h = hashers.setdefault(device_id, _DeviceHasher(device_id))
     return h
 
 

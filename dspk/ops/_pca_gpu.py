@@ -9,11 +9,13 @@ from typing import Any
 
 from ..backend import device_properties
 from ..kernels import FastLaunch, ctype, kernel
+from ..linalg.engine import current_engine
 
 PR_THREADS, PR_MAX_PER_THREAD = 256, 16       # as in projection.cu
 _SHARED_LIMIT = 48 * 1024                     # dynamic shared memory without an opt-in
 _CACHE_LIMIT = 64
-_LAUNCHES: dict = {}
+#: the engine's store (`Engine.prepared`) of the packed launches, by geometry
+LAUNCHES = "pca_launches"
 
 
 def _geometry(k: int, m: int, itemsize: int) -> tuple[int, int, int, int] | None:
@@ -52,7 +54,8 @@ def center_project(x: Any, mean: Any, w: Any) -> Any:
     dev = x.data.device_id
     rs, cs = (s // x.itemsize for s in x.strides)
     key = (dev, x.dtype.char, n, k, m, rs, cs)
-    launch = _LAUNCHES.get(key)
+    launches = current_engine().prepared(LAUNCHES, dict)
+    launch = launches.get(key)
     if launch is None:
         rows, per_thread, pitch, shared = _geometry(k, m, x.itemsize)
         sms = int(device_properties(dev)["multiProcessorCount"])
@@ -62,8 +65,8 @@ def center_project(x: Any, mean: Any, w: Any) -> Any:
         launch = FastLaunch(fn, (grid,), (PR_THREADS,),
                             [dyn, ("i64", rs), ("i64", cs), ("i64", n), ("i32", k), dyn, dyn,
                              ("i32", m), ("i32", rows), ("i32", pitch), dyn], shared_mem=shared)
-        if len(_LAUNCHES) < _CACHE_LIMIT:
-            _LAUNCHES[key] = launch
+        if len(launches) < _CACHE_LIMIT:
+            launches[key] = launch
     launch(cp.cuda.get_current_stream().ptr, x.data.ptr, mean.data.ptr, w.data.ptr,
            out.data.ptr)
     return out

@@ -30,8 +30,8 @@ def row_order(pattern: np.ndarray) -> np.ndarray:
     """Rows with overlapping column sets next to each other."""
     m, c = pattern.shape
     if m == c:
-        from scipy.sparse import csr_matrix  # noqa: PLC0415
-        from scipy.sparse.csgraph import reverse_cuthill_mckee  # noqa: PLC0415
+        from scipy.sparse import csr_matrix  # noqa: PLC0415 (slow import: when used)
+        from scipy.sparse.csgraph import reverse_cuthill_mckee  # noqa: PLC0415 (slow import)
 
         sym = csr_matrix(pattern | pattern.T)
         return np.asarray(reverse_cuthill_mckee(sym, symmetric_mode=True), dtype=np.int64)
@@ -149,7 +149,7 @@ class SparseRowsPlan:
 
     def __call__(self, x: Any) -> Any:
         """W·x for CuPy x [C, n] of the plan's dtype."""
-        import cupy as cp  # noqa: PLC0415
+        import cupy as cp  # noqa: PLC0415 (CuPy input)
 
         if x.strides[1] != x.itemsize:
             x = cp.ascontiguousarray(x)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import array_module, is_cupy_array
+from ..kernels import ctype, kernel
 from ..linalg import matmul
 from ._checks import FLOATS
 
@@ -87,8 +88,6 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     """The same expression on the GPU in one pass over ab (dspk/kernels/distance.cu)."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
 
-    from ..kernels import ctype, kernel  # noqa: PLC0415
-
     if not ab.flags.c_contiguous:
         ab = cp.ascontiguousarray(ab)
     n, m = ab.shape
@@ -130,8 +129,6 @@ def _sqdist_direct(a: Any, b: Any) -> Any:
     """The GPU distances in one launch for few dimensions (dspk/kernels/distance.cu,
     sqdist_direct): norms, product and clamp computed per tile, D written once."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
-
-    from ..kernels import ctype, kernel  # noqa: PLC0415
 
     n, d = a.shape
     m = b.shape[0]

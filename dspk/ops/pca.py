@@ -9,6 +9,7 @@ import numpy as np
 from ..backend import array_module, is_cupy_array
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
+from . import _pca_gpu
 from ._checks import FLOATS
 
 __all__ = ["PCA"]
@@ -106,8 +107,6 @@ class PCA:
                              f"{self.components_.shape[1]}")
         x = x.astype(self.components_.dtype, copy=False)
         if xp is not np:
-            from . import _pca_gpu  # noqa: PLC0415 (CuPy input)
-
             if _pca_gpu.fits(x.shape[1], self.n_components, x.itemsize):
                 feats = _pca_gpu.center_project(x, self.mean_, self.components_)
                 return feats.reshape(clips.shape[:-1] + (self.n_components,))
