@@ -14,13 +14,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .kernels import FLOAT_DTYPES, ctype, kernel
+from .kernels import FLOAT_DTYPES, LAUNCH, ctype, kernel
 from .ops import fir_bank
 
-DS_THREADS, DS_R = 128, 4               # as in detect.cu
+DS_THREADS, DS_R = LAUNCH["DS_THREADS"], LAUNCH["DS_R"]
 DS_TILE = DS_THREADS * DS_R
-DS_NN_MAX = 64
-DP_THREADS = 256
+DS_NN_MAX = LAUNCH["DS_NN_MAX"]
+DP_THREADS = LAUNCH["DP_THREADS"]
 S_MAX = 8                               # widths: detect_score<T, S> is compiled for S <= S_MAX
 K_MAX = 127                             # templates: best_k is int8
 #: first guess at the room for peaks (a 2-s batch of 384 channels has a few thousand)
@@ -132,7 +132,7 @@ def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, inv_sd: np.
     return score, best_k
 
 
-RM_THREADS = 256                       # as in detect.cu
+RM_THREADS = LAUNCH["RM_THREADS"]
 #: a row of row_abs_median sits in (default, not opted-in) shared memory
 RM_MAX_BYTES = 48 * 1024
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from .backend import array_module, device_properties, is_cupy_array
 from .linalg import int_matmul
-from .kernels import FastLaunch, kernel
+from .kernels import LAUNCH, FastLaunch, kernel
 from .linalg.engine import current_engine
 from .linalg.prepared import PreparedCache
 
@@ -45,7 +45,11 @@ PEAK_HASH_MAX_CANDIDATES = 1 << 24
 #: peak lists up to this long are sorted on the host, longer ones on the device
 PEAK_HOST_SORT_MAX = 4096
 #: tensor-core kernel: positions per block along x (rows per block: the variant's BY)
-MMA_BX = 64
+MMA_BX = LAUNCH["MMA_BX"]
+#: the fused kernels' blocks (dspk/kernels/launch.cuh): dp4a positions per block along x and
+#: y, tensor-core and bank-packing threads
+NCC_TX, NCC_TY = LAUNCH["NCC_TX"], LAUNCH["NCC_TY"]
+MMA_THREADS, PACK_THREADS = LAUNCH["NCC_MMA_THREADS"], LAUNCH["NCC_PACK_THREADS"]
 #: a cap on the tensor-core kernel's dynamic shared memory per block (below it, the variant's
 #: blocks per SM decide: an SM's shared memory / blocks - the 1 KiB the driver keeps per block)
 MMA_SMEM_BUDGET = 227 * 1024
@@ -365,7 +369,8 @@ class TemplateBank:
         t_sum = xp.empty(self.n, dtype=np.int64)
         t_rs = xp.empty(self.n, dtype=np.float32)
         center = "true" if self.dtype == np.uint8 else "false"
-        pack = FastLaunch(kernel("ncc.cu", f"ncc_mma_pack<{center}>"), (tiles * 8,), (128,),
+        pack = FastLaunch(kernel("ncc.cu", f"ncc_mma_pack<{center}>"), (tiles * 8,),
+                          (PACK_THREADS,),
                           [("u64", tmpl), ("i32", self.n), ("i32", self.th), ("i32", self.tw),
                            ("i32", plan["cpr"]), ("i32", plan["KC"]), ("u64", packed),
                            ("u64", t_sum), ("u64", t_rs)])
@@ -399,8 +404,8 @@ class TemplateBank:
                 ("i32", self.n), ("i32", plan["tiles_z"]), ("u64", t_sum), ("u64", t_rs),
                 ("i32", plan["Cs"]), ("i32", plan["R"]), maps_args[0], ("i32", ho), ("i32", wo),
                 ("f32", threshold), maps_args[1], ("i32", capacity), maps_args[2], maps_args[3]]
-        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // plan["BY"]), plan["grid_z"]), (256,),
-                          args, shared_mem=plan["smem"])
+        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // plan["BY"]), plan["grid_z"]),
+                          (MMA_THREADS,), args, shared_mem=plan["smem"])
 
     def _rows_contiguous(self, image: Any) -> Any:
         return image if image.strides[1] == 1 else self.xp.ascontiguousarray(image)
@@ -522,7 +527,7 @@ class TemplateBank:
         center = self.dtype == np.uint8
         fn = kernel("ncc.cu", f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
         twq = bank.shape[2]
-        fn((-(-wo // 32), -(-ho // 8)), (32, 8),
+        fn((-(-wo // NCC_TX), -(-ho // NCC_TY)), (NCC_TX, NCC_TY),
            (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
             np.int32(th), np.int32(tw), np.int32(twq), t_sum, t_rs, out, np.int32(ho),
             np.int32(wo)),
@@ -667,7 +672,7 @@ def _agree(got: Any, ref: Any) -> str | None:
 def _patch_bytes(th: int, tw: int) -> int:
     """The image patch of the fused kernels (their own layout): NCC_TY + th - 1 rows of
     NCC_TX + 4*twq + 8 bytes."""
-    return (8 + th - 1) * (32 + 4 * -(-tw // 4) + 8)
+    return (NCC_TY + th - 1) * (NCC_TX + 4 * -(-tw // 4) + 8)
 
 
 def _bank_smem(n: int, th: int, tw: int) -> int:

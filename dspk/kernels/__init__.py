@@ -12,7 +12,8 @@ import ctypes
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -37,6 +38,30 @@ def ctype(dtype: Any) -> str:
 
 #: a source's include of a header of this folder: ``#include "name.cuh"``
 _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
+#: a line of launch.cuh: ``constexpr int NAME = 123;`` (a comment may follow)
+_CONSTANT = re.compile(r"^constexpr int ([A-Z][A-Z0-9_]*) = ([0-9]+);[ \t]*(//.*)?$")
+
+
+def _launch_constants(path: Path) -> dict[str, int]:
+    """The constants of launch.cuh, the one table the kernels and their Python launches read
+    (each kernel includes the header; nvcc and NVRTC see the same values). A ``constexpr``
+    line that is not a plain integer constant is an error, not skipped."""
+    found: dict[str, int] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.startswith("constexpr"):
+            continue
+        m = _CONSTANT.match(line)
+        if m is None:
+            raise ValueError(f"{path.name}:{n}: expected 'constexpr int NAME = <integer>;', "
+                             f"got {line!r}")
+        if m.group(1) in found:
+            raise ValueError(f"{path.name}:{n}: {m.group(1)} defined twice")
+        found[m.group(1)] = int(m.group(2))
+    return found
+
+
+#: the launch constants of dspk/kernels/launch.cuh, by name (read once, at import)
+LAUNCH: Mapping[str, int] = MappingProxyType(_launch_constants(KERNEL_DIR / "launch.cuh"))
 
 
 #: the process-wide stores (`dspk.caches`): the texts NVRTC compiles, by file; the compiled
@@ -53,10 +78,22 @@ def source(filename: str) -> str:
     text = texts.get(filename)
     if text is None:
         path = Path(filename)
-        text = (path if path.is_absolute() else KERNEL_DIR / filename).read_text()
-        text = texts[filename] = _INCLUDE.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(),
-                                              text)
+        text = texts[filename] = _paste_headers(
+            (path if path.is_absolute() else KERNEL_DIR / filename).read_text(), set())
     return text
+
+
+def _paste_headers(text: str, pasted: set) -> str:
+    """``text`` with each include of a header of this folder replaced by the header's own text
+    (its includes pasted too), each header once."""
+    def paste(m: re.Match) -> str:
+        name = m.group(1)
+        if name in pasted:
+            return ""
+        pasted.add(name)
+        return _paste_headers((KERNEL_DIR / name).read_text(), pasted)
+
+    return _INCLUDE.sub(paste, text)
 
 
 #: the name it had before it was public (tests and benchmarks read it)

@@ -5,6 +5,8 @@
 // The int64 numerator is exact when n < 2^16 (|S| <= n*2^30, |s| <= n*2^15); the caller takes
 // this kernel only then. The division (not a multiplication by 1/denom) gives NumPy's bits.
 
+#include "launch.cuh"
+
 template <bool CENTER>
 __global__ void int_cov_finish(const long long* __restrict__ S, const long long* __restrict__ s,
                                int C, long long n, double denom, double* __restrict__ out)
@@ -38,7 +40,6 @@ template __global__ void int_cov_finish<false>(const long long*, const long long
 // the row read again from L2 by the others), then writes its own 1/splits of the row — so a few
 // long rows still fill the GPU without a second launch or a grid-wide barrier.
 // Block: CENTER_THREADS threads (any multiple of 32 up to 1024 works; the reduction assumes it).
-#define CENTER_THREADS 512
 
 template <typename T>
 __global__ void __launch_bounds__(CENTER_THREADS)

@@ -29,11 +29,9 @@
 //   there were and runs again with enough room (nothing is dropped). The order of out is not
 //   deterministic; the host sorts.
 
-constexpr int DS_THREADS = 128;
-constexpr int DS_R = 4;                      // samples per thread, DS_THREADS apart
+#include "launch.cuh"
+
 constexpr int DS_TILE = DS_THREADS * DS_R;
-constexpr int DS_NN_MAX = 64;                // neighbours per position
-constexpr int DP_THREADS = 256;
 
 // NumPy's maximum: NaN wins.
 template <typename T>
@@ -157,8 +155,6 @@ detect_peaks(const T* __restrict__ score, long long lds, int C, int n,
 //   it ends on the middle value itself or its float neighbour. The row sits in shared memory
 //   (m·sizeof(T) bytes, dynamic): one read of the data, then every count from shared memory,
 //   a block-wide sum per step. No sort (CuPy's sort of 2 304 rows of 8 191 took 6.3 ms).
-constexpr int RM_THREADS = 256;
-
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* scratch)
 {

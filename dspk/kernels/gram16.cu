@@ -24,11 +24,9 @@
 // 32 x 32 outputs). Dynamic shared memory: max(STAGES x 2 x 64 rows x 2·BK bytes, the int64
 // tile of the epilogue, 64 x 65 x 8 bytes).
 
-#include "cp_async.cuh"
+#include "common.cuh"
+#include "launch.cuh"
 
-#define GRAM16_MAX_K 32768
-constexpr int G16_BT = 64;          // rows per tile
-constexpr int G16_THREADS = 128;
 
 // D = A·B + D for one m16n8k32 tile; A row-major 16 x 32, B column-major 32 x 8, each byte
 // signed (s8) or unsigned (u8) as named.

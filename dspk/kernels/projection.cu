@@ -16,8 +16,8 @@
 // Shared memory (dynamic): w [M*K], mean [K], the tile [rows * pitch] with an odd pitch >= K
 // (conflict-free column reads); the Python side (ops/_pca_gpu.py) picks rows and checks the
 // total. Indices in 64 bits where they span the clips.
-#define PR_THREADS 256
-#define PR_MAX_PER_THREAD 16
+#include "launch.cuh"
+
 #define PR_UNROLL 4
 // blocks per SM to fit in registers for up to 16 bytes of accumulators per thread: eight
 // where an SM holds 2048 threads, six on the consumer Ampere/Ada parts (1536)

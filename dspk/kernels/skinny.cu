@@ -27,22 +27,7 @@
 // before launch. Pointers passed in point at element [0,0,0] of each view; strides may be 0
 // (broadcast) or negative.
 
-#include "cp_async.cuh"
-
-template <typename T> struct Vec4;
-template <> struct Vec4<float> {
-    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
-        const float4 t = *reinterpret_cast<const float4*>(p);
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-};
-template <> struct Vec4<double> {
-    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
-        const double2 t0 = *reinterpret_cast<const double2*>(p);
-        const double2 t1 = *reinterpret_cast<const double2*>(p + 2);
-        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
-    }
-};
+#include "common.cuh"
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v, int width)
@@ -257,9 +242,9 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 #pragma unroll 8
             for (int k = 0; k < GT_KT; ++k) {
                 T a[4], bv[4];
-                Vec4<T>::load(&As[k][ty * 4], a);
-                if (SYM) Vec4<T>::load(&As[k][tx * 4], bv);
-                else Vec4<T>::load(&Bs[k][tx * 4], bv);
+                Quad<T>::load(&As[k][ty * 4], a);
+                if (SYM) Quad<T>::load(&As[k][tx * 4], bv);
+                else Quad<T>::load(&Bs[k][tx * 4], bv);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -379,28 +364,6 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
 // columns are handled element by element. W is staged as Ws[k][m], MM = MT*SLICES rows, zero
 // padded. K unrolled by KU with the loads issued first. Grid (ceil(N / 256), B).
 // ------------------------------------------------------------------------------------------
-template <typename T> struct Vec4IO;
-template <> struct Vec4IO<float> {
-    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
-        const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-    static __device__ __forceinline__ void store(float* p, const float (&v)[4]) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <> struct Vec4IO<double> {
-    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
-        const double2 t0 = __ldg(reinterpret_cast<const double2*>(p));
-        const double2 t1 = __ldg(reinterpret_cast<const double2*>(p + 2));
-        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
-    }
-    static __device__ __forceinline__ void store(double* p, const double (&v)[4]) {
-        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-        *reinterpret_cast<double2*>(p + 2) = make_double2(v[2], v[3]);
-    }
-};
-
 template <typename T, int MT, int SLICES, int KU>
 __global__ void __launch_bounds__(64 * SLICES)
 wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
@@ -433,7 +396,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 
     auto load_x = [&](int k, T (&x)[4]) {
         if (full) {
-            Vec4IO<T>::load(Xb + k * sxk, x);
+            Quad<T>::load_ro(Xb + k * sxk, x);
         } else {
 #pragma unroll
             for (int c = 0; c < 4; ++c) x[c] = n + c < N ? Xb[k * sxk + c] : T(0);
@@ -444,7 +407,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
         for (int m4 = 0; m4 < MT; m4 += 4) {
             T w[4];
-            Vec4<T>::load(wk + m4, w);
+            Quad<T>::load(wk + m4, w);
 #pragma unroll
             for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -475,7 +438,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
     for (int m = 0; m < MT; ++m) {
         if (m0 + m >= M) break;
         if (full) {
-            Vec4IO<T>::store(ob + (m0 + m) * som, acc[m]);
+            Quad<T>::store(ob + (m0 + m) * som, acc[m]);
         } else {
 #pragma unroll
             for (int c = 0; c < 4; ++c)
@@ -537,7 +500,7 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
             for (int m4 = 0; m4 < MM; m4 += 4) {
                 T w[4];
-                Vec4<T>::load(wk + m4, w);
+                Quad<T>::load(wk + m4, w);
 #pragma unroll
                 for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -554,7 +517,7 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
         for (int m4 = 0; m4 < MM; m4 += 4) {
             T w[4];
-            Vec4<T>::load(wk + m4, w);
+            Quad<T>::load(wk + m4, w);
 #pragma unroll
             for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -612,28 +575,6 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 // operands' precision.
 // Shared memory (dynamic): STAGES*KC*TN + ceil(K/KC)*KC*(MM + VE) elements.
 // ------------------------------------------------------------------------------------------
-template <typename T> struct WtVec;  // 16 bytes of T
-template <> struct WtVec<float> {
-    static constexpr int n = 4;
-    static __device__ __forceinline__ void load(const float* p, float* v) {
-        const float4 t = *reinterpret_cast<const float4*>(p);
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-    static __device__ __forceinline__ void store(float* p, const float* v) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <> struct WtVec<double> {
-    static constexpr int n = 2;
-    static __device__ __forceinline__ void load(const double* p, double* v) {
-        const double2 t = *reinterpret_cast<const double2*>(p);
-        v[0] = t.x; v[1] = t.y;
-    }
-    static __device__ __forceinline__ void store(double* p, const double* v) {
-        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-    }
-};
-
 // The copies of one pipeline step: rows k0 .. k0+KC-1, columns n0 .. n0+TN-1 of X[b] into the
 // stage buffer xs [KC][TN], one 16-byte vector per copy (consecutive threads, consecutive
 // vectors: coalesced reads, conflict-free writes). A vector that straddles N is copied in part
@@ -643,7 +584,7 @@ template <typename T, int TN, int KC, int NT>
 __device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int sxk, int K,
                                            int N, int k0, int n0, int tid)
 {
-    constexpr int VE = WtVec<T>::n, TV = TN / VE, CH = KC * TV;
+    constexpr int VE = Vec16<T>::n, TV = TN / VE, CH = KC * TV;
 #pragma unroll
     for (int e0 = 0; e0 < CH; e0 += NT) {
         const int e = e0 + tid;
@@ -662,7 +603,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         int M, int K, int N, T* __restrict__ out, int sob, int som)
 {
     constexpr int TM = 8;                     // rows per thread
-    constexpr int VE = WtVec<T>::n;           // elements per 16-byte vector
+    constexpr int VE = Vec16<T>::n;           // elements per 16-byte vector
     constexpr int RY = MM / TM, CX = TN / TC, NT = RY * CX;
     constexpr int WR = RY < 4 ? RY : 4, WC = 32 / WR;  // lanes of a warp: WR rows x WC columns
     constexpr int WP = MM + VE;               // Ws row pitch
@@ -725,9 +666,9 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
     T a[2][TM], x[2][TC];
     auto load_frag = [&](int buf, const T* ws, const T* xs) {
 #pragma unroll
-        for (int v = 0; v < TM / VE; ++v) WtVec<T>::load(ws + v * (VE * WR), &a[buf][v * VE]);
+        for (int v = 0; v < TM / VE; ++v) Vec16<T>::load(ws + v * (VE * WR), &a[buf][v * VE]);
 #pragma unroll
-        for (int v = 0; v < TC / VE; ++v) WtVec<T>::load(xs + v * (VE * WC), &x[buf][v * VE]);
+        for (int v = 0; v < TC / VE; ++v) Vec16<T>::load(xs + v * (VE * WC), &x[buf][v * VE]);
     };
 
     cp_async_wait<STAGES - 2>();  // step 0 (and W) complete for this thread ...
@@ -772,7 +713,7 @@ wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
                 for (int v = 0; v < TC / VE; ++v) {
                     const int n = n0 + v * (VE * WC);
                     if (n + VE <= N) {
-                        WtVec<T>::store(ob + m * som + n, &acc[i][v * VE]);
+                        Vec16<T>::store(ob + m * som + n, &acc[i][v * VE]);
                     } else {
 #pragma unroll
                         for (int c = 0; c < VE; ++c)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend import cupy_module, device_properties
 from ..caches import shared
-from ..kernels import FastLaunch, ctype, grid_1d, kernel
+from ..kernels import LAUNCH, FastLaunch, ctype, grid_1d, kernel
 from . import cublaslt
 from .gpu_common import Workspace, stream_getter
 from .problem import Candidate, Problem
@@ -385,11 +385,12 @@ class Int16GramFused(Candidate):
     kinds = "iu"
     #: the bound runner writes X's exact row sums where ``ps`` points (`int_gram`)
     row_sums = True
-    TILE = 64
+    TILE = LAUNCH["G16_BT"]
+    THREADS = LAUNCH["G16_THREADS"]
     #: fewest samples a K chunk is given, so that a CTA's fixed costs (filling the pipeline,
     #: the epilogue's atomics) stay a small part of its work
     MIN_CHUNK = 1024
-    MAX_CHUNK = 32768        # GRAM16_MAX_K: no int32 accumulator can overflow
+    MAX_CHUNK = LAUNCH["GRAM16_MAX_K"]        # no int32 accumulator can overflow
 
     #: CTAs per SM asked of the register allocator (3 spills: gram16.cu)
     MINB = 2
@@ -437,7 +438,8 @@ class Int16GramFused(Candidate):
         smem = max(self.stages * 2 * self.TILE * 2 * self.bk, self.TILE * (self.TILE + 1) * 8)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, 128, smem)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, self.THREADS,
+                                                                  smem)
         if per_sm < 1:
             raise RuntimeError(f"{expr}: no CTA fits on an SM ({fn.num_regs} registers)")
         tiles = -(-p.m // self.TILE)
@@ -459,7 +461,7 @@ class Int16GramFused(Candidate):
         cp = cupy_module()
         cfg = self.launch_config(p)
         M, K = p.m, p.k
-        launch = FastLaunch(cfg["fn"], cfg["grid"], (128,),
+        launch = FastLaunch(cfg["fn"], cfg["grid"], (self.THREADS,),
                             [("ptr", None), ("i64", p.a.strides[1]), ("i32", M), ("i32", K),
                              ("i32", cfg["k_chunk"]), ("i32", cfg["tiles"]), ("ptr", None),
                              ("i64", self._ld_out(p)), ("ptr", None)], shared_mem=cfg["smem"])

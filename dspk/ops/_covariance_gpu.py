@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, grid_1d, kernel
+from ..kernels import LAUNCH, FastLaunch, ctype, grid_1d, kernel
 from ..linalg.engine import current_engine
 
-CENTER_THREADS = 512           # as in covariance.cu
+CENTER_THREADS = LAUNCH["CENTER_THREADS"]
 _CACHE_LIMIT = 64
 #: the engine's store (`Engine.prepared`) of the packed launches, by geometry
 LAUNCHES = "covariance_launches"

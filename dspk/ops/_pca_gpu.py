@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, kernel
+from ..kernels import LAUNCH, FastLaunch, ctype, kernel
 from ..linalg.engine import current_engine
 
-PR_THREADS, PR_MAX_PER_THREAD = 256, 16       # as in projection.cu
+PR_THREADS, PR_MAX_PER_THREAD = LAUNCH["PR_THREADS"], LAUNCH["PR_MAX_PER_THREAD"]
 _SHARED_LIMIT = 48 * 1024                     # dynamic shared memory without an opt-in
 _CACHE_LIMIT = 64
 #: the engine's store (`Engine.prepared`) of the packed launches, by geometry

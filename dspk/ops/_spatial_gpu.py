@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, kernel
+from ..kernels import LAUNCH, FastLaunch, ctype, kernel
 
-SR_R = 8                       # rows per group, as in spatial.cu
+SR_R = LAUNCH["SR_R"]          # rows per group
 
 
 def tile_samples(dtype: Any, vpl: int = 2) -> int:

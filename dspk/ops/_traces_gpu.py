@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FLOAT_DTYPES, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, kernel
 
-FIR_R, FIR_THREADS = 16, 128          # as in traces.cu
+FIR_R, FIR_THREADS = LAUNCH["FIR_R"], LAUNCH["FIR_THREADS"]
 FIR_TILE = FIR_R * FIR_THREADS
-CAR_S = 32
+CAR_S, CAR_THREADS = LAUNCH["CAR_S"], 32 * LAUNCH["CAR_WARPS"]
 _KEY = {np.dtype(np.float32): "unsigned int", np.dtype(np.float64): "unsigned long long"}
 _VPL = (1, 2, 4, 8, 12, 16, 24, 32)   # values per lane compiled for the median kernel
 
@@ -91,7 +91,7 @@ def car_median(x: Any) -> Any:
     smem = _car_smem(C, x.itemsize)
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
-    fn((-(-n // CAR_S),), (256,),
+    fn((-(-n // CAR_S),), (CAR_THREADS,),
        (xc, np.int64(xc.strides[0] // xc.itemsize), np.int32(C), np.int32(n), out,
         np.int64(n)), shared_mem=smem)
     return out

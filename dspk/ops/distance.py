@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import array_module, is_cupy_array
-from ..kernels import ctype, kernel
+from ..kernels import LAUNCH, ctype, kernel
 from ..linalg import matmul
 from ._checks import FLOATS
 
@@ -100,8 +100,8 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     return ab
 
 
-_SQD_THREADS, _SQD_UNROLL = 256, 4      # as in distance.cu
-_SQDD_TILE = 128                        # as in distance.cu
+_SQD_THREADS, _SQD_UNROLL = LAUNCH["SQD_THREADS"], LAUNCH["SQD_UNROLL"]
+_SQDD_TILE = LAUNCH["SQDD_TILE"]
 #: the GPU route: the one-launch kernel always up to _DIRECT_MAX_DIMS dimensions, and up to
 #: _DIRECT_SMALL_DIMS for outputs of at most _DIRECT_SMALL_SIZE elements; else the engine's
 #: product and the in-place finish. Measured on the H100 (benchmarks/profile_oneshot.py,
