@@ -23,13 +23,6 @@ __global__ void int_cov_finish(const long long* __restrict__ S, const long long*
     }
 }
 
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void int_cov_finish<true>(const long long*, const long long*, int, long long,
-                                              double, double*);
-template __global__ void int_cov_finish<false>(const long long*, const long long*, int,
-                                               long long, double, double*);
-#endif
-
 // center_rows: the float path of dspk.ops.covariance centres a copy before the product (a mean
 // subtracted from the product afterwards would cancel catastrophically); this does the copy in
 // one pass, where CuPy's mean, cast and subtraction took three launches and two extra trips
@@ -97,12 +90,3 @@ __global__ void cov_finish(const T* __restrict__ m2, long long total, double den
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
         out[k] = (T)((double)m2[k] / denom);
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void center_rows<float>(const float*, long long, long long, long long, float*,
-                                            double*);
-template __global__ void center_rows<double>(const double*, long long, long long, long long,
-                                             double*, double*);
-template __global__ void cov_finish<float>(const float*, long long, double, float*);
-template __global__ void cov_finish<double>(const double*, long long, double, double*);
-#endif

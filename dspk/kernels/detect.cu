@@ -210,26 +210,3 @@ row_abs_median(const T* __restrict__ a, long long ld, int m, int steps, T* __res
     }
     if (threadIdx.x == 0) out[blockIdx.x] = hi;
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void detect_score<float, 5>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_score<double, 5>(const double*, long long, long long, long long,
-                                                 int, int, const int*, int, const double*, const double*,
-                                                 double*, signed char*, long long, long long);
-template __global__ void detect_score<float, 1>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_score<float, 8>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_peaks<float>(const float*, long long, int, int, const int*, int,
-                                             float, int, long long*, unsigned long long*,
-                                             long long);
-template __global__ void detect_peaks<double>(const double*, long long, int, int, const int*,
-                                              int, double, int, long long*,
-                                              unsigned long long*, long long);
-template __global__ void row_abs_median<float>(const float*, long long, int, int, float*);
-template __global__ void row_abs_median<double>(const double*, long long, int, int, double*);
-#endif

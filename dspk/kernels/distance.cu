@@ -125,14 +125,3 @@ sqdist_direct(const T* __restrict__ a, const T* __restrict__ b, long long n, lon
         }
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void sqdist_finish<float>(float*, const float*, const float*, long long,
-                                              long long);
-template __global__ void sqdist_finish<double>(double*, const double*, const double*, long long,
-                                               long long);
-template __global__ void sqdist_direct<float>(const float*, const float*, long long, long long, int,
-                                              float*);
-template __global__ void sqdist_direct<double>(const double*, const double*, long long, long long,
-                                               int, double*);
-#endif

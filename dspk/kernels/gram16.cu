@@ -255,14 +255,3 @@ gram16(const short* __restrict__ x, long long ldx, int M, int K, int kchunk, int
         }
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define G16_INSTANCE(BK, STAGES, MINB)                                                       \
-    template __global__ void gram16<BK, STAGES, MINB>(const short*, long long, int, int, int,  \
-                                                      int, unsigned long long*, long long,     \
-                                                      unsigned long long*);
-G16_INSTANCE(64, 4, 2)
-G16_INSTANCE(64, 3, 2)
-G16_INSTANCE(128, 3, 2)
-G16_INSTANCE(128, 2, 2)
-#endif

@@ -722,32 +722,3 @@ __global__ void ncc_peak_check_hash(const long long* __restrict__ keys,
         peak_score[j] = s;
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void ncc_bank_dp4a<true, 16>(const unsigned char*, long long, int, int,
-                                                 const int*, int, int, int, int,
-                                                 const long long*, const float*, float*, int,
-                                                 int);
-template __global__ void ncc_bank_dp4a<false, 32>(const unsigned char*, long long, int, int,
-                                                  const int*, int, int, int, int,
-                                                  const long long*, const float*, float*, int,
-                                                  int);
-#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS, MINB, BY)                                        \
-    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS, MINB, BY>(                       \
-        const unsigned char*, long long, int, int, const int2*, int, int, int, int, int, int,  \
-        const long long*, const float*, int, int, float*, int, int, float, unsigned*, int,     \
-        long long*, float*);
-NCC_MMA_INSTANCE(true, 4, false, false, 2, 32)
-NCC_MMA_INSTANCE(true, 4, false, true, 2, 32)
-NCC_MMA_INSTANCE(true, 2, false, false, 3, 32)
-NCC_MMA_INSTANCE(true, 2, false, true, 3, 32)
-NCC_MMA_INSTANCE(false, 2, true, false, 2, 32)
-NCC_MMA_INSTANCE(true, 1, false, true, 2, 32)
-NCC_MMA_INSTANCE(false, 4, true, true, 2, 32)
-NCC_MMA_INSTANCE(true, 4, false, false, 2, 64)
-NCC_MMA_INSTANCE(true, 4, false, true, 2, 64)
-template __global__ void ncc_mma_pack<true>(const unsigned char*, int, int, int, int, int, int2*,
-                                            long long*, float*);
-template __global__ void ncc_mma_pack<false>(const unsigned char*, int, int, int, int, int,
-                                             int2*, long long*, float*);
-#endif

@@ -102,13 +102,3 @@ center_project(const T* __restrict__ x, long long row_stride, long long col_stri
         __syncthreads();                            // before the next tile overwrites xs
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define PR_INSTANTIATE(T, P)                                                                    \
-    template __global__ void center_project<T, P>(const T*, long long, long long, long long, int, \
-                                                  const T*, const T*, int, int, int, T*);
-PR_INSTANTIATE(float, 1) PR_INSTANTIATE(float, 2) PR_INSTANTIATE(float, 4)
-PR_INSTANTIATE(float, 8) PR_INSTANTIATE(float, 16)
-PR_INSTANTIATE(double, 1) PR_INSTANTIATE(double, 2) PR_INSTANTIATE(double, 4)
-PR_INSTANTIATE(double, 8) PR_INSTANTIATE(double, 16)
-#endif

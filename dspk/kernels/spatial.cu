@@ -189,18 +189,3 @@ sparse_rows_pipe(const T* __restrict__ x, long long ldx, int n, const int* __res
         __syncthreads();                       // this buffer is refilled two tiles on
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define SR_INST(T, VPL)                                                                      \
-    template __global__ void sparse_rows<T, VPL>(const T*, long long, int, const int*,       \
-                                                 const int*, const int*, const int*,         \
-                                                 const T*, const int*, int, T*, long long, int); \
-    template __global__ void sparse_rows_pipe<T, VPL>(const T*, long long, int, const int*,  \
-                                                      const int*, const int*, const int*,    \
-                                                      const T*, const int*, int, T*, long long, \
-                                                      int);
-SR_INST(float, 1)
-SR_INST(float, 2)
-SR_INST(double, 1)
-SR_INST(double, 2)
-#endif

@@ -195,14 +195,3 @@ car_median(const T* __restrict__ x, long long ldx, int C, int n, T* __restrict__
         if (t < n) out[(long long)c * ldo + t] = tile[c * (CAR_S + 1) + s] - med[s];
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void fir_direct<float>(const float*, long long, int, const float*, int,
-                                           int, int, int, float*, long long, long long);
-template __global__ void fir_direct<double>(const double*, long long, int, const double*, int,
-                                            int, int, int, double*, long long, long long);
-template __global__ void car_median<float, unsigned, 12>(const float*, long long, int, int,
-                                                         float*, long long);
-template __global__ void car_median<double, unsigned long long, 4>(const double*, long long, int,
-                                                                   int, double*, long long);
-#endif

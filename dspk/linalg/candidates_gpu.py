@@ -15,11 +15,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from ..kernels import FastLaunch, ctype, kernel
+from ..kernels import FLOAT_DTYPES, FastLaunch, ctype, declare_instances, kernel
 from .candidates_lt import CublasLtGemm
 from .cublaslt import gemm_geometry
 from .gpu_common import Workspace, blas_dims_reason, stream_getter
-from .problem import Candidate, Problem, Runner, copy_into, scratch_like
+from .problem import Candidate, Problem, Runner, copy_into, instances_of, scratch_like
 from .view import INT32_MAX, MatrixView
 
 # cuBLAS / CUDA enums (CuPy lacks some; values from cublas_api.h / library_types.h).
@@ -52,11 +52,15 @@ def _sm_count(device_id: int) -> int:
     return int(device_properties(device_id)["multiProcessorCount"])
 
 
+def _optin(props: dict) -> int:
+    """Dynamic shared memory one CTA may opt in to (bytes) on a device with properties
+    ``props``: 227 KiB on Hopper."""
+    return int(props.get("sharedMemPerBlockOptin", 0) or props.get("sharedMemPerBlock", 48 << 10))
+
+
 @lru_cache(maxsize=None)
 def _smem_optin(device_id: int) -> int:
-    """Dynamic shared memory one CTA may opt in to (bytes): 227 KiB on Hopper."""
-    props = device_properties(device_id)
-    return int(props.get("sharedMemPerBlockOptin", 0) or props.get("sharedMemPerBlock", 48 << 10))
+    return _optin(device_properties(device_id))
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -209,6 +213,12 @@ class CublasSplitK(Candidate):
         a, b = _blas_ready(p.a), _blas_ready(p.b)
         self.bind(p.with_operands(a, b, p.out))(a.ptr, b.ptr, p.out.ptr)
 
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # the chunks, and one more for a remainder of K
+        return {"skinny.cu": {splitk_reduce_expression(dt, dt, _groups(slots), False)
+                              for dt in FLOAT_DTYPES
+                              for slots in (self.chunks, self.chunks + 1)}}
+
 
 class CublasSymBlocks(Candidate):
     """X·Xᵀ from the upper-triangular blocks only: nb(nb+1)/2 of nb² block products, each
@@ -288,7 +298,7 @@ class CublasSymBlocks(Candidate):
             return hit
 
         G = _groups(slots)
-        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}, {G}>")
+        fn = kernel("skinny.cu", symblock_reduce_expression(dt, G))
         reduce = FastLaunch(fn, (M * -(-M // (256 // G)),), (256,),
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
@@ -321,22 +331,44 @@ class CublasSymBlocks(Candidate):
     def run(self, p: Problem) -> None:
         self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
 
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # any number of K chunks (slots): both group counts of the reduction
+        return {"skinny.cu": {symblock_reduce_expression(dt, g) for dt in FLOAT_DTYPES
+                              for g in GROUPS}}
+
 
 # ------------------------------------------------------------------------------------------
 # Direct kernels
 # ------------------------------------------------------------------------------------------
+#: the partial-sum groups the reduction kernels are compiled for (`_groups`)
+GROUPS = (4, 32)
+
+
 def _groups(S: int) -> int:
     """Partial-sum groups per output in the reduction kernels: enough loads in flight per
     thread (S/G of them), enough consecutive outputs per block (256/G) to coalesce."""
-    return 4 if S <= 64 else 32
+    return GROUPS[0] if S <= 64 else GROUPS[1]
+
+
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def splitk_reduce_expression(acc: Any, dtype: Any, groups: int, symmetric: bool) -> str:
+    """The ``splitk_reduce`` instance summing ``acc`` partials into ``dtype``."""
+    return f"splitk_reduce<{ctype(acc)}, {ctype(dtype)}, {groups}, {_bool(symmetric)}>"
+
+
+def symblock_reduce_expression(dtype: Any, groups: int) -> str:
+    """The ``symblock_reduce`` instance for ``dtype``."""
+    return f"symblock_reduce<{ctype(dtype)}, {groups}>"
 
 
 def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
                  acc: Any) -> Callable[..., None]:
     """A launch ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
     G = _groups(S)
-    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
-                             f"{'true' if symmetric else 'false'}>")
+    fn = kernel("skinny.cu", splitk_reduce_expression(acc, p.dtype, G, symmetric))
     grid = (p.m * -(-p.n // (256 // G)), p.batches)
     return FastLaunch(fn, grid, (256,),
                       _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
@@ -370,6 +402,12 @@ class _Direct(Candidate):
 
     def _acc_dtype(self, p: Problem) -> Any:
         return np.float64 if self.acc == "f64" else p.dtype
+
+    def _dtypes(self) -> list[tuple[np.dtype, np.dtype]]:
+        """(operand dtype, accumulator dtype) of the products this candidate can run."""
+        if self.acc == "f64":
+            return [(np.dtype(np.float32), np.dtype(np.float64))]
+        return [(dt, dt) for dt in FLOAT_DTYPES]
 
     def _acc_reason(self, p: Problem) -> str | None:
         if self.acc == "f64":
@@ -411,8 +449,7 @@ class GramSmall(_Direct):
         kchunk = -(-K // S)
         S = -(-K // kchunk)
         md = _pow2_at_least(max(M, N), 1)
-        fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
-                                 f"{'true' if sym else 'false'}>")
+        fn = kernel("skinny.cu", self.expression(p.dtype, acc, md, sym))
         workspace = Workspace(B * S * md * md, acc, counters=B)
         launch = FastLaunch(fn, (S, B), (256,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk,
@@ -426,6 +463,15 @@ class GramSmall(_Direct):
             launch(stream, pa, pb, part.data.ptr, count.data.ptr, po)
 
         return run
+
+    @staticmethod
+    def expression(dtype: Any, acc: Any, md: int, symmetric: bool) -> str:
+        """The ``gram_small`` instance for outputs of up to ``md`` x ``md``."""
+        return f"gram_small<{ctype(dtype)}, {ctype(acc)}, {md}, {_bool(symmetric)}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, acc, md, sym) for dt, acc in self._dtypes()
+                              for md in (1, 2, 4, 8) for sym in (False, True)}}
 
 
 class GramTiled(_Direct):
@@ -458,8 +504,7 @@ class GramTiled(_Direct):
         S = max(1, min(target, -(-K // 128)))
         kchunk = -(-(-(-K // S)) // 32) * 32
         S = max(1, -(-K // kchunk))
-        fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
-                                 f"{'true' if sym else 'false'}, {self.min_blocks}>")
+        fn = kernel("skinny.cu", self.expression(p.dtype, acc, sym))
         workspace = Workspace(B * S * 64 * 64, acc)
         reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
         launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
@@ -474,6 +519,18 @@ class GramTiled(_Direct):
             reduce(stream, part, po)
 
         return run
+
+    def expression(self, dtype: Any, acc: Any, symmetric: bool) -> str:
+        """The ``gram_tiled`` instance."""
+        return (f"gram_tiled<{ctype(dtype)}, {ctype(acc)}, {_bool(symmetric)}, "
+                f"{self.min_blocks}>")
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # with the reduction of any number of K chunks
+        return {"skinny.cu": {e for dt, acc in self._dtypes() for sym in (False, True)
+                              for e in (self.expression(dt, acc, sym),
+                                        *(splitk_reduce_expression(acc, dt, g, sym)
+                                          for g in GROUPS))}}
 
 
 class _SmallLeft(_Direct):
@@ -514,14 +571,26 @@ class WxDirect(_SmallLeft):
                         f"{cols_per_thread} column(s) per thread, one launch")
 
     def _fits(self, p: Problem) -> str | None:
-        mm = _pow2_at_least(p.m, 4)
-        if p.m > self.MAX_M:
-            return f"{p.m} output rows > {self.MAX_M}"
+        return self._fits_shape(p.m, p.k, p.dtype)
+
+    def _fits_shape(self, m: int, k: int, dtype: Any) -> str | None:
+        mm = _pow2_at_least(m, 4)
+        if m > self.MAX_M:
+            return f"{m} output rows > {self.MAX_M}"
         if mm * self.cpt > self.MAX_ACC:
             return f"{mm} rows x {self.cpt} columns per thread > {self.MAX_ACC} accumulators"
-        if mm * p.k * p.dtype.itemsize > self.SMEM:
-            return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        if mm * k * np.dtype(dtype).itemsize > self.SMEM:
+            return f"W [{m},{k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
         return None
+
+    def expression(self, dtype: Any, mm: int) -> str:
+        """The ``wx_direct`` instance for W of up to ``mm`` rows."""
+        return f"wx_direct<{ctype(dtype)}, {mm}, {self.cpt}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, _pow2_at_least(m, 4)) for dt in FLOAT_DTYPES
+                              for m in range(1, self.MAX_M + 1)
+                              if self._fits_shape(m, 1, dt) is None}}
 
     def bind(self, p: Problem) -> Runner:
         q = self.orient(p)
@@ -529,7 +598,7 @@ class WxDirect(_SmallLeft):
         mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm = _pow2_at_least(M, 4)
-        fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
+        fn = kernel("skinny.cu", self.expression(q.dtype, mm))
         launch = FastLaunch(fn, (-(-N // (256 * self.cpt)), B), (256,),
                             _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
                                   q.out.strides), shared_mem=mm * K * q.dtype.itemsize)
@@ -549,6 +618,7 @@ class WxVec(_SmallLeft):
     thread (16-byte loads/stores), rows split over ``slices`` warp groups of 64 threads."""
 
     SMEM = 48 * 1024
+    MAX_M = 64
 
     def __init__(self, slices: int, unroll: int):
         super().__init__("same")
@@ -561,15 +631,30 @@ class WxVec(_SmallLeft):
     def _rows_per_slice(self, m: int) -> int:
         return _pow2_at_least(-(-m // self.slices), 4)
 
+    def _fits_shape(self, m: int, k: int, dtype: Any) -> str | None:
+        mt = self._rows_per_slice(m)
+        if m > self.MAX_M or mt > 32:
+            return f"{m} rows > {32 * self.slices} for {self.slices} slice(s)"
+        if mt * (self.slices - 1) >= m:
+            return f"{m} rows leave a slice empty"
+        if mt * self.slices * k * np.dtype(dtype).itemsize > self.SMEM:
+            return f"W [{m},{k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        return None
+
+    def expression(self, dtype: Any, mt: int) -> str:
+        """The ``wx_vec`` instance for ``mt`` rows per slice."""
+        return f"wx_vec<{ctype(dtype)}, {mt}, {self.slices}, {self.unroll}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, self._rows_per_slice(m))
+                              for dt in FLOAT_DTYPES for m in range(1, self.MAX_M + 1)
+                              if self._fits_shape(m, 1, dt) is None}}
+
     def _fits(self, p: Problem) -> str | None:
-        mt = self._rows_per_slice(p.m)
-        x, out, item = p.b, p.out, p.dtype.itemsize
-        if p.m > 64 or mt > 32:
-            return f"{p.m} rows > {32 * self.slices} for {self.slices} slice(s)"
-        if mt * (self.slices - 1) >= p.m:
-            return f"{p.m} rows leave a slice empty"
-        if mt * self.slices * p.k * item > self.SMEM:
-            return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        reason = self._fits_shape(p.m, p.k, p.dtype)
+        if reason:
+            return reason
+        x, out = p.b, p.out
         if x.strides[2] != 1 or out.strides[2] != 1:
             return "needs unit column stride in X and out"
         if x.strides[1] % 4 or out.strides[1] % 4 or (p.batches > 1 and (x.strides[0] % 4 or
@@ -585,7 +670,7 @@ class WxVec(_SmallLeft):
         mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mt = self._rows_per_slice(M)
-        fn = kernel("skinny.cu", f"wx_vec<{ctype(q.dtype)}, {mt}, {self.slices}, {self.unroll}>")
+        fn = kernel("skinny.cu", self.expression(q.dtype, mt))
         launch = FastLaunch(fn, (-(-N // 256), B), (64, self.slices),
                             _args(None, q.a.strides, None, q.b.strides[:2], M, K, N, None,
                                   q.out.strides[:2]),
@@ -660,18 +745,20 @@ class WxTile(_SmallLeft):
         smem = (self.stages * kc * tn + kp * (mm + ve)) * item
         return mm, tn, tc, kc, threads, smem
 
-    def _min_blocks(self, threads: int, smem: int, device_id: int) -> int:
+    def _min_blocks(self, threads: int, smem: int, optin: int) -> int:
         """CTAs per SM the kernel's ``__launch_bounds__`` asks registers for: those ``warps``
         asks for, no more than the shared memory lets reside (an SM has the per-block opt-in
-        limit plus 1 KiB, and each CTA reserves 1 KiB), so no register is given up for CTAs
-        that cannot be there."""
-        fit = (_smem_optin(device_id) + 1024) // (smem + 1024)
+        limit ``optin`` plus 1 KiB, and each CTA reserves 1 KiB), so no register is given up
+        for CTAs that cannot be there."""
+        fit = (optin + 1024) // (smem + 1024)
         return max(1, min(self.warps * 32 // threads, fit))
 
-    def _fits(self, p: Problem) -> str | None:
-        if p.m > self.MAX_M:
-            return f"{p.m} output rows > {self.MAX_M}"
-        mm, tn, _, _, threads, smem = self._geometry(p.m, p.k, p.dtype)
+    def _fits_shape(self, m: int, k: int, dtype: Any, optin: int) -> str | None:
+        """Why an [m, k] W of ``dtype`` cannot run with a shared-memory opt-in of ``optin``
+        bytes (None if it can; X's layout aside)."""
+        if m > self.MAX_M:
+            return f"{m} output rows > {self.MAX_M}"
+        mm, tn, _, _, threads, smem = self._geometry(m, k, dtype)
         lanes = 32 // min(mm // 8, 4)  # columns of lanes in a warp (kernel: WC)
         if (self.tile_vecs // self.col_vecs) % lanes or threads > 1024:
             return (f"{tn}-column tiles of {self.col_vecs} vector(s) per thread do not make "
@@ -679,6 +766,39 @@ class WxTile(_SmallLeft):
         if threads > self.MAX_THREADS:
             return (f"{threads} threads per CTA for {mm} rows (more than {self.MAX_THREADS}: "
                     f"too few registers per thread for the 8-row tile)")
+        if smem > optin:
+            return (f"W [{m},{k}] and {self.stages} stages need {smem} bytes of shared "
+                    f"memory, more than the {optin} a block may use")
+        return None
+
+    def expression(self, dtype: Any, m: int, k: int, optin: int) -> str:
+        """The ``wx_tile`` instance for an [m, k] W of ``dtype`` on a device whose blocks may
+        opt in to ``optin`` bytes of shared memory."""
+        mm, tn, tc, kc, threads, smem = self._geometry(m, k, dtype)
+        minb = self._min_blocks(threads, smem, optin)
+        return f"wx_tile<{ctype(dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        """Every W that fits: the geometry depends on m through its row class (8, 16, 32, 64)
+        and on k through the k-chunk and its padded length, so one m per class and one k per
+        padded length cover them all (the shared memory, and so the CTAs per SM, only grow
+        with k)."""
+        optin = _optin(props)
+        final = max(4, self.stage_bytes // (self.tile_vecs * 16))   # the k-chunk of long K
+        found = set()
+        for dt in FLOAT_DTYPES:
+            for m in (8, 16, 32, self.MAX_M):
+                k = 1
+                while self._fits_shape(m, k, dt, optin) is None:
+                    found.add(self.expression(dt, m, k, optin))
+                    k = k + 1 if k < final else (k // final + 1) * final
+        return {"skinny.cu": found}
+
+    def _fits(self, p: Problem) -> str | None:
+        optin = _smem_optin(p.device_id)
+        reason = self._fits_shape(p.m, p.k, p.dtype, optin)
+        if reason:
+            return reason
         x, out, item = p.b, p.out, p.dtype.itemsize
         ve = 16 // item
         if x.strides[2] != 1 or out.strides[2] != 1:
@@ -688,10 +808,6 @@ class WxTile(_SmallLeft):
             return f"needs row strides that are multiples of {ve} (16-byte aligned rows)"
         if x.ptr % 16 or out.ptr % 16:
             return "X or out does not start on a 16-byte boundary"
-        optin = _smem_optin(p.device_id)
-        if smem > optin:
-            return (f"W [{p.m},{p.k}] and {self.stages} stages need {smem} bytes of shared "
-                    f"memory, more than the {optin} a block may use")
         return None
 
     def launch_config(self, p: Problem) -> dict:
@@ -702,8 +818,7 @@ class WxTile(_SmallLeft):
             raise ValueError(f"{self.name} cannot run this product: {self.unavailable(p)}")
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm, tn, tc, kc, threads, smem = self._geometry(M, K, q.dtype)
-        minb = self._min_blocks(threads, smem, q.device_id)
-        expr = f"wx_tile<{ctype(q.dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
+        expr = self.expression(q.dtype, M, K, _smem_optin(q.device_id))
         fn = kernel("skinny.cu", expr)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
@@ -763,3 +878,11 @@ def gpu_candidates() -> list[Candidate]:
         CublasSymBlocks(64, 4), CublasSymBlocks(32, 2),
         CublasSplitK(16), CublasSplitK(64),
     ]
+
+
+def _skinny_instances(props: dict) -> set[str]:
+    """The kernels of skinny.cu the GPU candidates can request."""
+    return instances_of(gpu_candidates(), "skinny.cu", props)
+
+
+declare_instances("skinny.cu", _skinny_instances)

@@ -18,10 +18,10 @@ import numpy as np
 
 from ..backend import cupy_module, device_properties
 from ..caches import shared
-from ..kernels import LAUNCH, FastLaunch, ctype, grid_1d, kernel
+from ..kernels import LAUNCH, FastLaunch, ctype, declare_instances, grid_1d, kernel
 from . import cublaslt
 from .gpu_common import Workspace, stream_getter
-from .problem import Candidate, Problem
+from .problem import Candidate, Problem, instances_of
 from .view import MatrixView
 
 if TYPE_CHECKING:                      # the tuner is handed in (`int_candidates`), not imported
@@ -139,19 +139,29 @@ class IntDirect(Candidate):
                   out=p.out.to_array())
 
 
+def _pack_expressions(dt: Any) -> tuple[str, str]:
+    """(contiguous-rows kernel, strided kernel) packing ``dt`` operands: uint8 centred,
+    int8 without row sums."""
+    tmpl = (f"{ctype(dt)}, {'true' if dt == np.uint8 else 'false'}, "
+            f"{'true' if dt != np.int8 else 'false'}")
+    return f"pack_planes_rows<{tmpl}, {PACK_LOADS}>", f"pack_planes<{tmpl}>"
+
+
+#: the kernel adding the plane products, with the centring correction, into int64
+COMBINE = "combine_planes"
+
+
 def _pack_kernel(v: Any, dt: Any, batches: int) -> tuple:
     """(kernel, elements per thread, whether it takes no K stride) packing view ``v``: the
     16-bytes-per-load kernel when K is contiguous and the rows (and batches, when there are
     several) start 16-byte aligned, the general strided one otherwise."""
-    tmpl = (f"{ctype(dt)}, {'true' if dt == np.uint8 else 'false'}, "
-            f"{'true' if dt != np.int8 else 'false'}")
+    rows, strided = _pack_expressions(dt)
     sb, sr, sk = v.strides
     item = np.dtype(dt).itemsize
     if sk == 1 and v.ptr % 16 == 0 and (sr * item) % 16 == 0 and \
             (batches == 1 or (sb * item) % 16 == 0):
-        return (kernel("intpack.cu", f"pack_planes_rows<{tmpl}, {PACK_LOADS}>"),
-                PACK_LOADS * 16 // item, True)
-    return kernel("intpack.cu", f"pack_planes<{tmpl}>"), 4, False
+        return kernel("intpack.cu", rows), PACK_LOADS * 16 // item, True
+    return kernel("intpack.cu", strided), 4, False
 
 
 def _pad16(n: int) -> int:
@@ -179,6 +189,9 @@ class Int8TensorCore(Candidate):
                         "operands packed in one pass (uint8 centred, int16 as two stacked int8 "
                         "planes), recombined with the centring correction in int64 "
                         "(intpack.cu)")
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"intpack.cu": {COMBINE, *(e for dt in INT_DTYPES for e in _pack_expressions(dt))}}
 
     def unavailable(self, p: Problem) -> str | None:
         props = device_properties(p.device_id)
@@ -255,7 +268,7 @@ class Int8TensorCore(Candidate):
         pack_a = pack_launch(p.a, M, mp)
         pack_b = None if sym else pack_launch(p.b.T, N, np_)
         out = p.out
-        combine = FastLaunch(kernel("intpack.cu", "combine_planes"), grid_1d(M * N), (256,),
+        combine = FastLaunch(kernel("intpack.cu", COMBINE), grid_1d(M * N), (256,),
                              [("ptr", None), ("i32", splits), ("i32", P), ("i32", mp),
                               ("i32", np_), ("i32", 1), ("i32", M), ("i32", N), ("ptr", None),
                               ("i64", out.strides[0]), ("i64", out.strides[1]),
@@ -336,7 +349,7 @@ class Int8TensorCore(Candidate):
         qa, stride_a, ra = packed(p.a, M, mp)
         qb, stride_b, cb = (qa, stride_a, ra) if p.symmetric else packed(p.b.T, N, np_)
         c32 = cp.empty(splits * B * P * mp * P * np_, dtype=np.int32)
-        combine = kernel("intpack.cu", "combine_planes")
+        combine = kernel("intpack.cu", COMBINE)
         out = p.out
         out.check()
         handle = cp.cuda.device.get_cublas_handle()
@@ -403,6 +416,15 @@ class Int16GramFused(Candidate):
                         f"{bk} samples, K split over {waves} wave(s) of CTAs, int64 atomics; "
                         f"gram16.cu)")
 
+    def expression(self) -> str:
+        """The ``gram16`` instance of this variant."""
+        return f"gram16<{self.bk}, {self.stages}, {self.MINB}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        if int(props.get("major", 0)) < 8:
+            return {}                                   # no int8 mma.sync to compile
+        return {"gram16.cu": {self.expression()}}
+
     def unavailable(self, p: Problem) -> str | None:
         if p.dtype != np.int16:
             return "int16 operands only"
@@ -433,7 +455,7 @@ class Int16GramFused(Candidate):
         """Kernel, grid, shared memory, CTAs per SM and the K split for ``p``."""
         from cupy_backends.cuda.api import driver  # noqa: PLC0415 (needs CuPy)
 
-        expr = f"gram16<{self.bk}, {self.stages}, {self.MINB}>"
+        expr = self.expression()
         fn = kernel("gram16.cu", expr)
         smem = max(self.stages * 2 * self.TILE * 2 * self.bk, self.TILE * (self.TILE + 1) * 8)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
@@ -498,12 +520,25 @@ def _split_k(batches: int, rows: int, cols: int, k: int, props: dict) -> tuple[i
     return splits, chunk
 
 
+def _gpu_kernel_candidates() -> list[Candidate]:
+    """The integer GPU candidates with kernels of their own, in the order used when tuning is
+    off: the fused int16 X·Xᵀ first (where it can run it was measured fastest at every
+    size), then the INT8 GEMMs."""
+    return [*(Int16GramFused(*v) for v in GRAM16_VARIANTS), Int8TensorCore(),
+            *(Int8TensorCore(r) for r in range(INT8_LT_RANKS))]
+
+
 def int_candidates(gpu: bool, tuner: "Tuner") -> list[Candidate]:
     """Integer candidates, in the order used when tuning is off; ``tuner`` chooses the float
     product of `IntViaFloat32` (the tuner these candidates are made for)."""
     if gpu:
-        # the fused int16 X·Xᵀ first: where it can run it was measured fastest at every size
-        return [*(Int16GramFused(*v) for v in GRAM16_VARIANTS), Int8TensorCore(),
-                *(Int8TensorCore(r) for r in range(INT8_LT_RANKS)),
-                IntViaFloat32(gpu=True, tuner=tuner)]
+        return [*_gpu_kernel_candidates(), IntViaFloat32(gpu=True, tuner=tuner)]
     return [IntViaFloat64(), IntViaFloat32(gpu=False, tuner=tuner), IntDirect()]
+
+
+def _instances(filename: str) -> Any:
+    return lambda props: instances_of(_gpu_kernel_candidates(), filename, props)
+
+
+declare_instances("intpack.cu", _instances("intpack.cu"))
+declare_instances("gram16.cu", _instances("gram16.cu"))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..caches import shared
-from ..kernels import FastLaunch, grid_1d, kernel
+from ..kernels import FastLaunch, declare_instances, grid_1d, kernel
 
 __all__ = ["fingerprint", "PreparedCache"]
 
@@ -37,6 +37,9 @@ _FP_BLOCK = 256
 #: contents a PreparedCache remembers having seen (not yet prepared)
 _MAX_SEEN = 64
 _FP_MAX_BLOCKS = 1024
+#: the fingerprint kernel over 32-bit words (an array of whole aligned words) or bytes
+_FP_KERNELS = {True: "fingerprint64<unsigned int>", False: "fingerprint64<unsigned char>"}
+declare_instances("fingerprint.cu", lambda props: _FP_KERNELS.values())
 
 
 def fingerprint(a: Any) -> tuple:
@@ -123,8 +126,7 @@ class _DeviceHasher:
         key = (words, wide)
         fn = self._launches.get(key)
         if fn is None:
-            name = "fingerprint64<unsigned int>" if wide else "fingerprint64<unsigned char>"
-            fn = FastLaunch(kernel("fingerprint.cu", name),
+            fn = FastLaunch(kernel("fingerprint.cu", _FP_KERNELS[wide]),
                             grid_1d(words, _FP_BLOCK, _FP_MAX_BLOCKS), (_FP_BLOCK,),
                             [("ptr", None), ("i64", words), ("ptr", None)])
             if len(self._launches) < 256:

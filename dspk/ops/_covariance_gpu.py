@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import LAUNCH, FastLaunch, ctype, grid_1d, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, grid_1d, kernel
 from ..linalg.engine import current_engine
 
 CENTER_THREADS = LAUNCH["CENTER_THREADS"]
@@ -24,6 +24,23 @@ _F64, _F64_BITS = struct.Struct("<d"), struct.Struct("<Q")
 def _f64_bits(value: float) -> int:
     """A float64 call-time parameter as the 8 bytes FastLaunch passes."""
     return _F64_BITS.unpack(_F64.pack(value))[0]
+
+
+def _center_rows(dtype: Any) -> str:
+    return f"center_rows<{ctype(dtype)}>"
+
+
+def _cov_finish(dtype: Any) -> str:
+    return f"cov_finish<{ctype(dtype)}>"
+
+
+def _int_cov_finish(center: bool) -> str:
+    return f"int_cov_finish<{'true' if center else 'false'}>"
+
+
+declare_instances("covariance.cu", lambda props: [
+    *(f(dt) for dt in FLOAT_DTYPES for f in (_center_rows, _cov_finish)),
+    *(_int_cov_finish(c) for c in (False, True))])
 
 
 def _launches() -> dict:
@@ -56,7 +73,7 @@ def center_rows(x: Any) -> tuple[Any, Any]:
     launches = _launches()
     launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"center_rows<{ctype(x.dtype)}>")
+        fn = kernel("covariance.cu", _center_rows(x.dtype))
         dyn = ("ptr", None)
         launch = _remember(launches, key, FastLaunch(
             fn, (c, _splits(c, dev)), (CENTER_THREADS,),
@@ -76,7 +93,7 @@ def float_finish(m2: Any, denom: float) -> Any:
     launches = _launches()
     launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"cov_finish<{ctype(m2.dtype)}>")
+        fn = kernel("covariance.cu", _cov_finish(m2.dtype))
         dyn = ("ptr", None)
         launch = _remember(launches, key, FastLaunch(fn, grid_1d(total), (256,),
                                            [dyn, ("i64", total), dyn, dyn]))
@@ -98,7 +115,7 @@ def int_finish(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     launches = _launches()
     launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
+        fn = kernel("covariance.cu", _int_cov_finish(center))
         dyn = ("ptr", None)
         launch = _remember(launches, key, FastLaunch(fn, grid_1d(c * c), (256,),
                                            [dyn, dyn, ("i32", c), dyn, dyn, dyn]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import device_properties
-from ..kernels import LAUNCH, FastLaunch, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, kernel
 from ..linalg.engine import current_engine
 
 PR_THREADS, PR_MAX_PER_THREAD = LAUNCH["PR_THREADS"], LAUNCH["PR_MAX_PER_THREAD"]
@@ -16,6 +16,17 @@ _SHARED_LIMIT = 48 * 1024                     # dynamic shared memory without an
 _CACHE_LIMIT = 64
 #: the engine's store (`Engine.prepared`) of the packed launches, by geometry
 LAUNCHES = "pca_launches"
+
+
+def _expression(dtype: Any, per_thread: int) -> str:
+    return f"center_project<{ctype(dtype)}, {per_thread}>"
+
+
+#: components per thread: the powers of two up to PR_MAX_PER_THREAD (`_geometry`)
+PER_THREAD = tuple(1 << i for i in range(PR_MAX_PER_THREAD.bit_length())
+                   if 1 << i <= PR_MAX_PER_THREAD)
+declare_instances("projection.cu", lambda props: [_expression(dt, p) for dt in FLOAT_DTYPES
+                                                  for p in PER_THREAD])
 
 
 def _geometry(k: int, m: int, itemsize: int) -> tuple[int, int, int, int] | None:
@@ -60,7 +71,7 @@ def center_project(x: Any, mean: Any, w: Any) -> Any:
         rows, per_thread, pitch, shared = _geometry(k, m, x.itemsize)
         sms = int(device_properties(dev)["multiProcessorCount"])
         grid = max(1, min(-(-n // rows), 64 * sms))
-        fn = kernel("projection.cu", f"center_project<{ctype(x.dtype)}, {per_thread}>")
+        fn = kernel("projection.cu", _expression(x.dtype, per_thread))
         dyn = ("ptr", None)
         launch = FastLaunch(fn, (grid,), (PR_THREADS,),
                             [dyn, ("i64", rs), ("i64", cs), ("i64", n), ("i32", k), dyn, dyn,

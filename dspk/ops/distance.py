@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import array_module, is_cupy_array
-from ..kernels import LAUNCH, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
 from ..linalg import matmul
 from ._checks import FLOATS
 
@@ -84,6 +84,14 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
     return np.maximum(ab, 0, out=ab)
 
 
+def _expression(name: str, dtype: Any) -> str:
+    return f"{name}<{ctype(dtype)}>"
+
+
+declare_instances("distance.cu", lambda props: [_expression(n, dt) for dt in FLOAT_DTYPES
+                                                for n in ("sqdist_finish", "sqdist_direct")])
+
+
 def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     """The same expression on the GPU in one pass over ab (dspk/kernels/distance.cu)."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
@@ -94,7 +102,7 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     if ab.size == 0:
         return ab
     with cp.cuda.Device(ab.data.device_id):
-        fn = kernel("distance.cu", f"sqdist_finish<{ctype(ab.dtype)}>")
+        fn = kernel("distance.cu", _expression("sqdist_finish", ab.dtype))
         fn((-(-m // (_SQD_THREADS * _SQD_UNROLL)), min(n, 65535)), (_SQD_THREADS,),
            (ab, cp.ascontiguousarray(na), cp.ascontiguousarray(nb), np.int64(n), np.int64(m)))
     return ab
@@ -141,7 +149,7 @@ def _sqdist_direct(a: Any, b: Any) -> Any:
     a = cp.ascontiguousarray(a)
     b = cp.ascontiguousarray(b)
     with cp.cuda.Device(a.data.device_id):
-        fn = kernel("distance.cu", f"sqdist_direct<{ctype(a.dtype)}>")
+        fn = kernel("distance.cu", _expression("sqdist_direct", a.dtype))
         fn((-(-m // _SQDD_TILE), -(-n // _SQDD_TILE)), (256,),
            (a, b, np.int64(n), np.int64(m), np.int32(d), out))
     return out
