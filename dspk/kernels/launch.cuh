@@ -6,6 +6,17 @@
 #ifndef DSPK_LAUNCH_CUH
 #define DSPK_LAUNCH_CUH
 
+// skinny.cu (dspk/linalg/candidates_gpu.py)
+constexpr int GS_THREADS = 256;        // gram_small: threads per block (8 warps)
+constexpr int GS_U = 4;                // gram_small: samples per thread per step
+constexpr int GT_TILE = 64;            // gram_tiled: output rows and columns per block
+constexpr int GT_THREADS = 256;        // gram_tiled: threads per block, one 4x4 tile each
+constexpr int GT_SYM_THREADS = 160;    // gram_tiled for A·Aᵀ: threads (136 upper tiles compute)
+constexpr int RED_THREADS = 256;       // splitk_reduce, symblock_reduce: threads per block
+constexpr int WXD_THREADS = 256;       // wx_direct: threads per block (CPT columns each)
+constexpr int WXV_THREADS = 64;        // wx_vec: threads per row slice (4 columns each)
+constexpr int WT_TM = 8;               // wx_tile: rows per thread
+
 // traces.cu (dspk/ops/_traces_gpu.py)
 constexpr int FIR_R = 16;              // fir_direct: consecutive outputs per thread
 constexpr int FIR_THREADS = 128;       // fir_direct: threads per block

@@ -28,6 +28,7 @@
 // (broadcast) or negative.
 
 #include "common.cuh"
+#include "launch.cuh"
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v, int width)
@@ -39,21 +40,20 @@ __device__ __forceinline__ T warp_sum(T v, int width)
 }
 
 // ------------------------------------------------------------------------------------------
-// gram_small: M, N <= MD (MD in {1, 2, 4, 8}), 256 threads, grid (S, batches).
-// Each CTA covers kchunk = 256*GS_U*steps samples.
+// gram_small: M, N <= MD (MD in {1, 2, 4, 8}), GS_THREADS threads, grid (S, batches).
+// Each CTA covers kchunk = GS_THREADS*GS_U*steps samples.
 // part: [batches, S, MD*MD] in Acc. counters[b] must be 0 at launch; the last CTA resets it.
 // ------------------------------------------------------------------------------------------
-constexpr int GS_U = 4;
-
 template <typename T, typename Acc, int MD, bool SYM>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(GS_THREADS)
 gram_small(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
            int M, int N, int K, int kchunk, Acc* __restrict__ part,
            unsigned int* __restrict__ counters, T* __restrict__ out, int sob, int som, int son)
 {
     constexpr int MN = MD * MD;
-    constexpr int WARPS = 256 / 32;
+    constexpr int WARPS = GS_THREADS / 32;
+    static_assert(WARPS == 8, "the block's sum below adds 8 warps");
     __shared__ Acc red[WARPS][MN];
     __shared__ bool is_last;
 
@@ -72,11 +72,11 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
 
     // GS_U samples of k per thread per step, all loaded before any is used: the loads are in
     // flight together (this kernel is bound by memory latency, not bandwidth).
-    for (int kb = k0 + tid; kb < k1; kb += 256 * GS_U) {
+    for (int kb = k0 + tid; kb < k1; kb += GS_THREADS * GS_U) {
         Acc a[GS_U][MD], bv[GS_U][MD];
 #pragma unroll
         for (int u = 0; u < GS_U; ++u) {
-            const int k = kb + u * 256;
+            const int k = kb + u * GS_THREADS;
             const bool in = k < k1;
 #pragma unroll
             for (int i = 0; i < MD; ++i)
@@ -146,10 +146,10 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// gram_tiled: M, N <= 64. Grid (S, batches). 256 threads (160 when SYM: 136 compute tiles).
-// part: [batches, S, 64, 64].
+// gram_tiled: M, N <= GT_TILE = 64. Grid (S, batches). GT_THREADS = 256 threads
+// (GT_SYM_THREADS = 160 when SYM: 136 compute tiles). part: [batches, S, 64, 64].
 // ------------------------------------------------------------------------------------------
-constexpr int GT_TILE = 64;
+static_assert(GT_THREADS == (GT_TILE / 4) * (GT_TILE / 4), "a 4x4 output tile per thread");
 constexpr int GT_KT = 32;
 constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
 
@@ -157,7 +157,8 @@ constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
 // [0, rows) x [k0, kend), in two halves: fetch() into registers (GT_LPT per thread), then
 // put() into shared memory, so the next tile's global loads overlap this tile's FMAs.
 // Lanes walk the operand's contiguous dimension so that global loads coalesce.
-constexpr int GT_LPT = (GT_TILE * GT_KT + 159) / 160;  // loads per thread at 160 threads
+constexpr int GT_LPT =       // loads per thread at GT_SYM_THREADS threads
+    (GT_TILE * GT_KT + GT_SYM_THREADS - 1) / GT_SYM_THREADS;
 
 template <typename T>
 struct GtTile {
@@ -194,7 +195,7 @@ struct GtTile {
 
 // MINB: CTAs per SM the register allocation must allow (1: no limit; 3: at most 85 registers).
 template <typename T, typename Acc, bool SYM, int MINB>
-__global__ void __launch_bounds__(256, MINB)
+__global__ void __launch_bounds__(GT_THREADS, MINB)
 gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
            int M, int N, int K, int kchunk, Acc* __restrict__ part)
@@ -211,7 +212,7 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 
     // Thread tile (ty, tx) of the 16x16 grid of 4x4 tiles.
     int ty = tid / 16, tx = tid % 16;
-    bool computes = tid < 256;
+    bool computes = tid < GT_THREADS;
     if (SYM) {
         // Packed upper triangle: tile t -> (ty <= tx), row-major over the triangle.
         int t = tid;
@@ -264,10 +265,10 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// Split-K reductions. A block of 256 threads owns OPB = 256/G consecutive outputs of one row:
-// thread t reads output t % OPB of every G-th partial (group g = t / OPB), so each warp load is
-// a run of consecutive elements (coalesced); the G group sums are then added in a fixed
-// pairwise tree. Deterministic. For SYM only the upper triangle is read and each value is
+// Split-K reductions. A block of RED_THREADS = 256 threads owns OPB = 256/G consecutive outputs
+// of one row: thread t reads output t % OPB of every G-th partial (group g = t / OPB), so each
+// warp load is a run of consecutive elements (coalesced); the G group sums are then added in a
+// fixed pairwise tree. Deterministic. For SYM only the upper triangle is read and each value is
 // written to both (i, j) and (j, i), so the result is exactly symmetric.
 // ------------------------------------------------------------------------------------------
 template <typename Acc, int G>
@@ -300,11 +301,11 @@ __device__ __forceinline__ Acc group_tree_sum(Acc (*red)[OPB + 1], int o)
 
 // out[b, i, j] = sum_s part[b*pbs + s*pss + i*ldp + j]. Grid (M * ceil(N/OPB), batches).
 template <typename Acc, typename T, int G, bool SYM>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(RED_THREADS)
 splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
               int M, int N, T* __restrict__ out, int sob, int som, int son)
 {
-    constexpr int OPB = 256 / G;
+    constexpr int OPB = RED_THREADS / G;
     __shared__ Acc red[G][OPB + 1];
     const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
     const int nj = (N + OPB - 1) / OPB;
@@ -326,11 +327,11 @@ splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss,
 // part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Output (i, j), i <= j, is read
 // from the first block pair that contains it. Grid (M * ceil(M/OPB)).
 template <typename T, int G>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(RED_THREADS)
 symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
                 T* __restrict__ out, int som, int son)
 {
-    constexpr int OPB = 256 / G;
+    constexpr int OPB = RED_THREADS / G;
     __shared__ T red[G][OPB + 1];
     const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
     const int nj = (M + OPB - 1) / OPB;
@@ -365,7 +366,7 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
 // padded. K unrolled by KU with the loads issued first. Grid (ceil(N / 256), B).
 // ------------------------------------------------------------------------------------------
 template <typename T, int MT, int SLICES, int KU>
-__global__ void __launch_bounds__(64 * SLICES)
+__global__ void __launch_bounds__(WXV_THREADS * SLICES)
 wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
        const T* __restrict__ X, int sxb, int sxk,
        int M, int K, int N, T* __restrict__ out, int sob, int som)
@@ -374,9 +375,9 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
     extern __shared__ __align__(16) unsigned char wv_smem[];
     T* Ws = reinterpret_cast<T*>(wv_smem);
     const int b = blockIdx.y;
-    const int tid = threadIdx.y * 64 + threadIdx.x;
+    const int tid = threadIdx.y * WXV_THREADS + threadIdx.x;
     const T* Wb = W + b * swb;
-    for (int e = tid; e < K * MM; e += 64 * SLICES) {
+    for (int e = tid; e < K * MM; e += WXV_THREADS * SLICES) {
         const int k = e / MM, m = e % MM;
         Ws[e] = m < M ? Wb[m * swm + k * swk] : T(0);
     }
@@ -384,7 +385,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 
     const int m0 = threadIdx.y * MT;
     if (m0 >= M) return;
-    const int n = (blockIdx.x * 64 + threadIdx.x) * 4;
+    const int n = (blockIdx.x * WXV_THREADS + threadIdx.x) * 4;
     if (n >= N) return;
     const bool full = n + 3 < N;
     const T* Xb = X + b * sxb + n;
@@ -454,7 +455,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 // issued first, so each thread keeps 4*CPT loads in flight. Grid (ceil(N/(256*CPT)), B).
 // ------------------------------------------------------------------------------------------
 template <typename T, int MM, int CPT>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(WXD_THREADS)
 wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
           const T* __restrict__ X, int sxb, int sxk, int sxn,
           int M, int K, int N, T* __restrict__ out, int sob, int som, int son)
@@ -470,13 +471,13 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
     }
     __syncthreads();
 
-    const int n0 = blockIdx.x * (256 * CPT) + tid;
+    const int n0 = blockIdx.x * (WXD_THREADS * CPT) + tid;
     const T* Xb = X + b * sxb;
     int col[CPT];
     bool ok[CPT];
 #pragma unroll
     for (int q = 0; q < CPT; ++q) {
-        const int n = n0 + q * 256;
+        const int n = n0 + q * WXD_THREADS;
         ok[q] = n < N;
         col[q] = (ok[q] ? n : 0) * sxn;
     }
@@ -529,7 +530,7 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
     for (int q = 0; q < CPT; ++q) {
         if (ok[q]) {
-            const int n = n0 + q * 256;
+            const int n = n0 + q * WXD_THREADS;
 #pragma unroll
             for (int m = 0; m < MM; ++m)
                 if (m < M) ob[m * som + n * son] = acc[q][m];
@@ -597,12 +598,12 @@ __device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int 
 }
 
 template <typename T, int MM, int TN, int TC, int KC, int STAGES, int MINB>
-__global__ void __launch_bounds__((MM / 8) * (TN / TC), MINB)
+__global__ void __launch_bounds__((MM / WT_TM) * (TN / TC), MINB)
 wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
         const T* __restrict__ X, int sxb, int sxk,
         int M, int K, int N, T* __restrict__ out, int sob, int som)
 {
-    constexpr int TM = 8;                     // rows per thread
+    constexpr int TM = WT_TM;                 // rows per thread
     constexpr int VE = Vec16<T>::n;           // elements per 16-byte vector
     constexpr int RY = MM / TM, CX = TN / TC, NT = RY * CX;
     constexpr int WR = RY < 4 ? RY : 4, WC = 32 / WR;  // lanes of a warp: WR rows x WC columns

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from ..kernels import FLOAT_DTYPES, FastLaunch, ctype, declare_instances, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, kernel
 from .candidates_lt import CublasLtGemm
 from .cublaslt import gemm_geometry
 from .gpu_common import Workspace, blas_dims_reason, stream_getter
@@ -33,6 +33,12 @@ _COMPUTE_TYPE = {np.dtype(np.float32): CUBLAS_COMPUTE_32F, np.dtype(np.float64):
 _ONE = {np.dtype(t): np.ones(1, t) for t in (np.float32, np.float64)}
 _ZERO = {np.dtype(t): np.zeros(1, t) for t in (np.float32, np.float64)}
 _ATTR_FP32_TO_FP64_RATIO = 87  # cudaDevAttrSingleToDoublePrecisionPerfRatio
+#: skinny.cu's blocks (dspk/kernels/launch.cuh)
+GS_THREADS, GS_STEP = LAUNCH["GS_THREADS"], LAUNCH["GS_THREADS"] * LAUNCH["GS_U"]
+GT_TILE, GT_THREADS, GT_SYM_THREADS = (LAUNCH["GT_TILE"], LAUNCH["GT_THREADS"],
+                                       LAUNCH["GT_SYM_THREADS"])
+RED_THREADS = LAUNCH["RED_THREADS"]
+WXD_THREADS, WXV_THREADS, WT_TM = LAUNCH["WXD_THREADS"], LAUNCH["WXV_THREADS"], LAUNCH["WT_TM"]
 
 
 def _cublas() -> Any:
@@ -299,7 +305,7 @@ class CublasSymBlocks(Candidate):
 
         G = _groups(slots)
         fn = kernel("skinny.cu", symblock_reduce_expression(dt, G))
-        reduce = FastLaunch(fn, (M * -(-M // (256 // G)),), (256,),
+        reduce = FastLaunch(fn, (M * -(-M // (RED_THREADS // G)),), (RED_THREADS,),
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
@@ -369,8 +375,8 @@ def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bo
     """A launch ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
     G = _groups(S)
     fn = kernel("skinny.cu", splitk_reduce_expression(acc, p.dtype, G, symmetric))
-    grid = (p.m * -(-p.n // (256 // G)), p.batches)
-    return FastLaunch(fn, grid, (256,),
+    grid = (p.m * -(-p.n // (RED_THREADS // G)), p.batches)
+    return FastLaunch(fn, grid, (RED_THREADS,),
                       _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
                             p.out.strides))
 
@@ -445,13 +451,13 @@ class GramSmall(_Direct):
         acc = self._acc_dtype(p)
         M, N, K, B = p.m, p.n, p.k, p.batches
         sym = p.symmetric and M == N
-        S = max(1, min(64, -(-K // 1024)))
+        S = max(1, min(64, -(-K // GS_STEP)))           # a whole step of the block each
         kchunk = -(-K // S)
         S = -(-K // kchunk)
         md = _pow2_at_least(max(M, N), 1)
         fn = kernel("skinny.cu", self.expression(p.dtype, acc, md, sym))
         workspace = Workspace(B * S * md * md, acc, counters=B)
-        launch = FastLaunch(fn, (S, B), (256,),
+        launch = FastLaunch(fn, (S, B), (GS_THREADS,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk,
                                   None, None, None, p.out.strides))
 
@@ -478,7 +484,7 @@ class GramTiled(_Direct):
     """Outputs up to 64x64 with long K: 64x64 register-tiled CTAs over K-chunks, then a
     deterministic reduction. X·Xᵀ computes only the upper triangle of thread tiles."""
 
-    MAX = 64
+    MAX = GT_TILE
 
     def __init__(self, ctas_per_sm: int = 4, acc: str = "same", min_blocks: int = 1):
         super().__init__(acc)
@@ -505,9 +511,10 @@ class GramTiled(_Direct):
         kchunk = -(-(-(-K // S)) // 32) * 32
         S = max(1, -(-K // kchunk))
         fn = kernel("skinny.cu", self.expression(p.dtype, acc, sym))
-        workspace = Workspace(B * S * 64 * 64, acc)
-        reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
-        launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
+        tile = GT_TILE * GT_TILE
+        workspace = Workspace(B * S * tile, acc)
+        reduce = _reduce_plan(S, S * tile, tile, GT_TILE, p, symmetric=sym, acc=acc)
+        launch = FastLaunch(fn, (S, B), (GT_SYM_THREADS if sym else GT_THREADS,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk, None))
 
         get_stream = stream_getter()
@@ -599,7 +606,7 @@ class WxDirect(_SmallLeft):
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm = _pow2_at_least(M, 4)
         fn = kernel("skinny.cu", self.expression(q.dtype, mm))
-        launch = FastLaunch(fn, (-(-N // (256 * self.cpt)), B), (256,),
+        launch = FastLaunch(fn, (-(-N // (WXD_THREADS * self.cpt)), B), (WXD_THREADS,),
                             _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
                                   q.out.strides), shared_mem=mm * K * q.dtype.itemsize)
 
@@ -671,7 +678,7 @@ class WxVec(_SmallLeft):
         M, K, N, B = q.m, q.k, q.n, q.batches
         mt = self._rows_per_slice(M)
         fn = kernel("skinny.cu", self.expression(q.dtype, mt))
-        launch = FastLaunch(fn, (-(-N // 256), B), (64, self.slices),
+        launch = FastLaunch(fn, (-(-N // (4 * WXV_THREADS)), B), (WXV_THREADS, self.slices),
                             _args(None, q.a.strides, None, q.b.strides[:2], M, K, N, None,
                                   q.out.strides[:2]),
                             shared_mem=mt * self.slices * K * q.dtype.itemsize)
@@ -737,11 +744,11 @@ class WxTile(_SmallLeft):
         (even), threads per CTA, dynamic shared memory in bytes) for an [m, k] W of ``dtype``."""
         item = np.dtype(dtype).itemsize
         ve = 16 // item
-        mm = _pow2_at_least(m, 8)
+        mm = _pow2_at_least(m, WT_TM)
         tn, tc = self.tile_vecs * ve, self.col_vecs * ve
         kc = max(4, min(self.stage_bytes // (self.tile_vecs * 16), _pow2_at_least(k, 4)))
         kp = max(1, -(-k // kc)) * kc
-        threads = (mm // 8) * (self.tile_vecs // self.col_vecs)
+        threads = (mm // WT_TM) * (self.tile_vecs // self.col_vecs)
         smem = (self.stages * kc * tn + kp * (mm + ve)) * item
         return mm, tn, tc, kc, threads, smem
 
@@ -759,7 +766,7 @@ class WxTile(_SmallLeft):
         if m > self.MAX_M:
             return f"{m} output rows > {self.MAX_M}"
         mm, tn, _, _, threads, smem = self._geometry(m, k, dtype)
-        lanes = 32 // min(mm // 8, 4)  # columns of lanes in a warp (kernel: WC)
+        lanes = 32 // min(mm // WT_TM, 4)  # columns of lanes in a warp (kernel: WC)
         if (self.tile_vecs // self.col_vecs) % lanes or threads > 1024:
             return (f"{tn}-column tiles of {self.col_vecs} vector(s) per thread do not make "
                     f"whole warps for {mm} rows")
@@ -779,15 +786,15 @@ class WxTile(_SmallLeft):
         return f"wx_tile<{ctype(dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
 
     def instances(self, props: dict) -> dict[str, set[str]]:
-        """Every W that fits: the geometry depends on m through its row class (8, 16, 32, 64)
-        and on k through the k-chunk and its padded length, so one m per class and one k per
-        padded length cover them all (the shared memory, and so the CTAs per SM, only grow
-        with k)."""
+        """Every W that fits: the geometry depends on m through its row class (8, 16, 32, 64:
+        WT_TM times a power of two) and on k through the k-chunk and its padded length, so
+        one m per class and one k per padded length cover them all (the shared memory, and so
+        the CTAs per SM, only grow with k)."""
         optin = _optin(props)
         final = max(4, self.stage_bytes // (self.tile_vecs * 16))   # the k-chunk of long K
         found = set()
         for dt in FLOAT_DTYPES:
-            for m in (8, 16, 32, self.MAX_M):
+            for m in (r for r in (WT_TM << i for i in range(8)) if r <= self.MAX_M):
                 k = 1
                 while self._fits_shape(m, k, dt, optin) is None:
                     found.add(self.expression(dt, m, k, optin))
