@@ -288,6 +288,16 @@ def test_an_undeclared_file_compiles_what_is_asked(fake_cupy, tmp_path, caplog):
     assert _FakeModule.compiled == [["spin"]] and not caplog.text
 
 
+def test_precompile_compiles_each_file_once(fake_cupy):
+    fake_cupy()
+    got = kernels.precompile(["covariance.cu", "gram16.cu"])
+    assert got == {"covariance.cu": 6, "gram16.cu": 4}
+    assert kernels.precompile(["covariance.cu"]) == {"covariance.cu": 6}
+    assert len(_FakeModule.compiled) == 2
+    kernels.kernel("covariance.cu", sorted(_declared("covariance.cu", H100))[0])
+    assert len(_FakeModule.compiled) == 2                       # nothing compiled again
+
+
 def test_declarations_are_checked():
     with pytest.raises(ValueError, match="no such source"):
         kernels.declare_instances("nope.cu", lambda props: [])

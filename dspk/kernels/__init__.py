@@ -183,6 +183,27 @@ def _module(device_id: int, filename: str) -> tuple[Any, frozenset]:
     return hit
 
 
+def precompile(filenames: Iterable[str] | None = None) -> dict[str, int]:
+    """Compile the declared instances of ``filenames`` (every declared file by default) for
+    the current device now, rather than at the first request: for a warm-up before work
+    that is timed, or ahead of a job (``dspk tune``). NVRTC's results are cached on disk by
+    CuPy, so a later process loads them.
+
+    Parameters
+    ----------
+    filenames : iterable of str, optional
+        Sources of this folder; default `declared_files`.
+
+    Returns
+    -------
+    dict
+        File -> instances compiled together (0 where the list did not compile as a whole:
+        its instances compile one by one when asked for, as a logged warning says).
+    """
+    device_id = cupy_module().cuda.runtime.getDevice()
+    return {f: len(_module(device_id, f)[1]) for f in (filenames or declared_files())}
+
+
 def kernel(filename: str, expression: str) -> Any:
     """The compiled kernel ``expression`` (a template instance such as
     ``"gram_small<float, float, 4, true>"``) from ``filename`` (in this folder, or an absolute
