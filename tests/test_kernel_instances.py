@@ -77,7 +77,7 @@ def test_the_declarations_cover_every_source():
 def test_wx_tile_instances_cover_every_w_that_fits(device):
     props = DEVICES[device]
     optin = cg._optin(props)
-    listed = _declared("skinny.cu", props)
+    listed = _declared("wx_tile.cu", props)
     rng = np.random.default_rng(0)
     tiles = [c for c in cg.gpu_candidates() if isinstance(c, cg.WxTile)]
     assert tiles

@@ -82,7 +82,7 @@ def test_headers_are_pasted_into_the_text_nvrtc_compiles():
     sees a changed header); a source with no include is passed as it is."""
     common = (KERNEL_DIR / "common.cuh").read_text()
     launch = (KERNEL_DIR / "launch.cuh").read_text()
-    for name in ("skinny.cu", "spatial.cu", "ncc.cu"):
+    for name in ("skinny.cu", "wx_tile.cu", "spatial.cu", "ncc.cu"):
         raw = (KERNEL_DIR / name).read_text()
         assert '#include "common.cuh"' in raw
         text = source(name)
@@ -92,7 +92,7 @@ def test_headers_are_pasted_into_the_text_nvrtc_compiles():
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["skinny.cu", "spatial.cu", "ncc.cu"])
+@pytest.mark.parametrize("name", ["skinny.cu", "wx_tile.cu", "spatial.cu", "ncc.cu"])
 def test_pasted_text_compiles_away_from_the_kernel_folder(name, tmp_path):
     """The text NVRTC gets, with a few of its instances, compiles with no include path."""
     src = tmp_path / name

@@ -15,6 +15,8 @@ constexpr int GT_SYM_THREADS = 160;    // gram_tiled for A·Aᵀ: threads (136 u
 constexpr int RED_THREADS = 256;       // splitk_reduce, symblock_reduce: threads per block
 constexpr int WXD_THREADS = 256;       // wx_direct: threads per block (CPT columns each)
 constexpr int WXV_THREADS = 64;        // wx_vec: threads per row slice (4 columns each)
+
+// wx_tile.cu (dspk/linalg/candidates_gpu.py)
 constexpr int WT_TM = 8;               // wx_tile: rows per thread
 
 // traces.cu (dspk/ops/_traces_gpu.py)

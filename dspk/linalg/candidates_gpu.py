@@ -1,6 +1,6 @@
 """GPU candidates: cuBLAS (plain, split-K, symmetric blocks), cuBLASLt's ranked algorithms
-(candidates_lt.py) and the direct kernels of ``kernels/skinny.cu``. Each says why it cannot
-run a problem, rather than failing.
+(candidates_lt.py) and the direct kernels of ``kernels/skinny.cu`` and ``kernels/wx_tile.cu``.
+Each says why it cannot run a problem, rather than failing.
 
 cuBLAS is called through CuPy's thin wrappers with the compute type passed explicitly
 (CUBLAS_COMPUTE_32F / 64F: never TF32, whatever CuPy's or the handle's default).
@@ -33,7 +33,7 @@ _COMPUTE_TYPE = {np.dtype(np.float32): CUBLAS_COMPUTE_32F, np.dtype(np.float64):
 _ONE = {np.dtype(t): np.ones(1, t) for t in (np.float32, np.float64)}
 _ZERO = {np.dtype(t): np.zeros(1, t) for t in (np.float32, np.float64)}
 _ATTR_FP32_TO_FP64_RATIO = 87  # cudaDevAttrSingleToDoublePrecisionPerfRatio
-#: skinny.cu's blocks (dspk/kernels/launch.cuh)
+#: skinny.cu's and wx_tile.cu's blocks (dspk/kernels/launch.cuh)
 GS_THREADS, GS_STEP = LAUNCH["GS_THREADS"], LAUNCH["GS_THREADS"] * LAUNCH["GS_U"]
 GT_TILE, GT_THREADS, GT_SYM_THREADS = (LAUNCH["GT_TILE"], LAUNCH["GT_THREADS"],
                                        LAUNCH["GT_SYM_THREADS"])
@@ -695,7 +695,7 @@ class WxVec(_SmallLeft):
 
 class WxTile(_SmallLeft):
     """Small W [M ≤ 64] times a wide X with unit column stride, as a register-tiled GEMM in
-    persistent CTAs (``wx_tile`` in kernels/skinny.cu): W staged once per CTA, column tiles of X
+    persistent CTAs (``wx_tile`` in kernels/wx_tile.cu): W staged once per CTA, column tiles of X
     streamed through a ``stages``-deep cp.async pipeline, 8 rows x ``col_vecs`` 16-byte column
     vectors per thread, register fragments double-buffered across k (one barrier per k-chunk,
     before its last k), registers capped by ``__launch_bounds__`` so that ``warps`` fit.
@@ -799,7 +799,7 @@ class WxTile(_SmallLeft):
                 while self._fits_shape(m, k, dt, optin) is None:
                     found.add(self.expression(dt, m, k, optin))
                     k = k + 1 if k < final else (k // final + 1) * final
-        return {"skinny.cu": found}
+        return {"wx_tile.cu": found}
 
     def _fits(self, p: Problem) -> str | None:
         optin = _smem_optin(p.device_id)
@@ -826,7 +826,7 @@ class WxTile(_SmallLeft):
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm, tn, tc, kc, threads, smem = self._geometry(M, K, q.dtype)
         expr = self.expression(q.dtype, M, K, _smem_optin(q.device_id))
-        fn = kernel("skinny.cu", expr)
+        fn = kernel("wx_tile.cu", expr)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         from cupy_backends.cuda.api import driver  # noqa: PLC0415 (lazy: needs CuPy)
@@ -887,9 +887,10 @@ def gpu_candidates() -> list[Candidate]:
     ]
 
 
-def _skinny_instances(props: dict) -> set[str]:
-    """The kernels of skinny.cu the GPU candidates can request."""
-    return instances_of(gpu_candidates(), "skinny.cu", props)
+def _instances(filename: str) -> Callable[[dict], set[str]]:
+    """The kernels of ``filename`` the GPU candidates can request."""
+    return lambda props: instances_of(gpu_candidates(), filename, props)
 
 
-declare_instances("skinny.cu", _skinny_instances)
+declare_instances("skinny.cu", _instances("skinny.cu"))
+declare_instances("wx_tile.cu", _instances("wx_tile.cu"))
