@@ -87,6 +87,9 @@ class Engine:
     (True, 1)
     >>> current_engine() is engine
     False
+    >>> engine.forget()                    # every cache emptied, this engine's and the process's
+    >>> any(engine.cache_sizes().values())
+    False
     """
 
     MAX_PLANS = 256
