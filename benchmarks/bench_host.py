@@ -58,11 +58,11 @@ def main(argv=None):
                              ("spatial4", w, x, None)):
         dspk.matmul(a, b, out=out)
         sync()
-        sig = engine._signature(a, b, out)
+        sig = engine.operand_signature(a, b, out)
         plans = dspk.linalg.current_engine().plans["matmul"]
         plan = plans.get(sig)
         rows = [("dspk.matmul", per_call_us(lambda: dspk.matmul(a, b, out=out))),
-                ("_signature", per_call_us(lambda: engine._signature(a, b, out))),
+                ("operand_signature", per_call_us(lambda: engine.operand_signature(a, b, out))),
                 ("plan lookup", per_call_us(lambda: plans.get(sig)))]
         if plan is not None:
             o = out if out is not None else xp.empty(plan.shape, np.float32)
@@ -76,7 +76,7 @@ def main(argv=None):
             else:
                 rows.append(("bound runner", per_call_us(lambda: plan.runner(a, b, o))))
         rows.append(("peer a @ b", per_call_us(lambda: a @ b)))
-        p, _ = engine._problem(a, b, out)
+        p, _ = engine.as_problem(a, b, out)
         rows.append(("tuner.select (known key)", per_call_us(lambda: engine.tuner.select(p), 500)))
         sync()
         lines.append(f"## {label} (plan {'found' if plan is not None else 'MISSING'})")

@@ -268,7 +268,7 @@ def run(backend, small, out_dir):
                                                            out=outs[i % nsets]),
             outs[0], f"runs {ex.candidate}; first call incl. tuning {tune_s:.2f} s")
         # Every candidate, bound once as matmul binds it, then called per buffer set.
-        problems = [engine._problem(A[s], B[s], outs[s])[0] for s in range(nsets)]
+        problems = [engine.as_problem(A[s], B[s], outs[s])[0] for s in range(nsets)]
         for cand in engine.tuner.candidates(gpu):
             reason = cand.unavailable(problems[0])
             if reason is not None:

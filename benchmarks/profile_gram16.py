@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy as cp  # noqa: E402
 
 from dspk.linalg import candidates_int as ci  # noqa: E402
-from dspk.linalg.matmul import _problem  # noqa: E402
+from dspk.linalg.matmul import as_problem  # noqa: E402
 
 
 def runners(x):
     """{name: (runner, config)} for the fused variants and the INT8 GEMM candidates."""
-    p, _ = _problem(x, x.T, None, allowed=ci.INT_DTYPES, result_dtype=np.int64)
+    p, _ = as_problem(x, x.T, None, allowed=ci.INT_DTYPES, result_dtype=np.int64)
     found = {}
     for c in [ci.Int16GramFused(*v) for v in ci.GRAM16_VARIANTS] + \
             [ci.Int8TensorCore(7), ci.Int8TensorCore()]:

@@ -194,9 +194,9 @@ def _fused(x, want):
     """Each variant of the fused int16 X·Xᵀ kernel (gram16.cu) bound as int_gram runs it (with
     the row sums), checked exactly against ``want`` = int_matmul's product."""
     from dspk.linalg import candidates_int as ci
-    from dspk.linalg.matmul import _problem
+    from dspk.linalg.matmul import as_problem
 
-    p, _ = _problem(x, x.T, None, allowed=ci.INT_DTYPES, result_dtype=np.int64)
+    p, _ = as_problem(x, x.T, None, allowed=ci.INT_DTYPES, result_dtype=np.int64)
     out = p.out.to_array()
     rs = cp.empty(x.shape[0], dtype=np.int64)
     parts = {}

@@ -26,7 +26,7 @@ w6 = cp.asarray(rng.standard_normal((6, 61), dtype=np.float32))
 clips = cp.asarray(rng.standard_normal((61, 100000), dtype=np.float32))
 cases = [(x384, x384.T), (x64, x64.T), (w64, x64), (x4, x4.T), (w6, clips)]
 for a, b in cases:
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine.as_problem(a, b, None)
     for c in gpu_candidates():
         if c.unavailable(p) is None and (names is None or c.name in names):
             f = prepared(c, p)

@@ -163,7 +163,7 @@ def run_case(clock, label, M, K, N, dtype, calls, reps, names):
     w = rng.standard_normal((M, K), dtype=dtype)
     xs = [rng.standard_normal((K, N), dtype=dtype) for _ in range(nsets)]
     outs = [cp.empty((M, N), dtype) for _ in range(nsets)]
-    problems = [engine._problem(w, xs[s], outs[s])[0] for s in range(nsets)]
+    problems = [engine.as_problem(w, xs[s], outs[s])[0] for s in range(nsets)]
     ref = cp.matmul(w.astype(cp.float64), xs[0].astype(cp.float64))
     ref_max = float(cp.abs(ref).max())
     shape = f"W[{M},{K}]·X[{K},{N}] {np.dtype(dtype).name}"

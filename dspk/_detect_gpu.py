@@ -14,13 +14,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .kernels import FLOAT_DTYPES, ctype, kernel
+from .kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
 from .ops import fir_bank
 
-DS_THREADS, DS_R = 128, 4               # as in detect.cu
+DS_THREADS, DS_R = LAUNCH["DS_THREADS"], LAUNCH["DS_R"]
 DS_TILE = DS_THREADS * DS_R
-DS_NN_MAX = 64
-DP_THREADS = 256
+DS_NN_MAX = LAUNCH["DS_NN_MAX"]
+DP_THREADS = LAUNCH["DP_THREADS"]
 S_MAX = 8                               # widths: detect_score<T, S> is compiled for S <= S_MAX
 K_MAX = 127                             # templates: best_k is int8
 #: first guess at the room for peaks (a 2-s batch of 384 channels has a few thousand)
@@ -66,8 +66,26 @@ def block_samples(c: int, k: int, taps: int, itemsize: int, memory_bytes: int) -
     return max(1, min(int(memory_bytes) // max(1, per_sample) - 2 * (taps // 2), 1 << 24))
 
 
+def _score_expression(dtype: Any, widths: int) -> str:
+    return f"detect_score<{ctype(dtype)}, {widths}>"
+
+
+def _expression(name: str, dtype: Any) -> str:
+    return f"{name}<{ctype(dtype)}>"
+
+
+def _instances(props: dict) -> list[str]:
+    """detect_score for 1 to S_MAX widths, the peaks and the row medians, both dtypes."""
+    return [*(_score_expression(dt, s) for dt in FLOAT_DTYPES for s in range(1, S_MAX + 1)),
+            *(_expression(n, dt) for dt in FLOAT_DTYPES
+              for n in ("row_abs_median", "detect_peaks"))]
+
+
+declare_instances("detect.cu", _instances)
+
+
 def _score_fn(dtype: Any, widths: int) -> Any:
-    return kernel("detect.cu", f"detect_score<{ctype(dtype)}, {widths}>")
+    return kernel("detect.cu", _score_expression(dtype, widths))
 
 
 def score_block(b: Any, b_off: int, nt: int, nbr: Any, w: Any, inv_sd: Any, score: Any,
@@ -132,7 +150,7 @@ def scores(x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, inv_sd: np.
     return score, best_k
 
 
-RM_THREADS = 256                       # as in detect.cu
+RM_THREADS = LAUNCH["RM_THREADS"]
 #: a row of row_abs_median sits in (default, not opted-in) shared memory
 RM_MAX_BYTES = 48 * 1024
 
@@ -151,7 +169,7 @@ def row_abs_median(a: Any, steps: int) -> Any:
         a = cp.ascontiguousarray(a)
     out = cp.empty(rows, dtype=a.dtype)
     if rows:
-        kernel("detect.cu", f"row_abs_median<{ctype(a.dtype)}>")(
+        kernel("detect.cu", _expression("row_abs_median", a.dtype))(
             (rows,), (RM_THREADS,), (a, np.int64(a.strides[0] // a.itemsize), np.int32(m),
                                      np.int32(steps), out), shared_mem=m * a.itemsize)
     return out
@@ -168,7 +186,7 @@ def peaks(score: Any, nbr: np.ndarray, threshold: float, dead: int,
     C, n = score.shape
     nbr_d = cp.asarray(np.ascontiguousarray(nbr, dtype=np.int32))
     nn = nbr_d.shape[1]
-    fn = kernel("detect.cu", f"detect_peaks<{ctype(score.dtype)}>")
+    fn = kernel("detect.cu", _expression("detect_peaks", score.dtype))
     thr = score.dtype.type(threshold)          # NumPy compares float32 scores in float32
     cap = max(1, int(capacity))
     count = cp.zeros(1, dtype=np.uint64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import time
 from functools import lru_cache
 from types import ModuleType
@@ -74,10 +75,13 @@ def is_cupy_array(x: Any) -> bool:
     return cls.__name__ == "ndarray" and cls.__module__.startswith("cupy")
 
 
+# The lru_caches of this module hold facts of the machine that do not change while the process
+# runs (CuPy importable or not, a device's name and properties), not state derived from dspk's
+# work: `Engine.forget` (dspk.caches) leaves them.
 @lru_cache(maxsize=1)
 def _cupy() -> ModuleType | None:
     try:
-        import cupy  # noqa: PLC0415  (deliberately lazy)
+        import cupy  # noqa: PLC0415 (optional: imported on first use)
     except Exception:  # ImportError, or a broken CUDA install raising at import
         return None
     return cupy
@@ -289,8 +293,6 @@ def device_name(device_id: int | None) -> str:
     'cpu:...:...'
     """
     if device_id is None:
-        import platform
-
         return f"cpu:{platform.machine()}:{os.cpu_count()}"
     cp = cupy_module()
     props = cp.cuda.runtime.getDeviceProperties(device_id)

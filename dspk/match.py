@@ -23,7 +23,7 @@ import numpy as np
 
 from .backend import array_module, device_properties, is_cupy_array
 from .linalg import int_matmul
-from .kernels import FastLaunch, kernel
+from .kernels import LAUNCH, FastLaunch, declare_instances, kernel
 from .linalg.engine import current_engine
 from .linalg.prepared import PreparedCache
 
@@ -45,7 +45,11 @@ PEAK_HASH_MAX_CANDIDATES = 1 << 24
 #: peak lists up to this long are sorted on the host, longer ones on the device
 PEAK_HOST_SORT_MAX = 4096
 #: tensor-core kernel: positions per block along x (rows per block: the variant's BY)
-MMA_BX = 64
+MMA_BX = LAUNCH["MMA_BX"]
+#: the fused kernels' blocks (dspk/kernels/launch.cuh): dp4a positions per block along x and
+#: y, tensor-core and bank-packing threads
+NCC_TX, NCC_TY = LAUNCH["NCC_TX"], LAUNCH["NCC_TY"]
+MMA_THREADS, PACK_THREADS = LAUNCH["NCC_MMA_THREADS"], LAUNCH["NCC_PACK_THREADS"]
 #: a cap on the tensor-core kernel's dynamic shared memory per block (below it, the variant's
 #: blocks per SM decide: an SM's shared memory / blocks - the 1 KiB the driver keeps per block)
 MMA_SMEM_BUDGET = 227 * 1024
@@ -56,8 +60,75 @@ MMA_SMEM_BUDGET = 227 * 1024
 #: ~40 KB more shared memory per block (banks of more than ~40 templates take grid-z slices).
 MMA_VARIANTS = {"bank_mma": (None, 2, 32), "bank_mma_nt2": (2, 3, 32),
                 "bank_mma_by64": (None, 2, 64)}
+#: the variant whose candidate-list mode (PEAKS) ncc_peaks runs
+PEAK_VARIANT = "bank_mma"
 PEAK_DTYPE = np.dtype([("template_index", np.int64), ("y", np.int64), ("x", np.int64),
                        ("score", np.float32)])
+#: the fused kernels' templates per pass of the dp4a kernel (TG)
+DP4A_GROUPS = (16, 32)
+#: ncc.cu's kernels without template parameters (the peak checks)
+PEAK_KERNELS = ("ncc_peak_check", "ncc_peak_insert", "ncc_peak_check_hash")
+
+
+#: the tensor-core kernel's mma.sync m16n8k32 on int8 needs this compute capability
+MMA_MIN_CC = (8, 0)
+
+
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def _cc(props: dict) -> tuple[int, int]:
+    return int(props.get("major", 0)), int(props.get("minor", 0))
+
+
+def _dp4a_expression(center: bool, tg: int) -> str:
+    return f"ncc_bank_dp4a<{_bool(center)}, {tg}>"
+
+
+def _pack_expression(center: bool) -> str:
+    return f"ncc_mma_pack<{_bool(center)}>"
+
+
+def _mma_expression(center: bool, plan: dict, peaks: bool) -> str:
+    """The tensor-core kernel's instance for a `_mma_plan`."""
+    return (f"ncc_bank_mma<{_bool(center)}, {plan['NT']}, {_bool(plan['wide'])}, "
+            f"{_bool(peaks)}, {plan['minb']}, {plan['BY']}>")
+
+
+def _mma_nt(ntiles: int, wide: bool, variant: str) -> int:
+    """n-tiles per pass of ``variant`` for a bank of ``ntiles`` tiles of 8 templates: 4, or
+    fewer when the bank has fewer; 2 at most with int64 sums (WIDE: registers for 2) or
+    where the variant asks for 2."""
+    nt = 4 if ntiles >= 4 else (2 if ntiles >= 2 else 1)
+    if wide:
+        nt = min(nt, 2)                                 # int64 sums: registers for 2 n-tiles
+    want_nt = MMA_VARIANTS[variant][0]
+    if want_nt is not None:
+        nt = min(nt, want_nt)
+    return nt
+
+
+def _ncc_instances(props: dict) -> set[str]:
+    """Every kernel of ncc.cu dspk requests: the dp4a bank for both centrings and template
+    groups, the bank packing, the tensor-core kernel of each variant for every n-tile count
+    its rule gives (maps; the candidate list for PEAK_VARIANT), the peak checks."""
+    found = {*PEAK_KERNELS, *(_pack_expression(c) for c in (False, True)),
+             *(_dp4a_expression(c, tg) for c in (False, True) for tg in DP4A_GROUPS)}
+    if _cc(props) < MMA_MIN_CC:
+        return found                                    # no mma.sync m16n8k32 to compile
+    for variant, (_, minb, by) in MMA_VARIANTS.items():
+        for ntiles in range(1, 5):                      # 4 and more tiles: the same rule
+            for wide in (False, True):
+                plan = {"NT": _mma_nt(ntiles, wide, variant), "wide": wide, "minb": minb,
+                        "BY": by}
+                for center in (False, True):
+                    for peaks in {False, variant == PEAK_VARIANT}:
+                        found.add(_mma_expression(center, plan, peaks))
+    return found
+
+
+declare_instances("ncc.cu", _ncc_instances)
 
 
 def _check_dtype(name: str, arr: Any) -> None:
@@ -364,8 +435,8 @@ class TemplateBank:
         packed = xp.empty(tiles * (plan["KC"] // 4) * 32 * 2, dtype=np.int32)
         t_sum = xp.empty(self.n, dtype=np.int64)
         t_rs = xp.empty(self.n, dtype=np.float32)
-        center = "true" if self.dtype == np.uint8 else "false"
-        pack = FastLaunch(kernel("ncc.cu", f"ncc_mma_pack<{center}>"), (tiles * 8,), (128,),
+        pack = FastLaunch(kernel("ncc.cu", _pack_expression(self.dtype == np.uint8)), (tiles * 8,),
+                          (PACK_THREADS,),
                           [("u64", tmpl), ("i32", self.n), ("i32", self.th), ("i32", self.tw),
                            ("i32", plan["cpr"]), ("i32", plan["KC"]), ("u64", packed),
                            ("u64", t_sum), ("u64", t_rs)])
@@ -383,12 +454,7 @@ class TemplateBank:
         H, W = image.shape
         ho, wo = H - th + 1, W - tw + 1
         plan, bank, t_sum, t_rs = self._get(f"mma-{variant}", lambda: self._mma_bank(variant))
-        center = "true" if self.dtype == np.uint8 else "false"
-        wide = "true" if plan["wide"] else "false"
-        mode = "true" if peaks is not None else "false"
-        fn = kernel("ncc.cu",
-                    f"ncc_bank_mma<{center}, {plan['NT']}, {wide}, {mode}, {plan['minb']}, "
-                    f"{plan['BY']}>")
+        fn = kernel("ncc.cu", _mma_expression(self.dtype == np.uint8, plan, peaks is not None))
         if fn.max_dynamic_shared_size_bytes < plan["smem"]:
             fn.max_dynamic_shared_size_bytes = plan["smem"]
         dyn, nil = ("ptr", None), ("u64", 0)
@@ -399,8 +465,8 @@ class TemplateBank:
                 ("i32", self.n), ("i32", plan["tiles_z"]), ("u64", t_sum), ("u64", t_rs),
                 ("i32", plan["Cs"]), ("i32", plan["R"]), maps_args[0], ("i32", ho), ("i32", wo),
                 ("f32", threshold), maps_args[1], ("i32", capacity), maps_args[2], maps_args[3]]
-        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // plan["BY"]), plan["grid_z"]), (256,),
-                          args, shared_mem=plan["smem"])
+        return FastLaunch(fn, (-(-wo // MMA_BX), -(-ho // plan["BY"]), plan["grid_z"]),
+                          (MMA_THREADS,), args, shared_mem=plan["smem"])
 
     def _rows_contiguous(self, image: Any) -> Any:
         return image if image.strides[1] == 1 else self.xp.ascontiguousarray(image)
@@ -454,7 +520,7 @@ class TemplateBank:
             keys, scores = keys[:found], scores[:found]
             order = xp.argsort(keys)
             keys, scores = keys[order], scores[order]
-            fn = kernel("ncc.cu", "ncc_peak_check")
+            fn = kernel("ncc.cu", PEAK_KERNELS[0])
             fn((-(-found // 256),), (256,), (keys, scores, np.int32(found), np.int32(ho),
                                              np.int32(wo), np.int32(d), count[1:],
                                              peak_key, peak_score))
@@ -490,7 +556,7 @@ class TemplateBank:
         hit = self._bound.get(lkey)
         if hit is not None:
             return hit
-        cand = self._mma_launch(image, (threshold, capacity))
+        cand = self._mma_launch(image, (threshold, capacity), PEAK_VARIANT)
         self._live.add("mma-bank_mma")
         insert = check = size = None
         if d is not None:
@@ -498,10 +564,10 @@ class TemplateBank:
             size = 1 << max(4, (2 * capacity - 1).bit_length())   # >= 2x: short probes
             grid = (-(-capacity // 256),)
             dyn = ("ptr", None)
-            insert = FastLaunch(kernel("ncc.cu", "ncc_peak_insert"), grid, (256,),
+            insert = FastLaunch(kernel("ncc.cu", PEAK_KERNELS[1]), grid, (256,),
                                 [dyn, dyn, dyn, ("i32", capacity), dyn, dyn,
                                  ("u64", size - 1)])
-            check = FastLaunch(kernel("ncc.cu", "ncc_peak_check_hash"), grid, (256,),
+            check = FastLaunch(kernel("ncc.cu", PEAK_KERNELS[2]), grid, (256,),
                                [dyn, dyn, dyn, ("i32", capacity), dyn, dyn, ("u64", size - 1),
                                 ("i32", ho), ("i32", wo), ("i32", d), dyn, dyn])
         hit = (cand, insert, check, size)
@@ -518,11 +584,10 @@ class TemplateBank:
         img = image if image.strides[1] == 1 else xp.ascontiguousarray(image)
         img8 = img.view(np.uint8)
         out = xp.empty((n, ho, wo), dtype=np.float32)
-        tg = 32 if n >= 32 else 16
-        center = self.dtype == np.uint8
-        fn = kernel("ncc.cu", f"ncc_bank_dp4a<{'true' if center else 'false'}, {tg}>")
+        tg = DP4A_GROUPS[1] if n >= DP4A_GROUPS[1] else DP4A_GROUPS[0]
+        fn = kernel("ncc.cu", _dp4a_expression(self.dtype == np.uint8, tg))
         twq = bank.shape[2]
-        fn((-(-wo // 32), -(-ho // 8)), (32, 8),
+        fn((-(-wo // NCC_TX), -(-ho // NCC_TY)), (NCC_TX, NCC_TY),
            (img8, np.int64(img8.strides[0]), np.int32(H), np.int32(W), bank, np.int32(n),
             np.int32(th), np.int32(tw), np.int32(twq), t_sum, t_rs, out, np.int32(ho),
             np.int32(wo)),
@@ -667,7 +732,7 @@ def _agree(got: Any, ref: Any) -> str | None:
 def _patch_bytes(th: int, tw: int) -> int:
     """The image patch of the fused kernels (their own layout): NCC_TY + th - 1 rows of
     NCC_TX + 4*twq + 8 bytes."""
-    return (8 + th - 1) * (32 + 4 * -(-tw // 4) + 8)
+    return (NCC_TY + th - 1) * (NCC_TX + 4 * -(-tw // 4) + 8)
 
 
 def _bank_smem(n: int, th: int, tw: int) -> int:
@@ -686,17 +751,13 @@ def _mma_plan(n: int, th: int, tw: int, device_id: int, variant: str = "bank_mma
     kc = -(-(th * cpr) // 4) * 4
     cs = (56 + twp - 32 + 63) // 64 * 64 + 32          # >= 56 + twp and = 32 (mod 64)
     r = 8 * cs + (8 * cpr) % 32
-    want_nt, minb, by = MMA_VARIANTS[variant]
+    _, minb, by = MMA_VARIANTS[variant]
     ph = by + th - 1
     fixed = kc * 4 + ph * r + max(ph * (64 + twp + 8), ph * MMA_BX * 8)
     per_tile = kc // 4 * 32 * 8 + 8 * (8 + 4)          # fragments, S_T, 1/sqrt(var_T)
     wide = th * tw > 362                                # int32 epilogue exact up to K = 362
     ntiles = -(-n // 8)
-    nt = 4 if ntiles >= 4 else (2 if ntiles >= 2 else 1)
-    if wide:
-        nt = min(nt, 2)                                 # int64 sums: registers for 2 n-tiles
-    if want_nt is not None:
-        nt = min(nt, want_nt)
+    nt = _mma_nt(ntiles, wide, variant)
     props = device_properties(device_id)
     optin = int(props.get("sharedMemPerBlockOptin", _SMEM))
     per_sm = int(props.get("sharedMemPerMultiprocessor", 228 * 1024))
@@ -717,8 +778,7 @@ def _fused_reason(image: Any, bank: TemplateBank, mma: bool,
     if image.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
         return f"the {which} bank kernel takes 8-bit images"
     if mma:
-        props = device_properties(image.device.id)
-        if (props["major"], props["minor"]) < (8, 0):
+        if _cc(device_properties(image.device.id)) < MMA_MIN_CC:
             return "mma.sync m16n8k32 on int8 needs compute capability 8.0"
     if bank.th * bank.tw > 131071:
         return "template of more than 131071 pixels (int32 sums)"
@@ -861,9 +921,9 @@ def _peaks(image: Any, bank: TemplateBank, threshold: float, min_distance: int,
 
 def _peaks_of(xp: Any, maps: Any, first: int, threshold: float, size: int) -> np.ndarray:
     if xp is np:
-        from scipy.ndimage import maximum_filter  # noqa: PLC0415
+        from scipy.ndimage import maximum_filter  # noqa: PLC0415 (slow import: when used)
     else:
-        from cupyx.scipy.ndimage import maximum_filter  # noqa: PLC0415
+        from cupyx.scipy.ndimage import maximum_filter  # noqa: PLC0415 (CuPy input)
     local = maximum_filter(maps, size=(1, size, size), mode="constant", cval=-np.inf)
     keep = (maps >= np.float32(threshold)) & (maps == local)
     t, y, x = (v.get() if hasattr(v, "get") else v for v in xp.nonzero(keep))

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .backend import to_numpy
+from .detect import spike_clips
 
 __all__ = ["traces", "before_after", "matrix", "covariance_and_whitening", "probe",
            "waveforms", "features", "tuner_timings", "benchmark_bars", "load_results"]
@@ -44,7 +45,7 @@ def _bar_layout(rows: int, per_row: float) -> tuple[float, float]:
 
 def _pyplot() -> Any:
     try:
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt  # noqa: PLC0415 (optional dependency)
     except ImportError as e:         # an optional extra: say how to get it
         raise ImportError("dspk.plot needs matplotlib: pip install 'dspk[plot]'") from e
     return plt
@@ -417,8 +418,6 @@ def waveforms(x: Any, spikes: Any, geometry: Any, fs: float, channel: int | None
     >>> fig.axes[0].get_title()
     'spikes of channel 5 (... spikes)'
     """
-    from .detect import spike_clips  # noqa: PLC0415
-
     g = _geometry(geometry)
     s = np.asarray(spikes)
     if s.dtype.names is None or "channel_index" not in s.dtype.names:

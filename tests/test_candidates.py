@@ -18,7 +18,7 @@ engine = importlib.import_module("dspk.linalg.matmul")
 
 def run_all(a, b, out=None, symmetric_ok=True):
     """Run every available candidate for a·b; returns {name: (result, reference)}."""
-    p, result = engine._problem(a, b, out)
+    p, result = engine.as_problem(a, b, out)
     ref = reference(p.a, p.b)
     results = {}
     for c in engine.tuner.candidates(p.gpu):
@@ -133,7 +133,7 @@ def test_gpu_fp64_accumulation_variants_follow_the_device():
     from dspk.linalg.candidates_gpu import GramSmall, _fp64_ratio
 
     x = cp.ones((4, 1000), cp.float32)
-    p, _ = engine._problem(x, x.T, None)
+    p, _ = engine.as_problem(x, x.T, None)
     reason = GramSmall("f64").unavailable(p)
     if _fp64_ratio(0) <= 2:
         assert reason is None
@@ -151,7 +151,7 @@ def test_gpu_symblock_stays_fp32_when_the_shared_handle_is_set_to_tf32():
     from dspk.linalg.candidates_gpu import CublasSymBlocks
 
     x = seed_array(cp, (256, 8192), np.float32, 9)  # zero-mean: TF32 would show
-    p, _ = engine._problem(x, x.T, None)
+    p, _ = engine.as_problem(x, x.T, None)
     handle = cp.cuda.device.get_cublas_handle()
     old = cublas.getMathMode(handle)
     cublas.setMathMode(handle, 3)  # CUBLAS_TF32_TENSOR_OP_MATH

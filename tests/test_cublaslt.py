@@ -38,7 +38,7 @@ def test_the_column_major_geometry_computes_a_times_b(la, lb, lo):
     M, K, N = 5, 7, 4
     a, b = _operand(rng, M, K, la), _operand(rng, K, N, lb)       # padded leading dimensions
     out = np.zeros((M, N)) if lo == "R" else np.zeros((N, M)).T
-    p, _ = engine._problem(a, b, out)
+    p, _ = engine.as_problem(a, b, out)
     g = gemm_geometry(p.a, p.b, p.out)
     first, second = (p.b, p.a) if g.swap else (p.a, p.b)
     r1, c1 = (g.m, g.k) if g.op1 == OP_N else (g.k, g.m)
@@ -67,7 +67,7 @@ def test_gpu_every_ranked_algorithm_matches_float64(dtype, la, lb, lo):
     a = a if la == "R" else cp.asfortranarray(a)
     b = b if lb == "R" else cp.asfortranarray(b)
     out = cp.empty((M, N), dtype) if lo == "R" else cp.empty((N, M), dtype).T
-    p, _ = engine._problem(a, b, out)
+    p, _ = engine.as_problem(a, b, out)
     ref = a.get().astype(np.float64) @ b.get().astype(np.float64)
     ran = 0
     for rank in range(4):
@@ -100,7 +100,7 @@ def test_gpu_batched_strided_and_gram():
     w = cp.asarray(rng.standard_normal((16, 16)).astype(np.float32))
     cases.append((w, x, cp.empty((16, 443), np.float32)))
     for a, b, out in cases:
-        p, result = engine._problem(a, b, out)
+        p, result = engine.as_problem(a, b, out)
         ref = np.matmul(a.get().astype(np.float64), b.get().astype(np.float64))
         c = CublasLtGemm(0)
         assert c.unavailable(p) is None, c.unavailable(p)
@@ -117,8 +117,8 @@ def test_gpu_broadcast_and_gathered_operands_are_declined():
 
     w = cp.ones((1, 8, 8), np.float32)
     x = cp.ones((4, 8, 30), np.float32)
-    p, _ = engine._problem(w, x, None)
+    p, _ = engine.as_problem(w, x, None)
     assert "broadcast" in CublasLtGemm(0).unavailable(p)
     y = cp.ones((8, 60), np.float32)[:, ::2]      # no unit stride
-    p, _ = engine._problem(cp.ones((8, 8), np.float32), y, None)
+    p, _ = engine.as_problem(cp.ones((8, 8), np.float32), y, None)
     assert "unit stride" in CublasLtGemm(0).unavailable(p)

@@ -31,7 +31,7 @@ def full_range(xp, shape, dtype, seed=0):
 @given(data=st.data(), dtype=st.sampled_from(INTS))
 def test_every_int_candidate_is_bit_exact_on_random_views(xp, data, dtype):
     a, b = data.draw(product_operands(xp, dtype))
-    p, _ = engine._problem(a, b, None, allowed=candidates_int.INT_DTYPES, result_dtype=np.int64)
+    p, _ = engine.as_problem(a, b, None, allowed=candidates_int.INT_DTYPES, result_dtype=np.int64)
     ref = reference(p.a, p.b)
     ran = 0
     for c in engine.tuner.candidates(p.gpu, "i"):
@@ -72,7 +72,7 @@ def test_extremes_with_k_beyond_one_int32_accumulation(xp):
 def test_cpu_float64_path_chunks_k_exactly(monkeypatch):
     monkeypatch.setattr(candidates_int, "float64_k_chunk", lambda dtype: 7)
     x = full_range(np, (3, 50), np.int16, 2)
-    p, _ = engine._problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
+    p, _ = engine.as_problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
                            result_dtype=np.int64)
     IntViaFloat64().run(p)
     xh = x.astype(np.int64)
@@ -188,7 +188,7 @@ def test_gpu_fused_int16_gram_is_bit_exact(variant):
         base[:, 8] = -32768
         base[:, 9] = 32767
         for x in (cp.asarray(base)[:, 8:8 + k], cp.asarray(np.ascontiguousarray(base[:, 8:8 + k]))):
-            p, _ = engine._problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
+            p, _ = engine.as_problem(x, x.T, None, allowed=candidates_int.INT_DTYPES,
                                    result_dtype=np.int64)
             if x.strides[0] % 16 and m > 1:        # contiguous rows of k % 8 != 0 samples
                 assert "16-byte aligned" in c.unavailable(p)
@@ -221,7 +221,7 @@ def test_gpu_fused_int16_gram_says_what_it_cannot_run():
     u = full_range(cp, (16, 1000), np.uint8, 3)
 
     def reason(a, b):
-        p, _ = engine._problem(a, b, None, allowed=candidates_int.INT_DTYPES,
+        p, _ = engine.as_problem(a, b, None, allowed=candidates_int.INT_DTYPES,
                                result_dtype=np.int64)
         return c.unavailable(p)
 

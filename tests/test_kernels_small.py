@@ -17,7 +17,7 @@ engine = importlib.import_module("dspk.linalg.matmul")
 def check_all(a, b, expect, out=None):
     import cupy as cp
 
-    p, _ = engine._problem(a, b, out)
+    p, _ = engine.as_problem(a, b, out)
     ah = np.asarray(p.a.to_array().get(), np.float64)
     bh = np.asarray(p.b.to_array().get(), np.float64)
     ref = np.matmul(ah, bh)
@@ -119,13 +119,13 @@ def test_small_integer_products_on_tensor_cores(dtype):
     rng = np.random.default_rng(1)
     a = rng.integers(info.min, int(info.max) + 1, (2, 7, 45), dtype=dtype)
     b = rng.integers(info.min, int(info.max) + 1, (45, 19), dtype=dtype)
-    p, _ = engine._problem(cp.asarray(a), cp.asarray(b), None,
+    p, _ = engine.as_problem(cp.asarray(a), cp.asarray(b), None,
                            allowed=(np.dtype(dtype),), result_dtype=np.int64)
     Int8TensorCore().run(p)
     ref = a.astype(np.int64) @ b.astype(np.int64)
     assert np.array_equal(p.out.to_array().get(), ref)
     x = cp.asarray(a[0])
-    p, _ = engine._problem(x, x.T, None, allowed=(np.dtype(dtype),), result_dtype=np.int64)
+    p, _ = engine.as_problem(x, x.T, None, allowed=(np.dtype(dtype),), result_dtype=np.int64)
     Int8TensorCore().run(p)
     assert np.array_equal(p.out.to_array().get()[0], a[0].astype(np.int64) @ a[0].T)
 
@@ -148,7 +148,7 @@ def test_integer_products_through_cublaslt_are_exact(dtype):
         ref = lhs.get().astype(np.int64) @ rhs.get().astype(np.int64)
         for rank in range(INT8_LT_RANKS):
             c = Int8TensorCore(rank)
-            p, _ = engine._problem(lhs, rhs, None, allowed=(np.dtype(dtype),),
+            p, _ = engine.as_problem(lhs, rhs, None, allowed=(np.dtype(dtype),),
                                    result_dtype=np.int64)
             if c.unavailable(p) is not None:
                 continue
@@ -210,7 +210,7 @@ def test_small_fused_int16_gram(variant):
     rng = np.random.default_rng(5)
     for m, k in [(3, 9), (65, 3001), (130, 200)]:
         x = cp.asarray(rng.integers(-32768, 32768, (m, k + (-k) % 8), dtype=np.int16))[:, :k]
-        p, _ = engine._problem(x, x.T, None, allowed=INT_DTYPES, result_dtype=np.int64)
+        p, _ = engine.as_problem(x, x.T, None, allowed=INT_DTYPES, result_dtype=np.int64)
         c = Int16GramFused(*variant)
         assert c.unavailable(p) is None
         sums = cp.full(m, 7, dtype=np.int64)

@@ -50,13 +50,13 @@ def test_every_cpu_candidate_gives_the_same_bits_on_any_thread_count(m, k, n, dt
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine.as_problem(a, b, None)
     for cand in cpu_candidates():
         if cand.unavailable(p) is not None:
             continue
 
         def run(cand=cand):
-            q, _ = engine._problem(a, b, None)
+            q, _ = engine.as_problem(a, b, None)
             cand.run(q)
             return q.out.to_array().copy()
 
@@ -215,12 +215,13 @@ def test_threads_multiplying_one_geometry_at_once_each_get_their_own_product():
 def test_the_pool_path_gives_the_same_bits_too(monkeypatch):
     """Where BLAS has no batch (MKL, an older OpenBLAS), dspk threads over the blocks itself."""
     monkeypatch.setattr(candidates_cpu, "gemm_batch", lambda dtype: None)
-    monkeypatch.setattr(candidates_cpu, "_plans", {})
+    plans: dict = {}                             # the process's plans, as if none were made
+    monkeypatch.setattr(candidates_cpu, "_plans", lambda: plans)
     rng = np.random.default_rng(5)
     a = rng.standard_normal((384, 384)).astype(np.float32)
     b = rng.standard_normal((384, 6000)).astype(np.float32)
     got = _same_bits_over_1_to_4(lambda: _blocked(a, b))
-    assert not any(candidates_cpu._plans.values())
+    assert plans and not any(plans.values())
     np.testing.assert_allclose(got, a.astype(float) @ b.astype(float), rtol=1e-5, atol=1e-3)
 
 
@@ -397,7 +398,7 @@ def test_symmetric_cpu_candidates_give_the_same_symmetric_bits_on_any_thread_cou
     base = rng.standard_normal((3 if layout == "batched" else 1, m, k + 9)).astype(dtype)
     x = {"rows": base[0, :, :k], "fortran": np.asfortranarray(base[0, :, :k]),
          "row_slice": base[0, :, 5:k + 5], "batched": base[:, :, :k]}[layout]
-    p, _ = engine._problem(x, np.swapaxes(x, -1, -2), None)
+    p, _ = engine.as_problem(x, np.swapaxes(x, -1, -2), None)
     assert p.symmetric
     names = []
     for cand in cpu_candidates():
@@ -406,7 +407,7 @@ def test_symmetric_cpu_candidates_give_the_same_symmetric_bits_on_any_thread_cou
         names.append(cand.name)
 
         def run(cand=cand):
-            q, _ = engine._problem(x, np.swapaxes(x, -1, -2), None)
+            q, _ = engine.as_problem(x, np.swapaxes(x, -1, -2), None)
             cand.run(q)
             return q.out.to_array().copy()
 

@@ -79,7 +79,7 @@ def test_tuned_choice_persists_and_is_reused(fresh_cache):
 def test_precision_check_rejects_tf32_and_wrong_results(fresh_cache):
     t = Tuner(lambda gpu: [RoundsToTF32(), Wrong(), NumpyMatmul()])
     a, b = operands(16, 2000, 16)
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine.as_problem(a, b, None)
     choice = t.select(p, run=True)
     assert choice.candidate.name == "numpy"
     assert "precision check failed" in choice.rejected["fake_tf32"]
@@ -161,7 +161,7 @@ class Raises(Candidate):
 
 def test_a_candidate_that_raises_is_rejected_with_a_warning_naming_it(fresh_cache, caplog):
     t = Tuner(lambda gpu: [Raises(), NumpyMatmul()])
-    p, _ = engine._problem(*operands(), None)
+    p, _ = engine.as_problem(*operands(), None)
     with caplog.at_level("WARNING", logger="dspk.linalg.tuner"):
         choice = t.select(p, run=True)
     assert choice.candidate.name == "numpy"
@@ -178,7 +178,7 @@ def test_an_unavailable_candidate_drops_out_quietly(fresh_cache, caplog):
             return "not on this device"
 
     t = Tuner(lambda gpu: [Unavailable(), NumpyMatmul()])
-    p, _ = engine._problem(*operands(), None)
+    p, _ = engine.as_problem(*operands(), None)
     with caplog.at_level("WARNING", logger="dspk.linalg.tuner"):
         choice = t.select(p, run=True)
     assert choice.rejected["fake_unavailable"] == "unavailable: not on this device"
@@ -210,7 +210,7 @@ def test_two_processes_tuning_one_key_keep_the_first_ranking(fresh_cache, monkey
     it (and reports it), so processes sharing a cache run the same candidate."""
     mod = importlib.import_module("dspk.linalg.tuner")
     a, b = operands(4, 100, 4)
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine.as_problem(a, b, None)
     t = Tuner(lambda gpu: [c for c in engine.tuner.candidates(False)
                            if c.name in ("numpy", "direct_einsum")])
     key = t.key_str(t.key(p))
@@ -259,14 +259,14 @@ def test_timing_rotates_copies_of_operands_that_fit_in_l2():
     addresses modulo 256 (alignment decides some kernels), X·Xᵀ stays one shared copy, and an
     operand as large as the rotation target is timed as it is."""
     cp = pytest.importorskip("cupy")
-    from dspk.linalg.matmul import _problem
+    from dspk.linalg.matmul import as_problem
     from dspk.linalg.tuner import ROTATE_L2_MULTIPLE, ROTATE_MAX_SETS, _rotation
 
     l2 = cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
     base = cp.asarray(np.random.default_rng(1).standard_normal(64 * 6001 + 3, np.float32))
     x = base[3:].reshape(64, 6001)[:, 1:]                 # 16 bytes in, strided rows
     w = cp.asarray(np.random.default_rng(2).standard_normal((8, 64), np.float32))
-    p, _ = _problem(w, x, None)
+    p, _ = as_problem(w, x, None)
     sets = _rotation(p)
     assert sets[0] is p and 2 <= len(sets) <= ROTATE_MAX_SETS
     for q in sets[1:]:
@@ -274,12 +274,12 @@ def test_timing_rotates_copies_of_operands_that_fit_in_l2():
             assert v.ptr % 256 == u.ptr % 256 and v.strides == u.strides
             assert cp.array_equal(v.to_array(), u.to_array())
         assert q.out.ptr != p.out.ptr and q.b.buffer.data.ptr != p.b.buffer.data.ptr
-    g, _ = _problem(x, x.T, None)
+    g, _ = as_problem(x, x.T, None)
     assert g.symmetric
     for q in _rotation(g)[1:]:
         assert q.symmetric and q.a.buffer is q.b.buffer
     big = cp.empty((1024, -(-ROTATE_L2_MULTIPLE * l2 // 4 // 1024)), np.float32)
-    pb, _ = _problem(cp.ones((4, 1024), np.float32), big, None)
+    pb, _ = as_problem(cp.ones((4, 1024), np.float32), big, None)
     assert _rotation(pb) == [pb]
 
 
@@ -304,7 +304,7 @@ def test_a_choice_tuned_before_a_candidate_existed_is_tuned_again(fresh_cache, m
     "readonly"."""
     a, b = operands(16, 2000, 16)
     old = Tuner(lambda gpu: [NumpyMatmul()])
-    p, _ = engine._problem(a, b, None)
+    p, _ = engine.as_problem(a, b, None)
     assert old.select(p, run=True).source == "tuned now"
     key = old.key_str(old.key(p))
     assert set(json.loads(cache_path().read_text())["entries"][key]["timings_ms"]) == {"numpy"}

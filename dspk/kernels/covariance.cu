@@ -5,6 +5,8 @@
 // The int64 numerator is exact when n < 2^16 (|S| <= n*2^30, |s| <= n*2^15); the caller takes
 // this kernel only then. The division (not a multiplication by 1/denom) gives NumPy's bits.
 
+#include "launch.cuh"
+
 template <bool CENTER>
 __global__ void int_cov_finish(const long long* __restrict__ S, const long long* __restrict__ s,
                                int C, long long n, double denom, double* __restrict__ out)
@@ -21,13 +23,6 @@ __global__ void int_cov_finish(const long long* __restrict__ S, const long long*
     }
 }
 
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void int_cov_finish<true>(const long long*, const long long*, int, long long,
-                                              double, double*);
-template __global__ void int_cov_finish<false>(const long long*, const long long*, int,
-                                               long long, double, double*);
-#endif
-
 // center_rows: the float path of dspk.ops.covariance centres a copy before the product (a mean
 // subtracted from the product afterwards would cancel catastrophically); this does the copy in
 // one pass, where CuPy's mean, cast and subtraction took three launches and two extra trips
@@ -38,7 +33,6 @@ template __global__ void int_cov_finish<false>(const long long*, const long long
 // the row read again from L2 by the others), then writes its own 1/splits of the row — so a few
 // long rows still fill the GPU without a second launch or a grid-wide barrier.
 // Block: CENTER_THREADS threads (any multiple of 32 up to 1024 works; the reduction assumes it).
-#define CENTER_THREADS 512
 
 template <typename T>
 __global__ void __launch_bounds__(CENTER_THREADS)
@@ -96,12 +90,3 @@ __global__ void cov_finish(const T* __restrict__ m2, long long total, double den
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
         out[k] = (T)((double)m2[k] / denom);
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void center_rows<float>(const float*, long long, long long, long long, float*,
-                                            double*);
-template __global__ void center_rows<double>(const double*, long long, long long, long long,
-                                             double*, double*);
-template __global__ void cov_finish<float>(const float*, long long, double, float*);
-template __global__ void cov_finish<double>(const double*, long long, double, double*);
-#endif

@@ -29,11 +29,9 @@
 //   there were and runs again with enough room (nothing is dropped). The order of out is not
 //   deterministic; the host sorts.
 
-constexpr int DS_THREADS = 128;
-constexpr int DS_R = 4;                      // samples per thread, DS_THREADS apart
+#include "launch.cuh"
+
 constexpr int DS_TILE = DS_THREADS * DS_R;
-constexpr int DS_NN_MAX = 64;                // neighbours per position
-constexpr int DP_THREADS = 256;
 
 // NumPy's maximum: NaN wins.
 template <typename T>
@@ -157,8 +155,6 @@ detect_peaks(const T* __restrict__ score, long long lds, int C, int n,
 //   it ends on the middle value itself or its float neighbour. The row sits in shared memory
 //   (m·sizeof(T) bytes, dynamic): one read of the data, then every count from shared memory,
 //   a block-wide sum per step. No sort (CuPy's sort of 2 304 rows of 8 191 took 6.3 ms).
-constexpr int RM_THREADS = 256;
-
 template <typename T>
 __device__ __forceinline__ T block_max(T v, T* scratch)
 {
@@ -214,26 +210,3 @@ row_abs_median(const T* __restrict__ a, long long ld, int m, int steps, T* __res
     }
     if (threadIdx.x == 0) out[blockIdx.x] = hi;
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void detect_score<float, 5>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_score<double, 5>(const double*, long long, long long, long long,
-                                                 int, int, const int*, int, const double*, const double*,
-                                                 double*, signed char*, long long, long long);
-template __global__ void detect_score<float, 1>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_score<float, 8>(const float*, long long, long long, long long,
-                                                int, int, const int*, int, const float*, const float*, float*,
-                                                signed char*, long long, long long);
-template __global__ void detect_peaks<float>(const float*, long long, int, int, const int*, int,
-                                             float, int, long long*, unsigned long long*,
-                                             long long);
-template __global__ void detect_peaks<double>(const double*, long long, int, int, const int*,
-                                              int, double, int, long long*,
-                                              unsigned long long*, long long);
-template __global__ void row_abs_median<float>(const float*, long long, int, int, float*);
-template __global__ void row_abs_median<double>(const double*, long long, int, int, double*);
-#endif

@@ -6,8 +6,8 @@
 // against ~3.2 GB here). 2 * D is exact, so a contracted fma(-2, D, s) rounds as s - 2D does:
 // the bits of NumPy's expression na[:, None] + nb[None, :] - 2 * ab.
 // Grid: x over column blocks of SQD_THREADS * SQD_UNROLL, y over rows (grid-stride).
-#define SQD_THREADS 256
-#define SQD_UNROLL 4
+#include "common.cuh"
+#include "launch.cuh"
 
 template <typename T>
 __global__ void __launch_bounds__(SQD_THREADS)
@@ -47,30 +47,7 @@ sqdist_finish(T* __restrict__ d, const T* __restrict__ na, const T* __restrict__
 // for 64 fmas, and a warp stores 256-byte row segments. The dimensions are staged SQDD_KC at a
 // time, transposed (row index fastest: conflict-free shared stores; the tile's rows are one
 // contiguous run in global memory, so the strided reads hit L1). a, b [*, d] row-major.
-#define SQDD_TILE 128
-#define SQDD_KC 16
-
-template <typename T> struct Vec4S;
-template <> struct Vec4S<float> {
-    static __device__ __forceinline__ void load(const float* p, float* v) {
-        const float4 t = *reinterpret_cast<const float4*>(p);
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-    static __device__ __forceinline__ void put(float* p, const float* v) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <> struct Vec4S<double> {
-    static __device__ __forceinline__ void load(const double* p, double* v) {
-        const double2 t0 = reinterpret_cast<const double2*>(p)[0];
-        const double2 t1 = reinterpret_cast<const double2*>(p)[1];
-        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
-    }
-    static __device__ __forceinline__ void put(double* p, const double* v) {
-        reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
-        reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
-    }
-};
+constexpr int SQDD_KC = 16;
 
 template <typename T>
 __global__ void __launch_bounds__(256)
@@ -109,10 +86,10 @@ sqdist_direct(const T* __restrict__ a, const T* __restrict__ b, long long n, lon
         }
         for (int k = 0; k < kc; ++k) {
             T av[8], bv[8];
-            Vec4S<T>::load(&as[k][4 * ty], av);
-            Vec4S<T>::load(&as[k][64 + 4 * ty], av + 4);
-            Vec4S<T>::load(&bs[k][4 * tx], bv);
-            Vec4S<T>::load(&bs[k][64 + 4 * tx], bv + 4);
+            Quad<T>::load(&as[k][4 * ty], av);
+            Quad<T>::load(&as[k][64 + 4 * ty], av + 4);
+            Quad<T>::load(&bs[k][4 * tx], bv);
+            Quad<T>::load(&bs[k][64 + 4 * tx], bv + 4);
 #pragma unroll
             for (int u = 0; u < 8; ++u)
 #pragma unroll
@@ -139,7 +116,7 @@ sqdist_direct(const T* __restrict__ a, const T* __restrict__ b, long long n, lon
                 v4[v] = s < T(0) ? T(0) : s;            // NaN stays NaN, as numpy.maximum
             }
             if (aligned && jl + 3 < rb) {
-                Vec4S<T>::put(row + jl, v4);
+                Quad<T>::store(row + jl, v4);
             } else {
 #pragma unroll
                 for (int v = 0; v < 4; ++v)
@@ -148,14 +125,3 @@ sqdist_direct(const T* __restrict__ a, const T* __restrict__ b, long long n, lon
         }
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void sqdist_finish<float>(float*, const float*, const float*, long long,
-                                              long long);
-template __global__ void sqdist_finish<double>(double*, const double*, const double*, long long,
-                                               long long);
-template __global__ void sqdist_direct<float>(const float*, const float*, long long, long long, int,
-                                              float*);
-template __global__ void sqdist_direct<double>(const double*, const double*, long long, long long,
-                                               int, double*);
-#endif

@@ -25,10 +25,3 @@ __global__ void fingerprint64(const W* __restrict__ v, long long n,
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
     if ((threadIdx.x & 31) == 0 && acc != 0) atomicAdd(out, acc);
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void fingerprint64<unsigned int>(const unsigned int*, long long,
-                                                     unsigned long long*);
-template __global__ void fingerprint64<unsigned char>(const unsigned char*, long long,
-                                                      unsigned long long*);
-#endif

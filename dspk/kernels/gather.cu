@@ -18,10 +18,3 @@ __global__ void gather3d(const T* __restrict__ src, long long offset, long long 
         dst[idx] = src[offset + b * sb + r * sr + c * sc];
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void gather3d<float>(const float*, long long, long long, long long, long long,
-                                         long long, long long, long long, float*);
-template __global__ void gather3d<double>(const double*, long long, long long, long long,
-                                          long long, long long, long long, long long, double*);
-#endif

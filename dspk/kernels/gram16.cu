@@ -24,11 +24,9 @@
 // 32 x 32 outputs). Dynamic shared memory: max(STAGES x 2 x 64 rows x 2·BK bytes, the int64
 // tile of the epilogue, 64 x 65 x 8 bytes).
 
-#include "cp_async.cuh"
+#include "common.cuh"
+#include "launch.cuh"
 
-#define GRAM16_MAX_K 32768
-constexpr int G16_BT = 64;          // rows per tile
-constexpr int G16_THREADS = 128;
 
 // D = A·B + D for one m16n8k32 tile; A row-major 16 x 32, B column-major 32 x 8, each byte
 // signed (s8) or unsigned (u8) as named.
@@ -257,14 +255,3 @@ gram16(const short* __restrict__ x, long long ldx, int M, int K, int kchunk, int
         }
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define G16_INSTANCE(BK, STAGES, MINB)                                                       \
-    template __global__ void gram16<BK, STAGES, MINB>(const short*, long long, int, int, int,  \
-                                                      int, unsigned long long*, long long,     \
-                                                      unsigned long long*);
-G16_INSTANCE(64, 4, 2)
-G16_INSTANCE(64, 3, 2)
-G16_INSTANCE(128, 3, 2)
-G16_INSTANCE(128, 2, 2)
-#endif

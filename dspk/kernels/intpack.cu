@@ -204,30 +204,3 @@ __global__ void combine_planes(const int* __restrict__ c, int S, int P, int Mp, 
         *o = first ? v : *o + v;
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void pack_planes_rows<short, false, true, 1>(
-    const short*, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes_rows<unsigned char, true, true, 4>(
-    const unsigned char*, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes_rows<short, false, true, 4>(
-    const short*, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes_rows<short, false, true, 8>(
-    const short*, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes_rows<signed char, false, false, 2>(
-    const signed char*, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes<unsigned char, true, true>(
-    const unsigned char*, long long, long long, long long, int, int, int, int, int,
-    signed char*, unsigned long long*);
-template __global__ void pack_planes<signed char, false, false>(
-    const signed char*, long long, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-template __global__ void pack_planes<short, false, true>(
-    const short*, long long, long long, long long, int, int, int, int, int, signed char*,
-    unsigned long long*);
-#endif

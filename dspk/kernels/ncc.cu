@@ -15,10 +15,8 @@
 // past tw) sit in dynamic shared memory: bank first, patch after. Templates are taken TG at a
 // time (TG accumulators per thread); bank words are read as broadcasts.
 
-#include "cp_async.cuh"
-
-constexpr int NCC_TX = 32;
-constexpr int NCC_TY = 8;
+#include "common.cuh"
+#include "launch.cuh"
 
 // The image under a block's windows, rows y0.., columns x0.., as centred int8 (uint8 - 128 when
 // CENTER), zero outside the image: ph rows of pw bytes.
@@ -137,7 +135,7 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // are built); the 8 shifted copies, one warp each; window sums S_I, S_II: horizontal sums per
 // patch row by __dp4a on the aligned copies (one thread per column, a partial last chunk
 // masked), then vertical running sums per column in 4 segments of rows, fused with
-// 1/sqrt(var_I). Measured (benchmarks/profile_ncc_store.py): 1.01-1.04 -> 0.98 ms.
+// 1/sqrt(var_I). Measured (profile_ncc_store, benchmarks/NOTES.md): 1.01-1.04 -> 0.98 ms.
 // Epilogue: num = K*S_IT - S_I*S_T and var_I = K*S_II - S_I^2 are exact in 32-bit arithmetic
 // when K <= 362 (|num| <= sqrt(var_I*var_T) <= K^2*128^2 < 2^31); WIDE uses int64 otherwise.
 // The per-position 1/sqrt(var_I) is formed once in the prologue (hss is overwritten with it).
@@ -146,8 +144,6 @@ ncc_bank_dp4a(const unsigned char* __restrict__ img, long long pitch, int H, int
 // rows with a candidate (MmaRow::append); ncc_peak_check keeps the local maxima.
 // MINB: blocks per SM for __launch_bounds__ (2 leaves 128 registers for NT = 4; 3 caps at 80).
 // ------------------------------------------------------------------------------------------
-constexpr int MMA_BX = 64;
-
 template <bool WIDE> struct SumType { typedef int type; };      // no <type_traits> in NVRTC
 template <> struct SumType<true> { typedef long long type; };
 
@@ -170,12 +166,12 @@ __device__ __forceinline__ int byte_mask(int nbytes)  // the low nbytes bytes (0
 // with the exact sums S_T and the float32 1/sqrt(var_T) (0 for a flat template).
 // Grid: one block per (padded) template.
 template <bool CENTER>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(NCC_PACK_THREADS)
 ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int cpr, int KC,
              int2* __restrict__ packed, long long* __restrict__ t_sum,
              float* __restrict__ t_rs)
 {
-    __shared__ long long red[2][128];
+    __shared__ long long red[2][NCC_PACK_THREADS];
     const int n = blockIdx.x, KS = KC >> 2;
     const int tile = n >> 3, g = n & 7;
     long long s = 0, ss = 0;
@@ -201,7 +197,7 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
     red[0][threadIdx.x] = s;
     red[1][threadIdx.x] = ss;
     __syncthreads();
-    for (int h = 64; h > 0; h >>= 1) {
+    for (int h = NCC_PACK_THREADS / 2; h > 0; h >>= 1) {
         if ((int)threadIdx.x < h) {
             red[0][threadIdx.x] += red[0][threadIdx.x + h];
             red[1][threadIdx.x] += red[1][threadIdx.x + h];
@@ -225,20 +221,11 @@ ncc_mma_pack(const unsigned char* __restrict__ tmpl, int N, int th, int tw, int 
 // Full maps are gigabytes written once and not read back by the kernel: stores marked
 // evict-first (st.global.cs) keep them from displacing the patch and bank lines in L2: with the
 // sector stores below, 1.031-1.042 ms against 1.042-1.047 plain (4096², N = 32), 4.95 against
-// 5.09 (N = 128); benchmarks/profile_ncc_store.py times both.
-// Interior blocks' stores through a lane rotation that fills whole sectors (store_full);
-// 0 keeps one plain store per output (profile_ncc_store.py times the builds).
-#ifndef NCC_SECTOR_STORES
-#define NCC_SECTOR_STORES 1
-#endif
-#ifndef NCC_STREAMING_STORES
-#define NCC_STREAMING_STORES 1
-#endif
-// NCC_ASYNC_PATCH: the raw patch and the bank slice by cp.async, all in flight at once
-// (centred in the shifted-copies pass); 0: plain loads (profile_ncc_store.py times both).
-#ifndef NCC_ASYNC_PATCH
-#define NCC_ASYNC_PATCH 1
-#endif
+// 5.09 (N = 128). Interior blocks store through a lane rotation that fills whole sectors
+// (store_full): 1.43 ms with one plain store per output against 0.98. The raw patch and the
+// bank slice arrive by cp.async, all in flight at once (centred in the shifted-copies pass):
+// 1.01-1.02 ms with plain loads against 0.98. (Measured on an H200 with the builds these
+// alternatives had: benchmarks/NOTES.md, "profile_ncc_store".)
 
 // Position (0..63 in the block's row) of C-fragment row g + 8h of m-tile mt.
 __device__ __forceinline__ int mma_pos(int g, int mt, int h) { return 16 * mt + g + 8 * h; }
@@ -279,11 +266,7 @@ template <int NT, bool WIDE> struct MmaRow {
 
     __device__ __forceinline__ static void put(float* p, float v)
     {
-#if NCC_STREAMING_STORES
         __stcs(p, v);   // evict-first: the maps are written once
-#else
-        *p = v;
-#endif
     }
 
     // One store per output (FULL: no bounds tests); edge blocks take this path.
@@ -344,7 +327,7 @@ template <int NT, bool WIDE> struct MmaRow {
 
     template <bool FULL> __device__ __forceinline__ void store(float* __restrict__ out) const
     {
-        if (FULL && NCC_SECTOR_STORES) store_full(out);
+        if (FULL) store_full(out);
         else store_each<FULL>(out);
     }
 
@@ -413,7 +396,7 @@ template <int NT, bool WIDE> struct MmaRow {
 
 
 template <bool CENTER, int NT, bool WIDE, bool PEAKS, int MINB, int BY>
-__global__ void __launch_bounds__(256, MINB)
+__global__ void __launch_bounds__(NCC_MMA_THREADS, MINB)
 ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int W,
              const int2* __restrict__ bank, int th, int tw, int cpr, int KC, int N, int tiles_z,
              const long long* __restrict__ t_sum, const float* __restrict__ t_rs, int Cs, int R,
@@ -443,13 +426,8 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
     {   // bank slice, its template constants, chunk offsets, raw patch
         const int4* src = reinterpret_cast<const int4*>(bank + (long long)tile0 * KS * 32);
         int4* dst = reinterpret_cast<int4*>(sbank);
-        for (int e = tid; e < tiles_z * KS * 16; e += nthreads) {
-#if NCC_ASYNC_PATCH
+        for (int e = tid; e < tiles_z * KS * 16; e += nthreads)
             cp_async_copy<16>(dst + e, src + e, 16);
-#else
-            dst[e] = src[e];
-#endif
-        }
         for (int e = tid; e < tiles_z * 8; e += nthreads) {
             const int n = 8 * tile0 + e;
             s_tsum[e] = n < N ? t_sum[n] : 0;
@@ -468,7 +446,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             const int x = x0 + 4 * q;
             for (int r = grp; r < PH; r += groups) {
                 const int y = y0 + r;
-#if NCC_ASYNC_PATCH
                 if (words) {   // bytes past the image arrive as zeros (src-size)
                     const int nb = y < H ? min(max(W - x, 0), 4) : 0;
                     const unsigned* src = nb > 0
@@ -477,7 +454,6 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                     cp_async_copy<4>(raw + r * rw4 + q, src, nb);
                     continue;
                 }
-#endif
                 unsigned w = 0;
                 if (y < H) {
                     const unsigned char* row = img + (long long)y * pitch;
@@ -489,22 +465,17 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
                             if (x + b < W) w |= (unsigned)row[x + b] << (8 * b);
                     }
                 }
-#if !NCC_ASYNC_PATCH
-                if (CENTER) w ^= 0x80808080u;   // v - 128 as int8 is v ^ 0x80 (bytes past
-#endif                                          // the image: never read for an output)
                 raw[r * rw4 + q] = w;
             }
         }
     }
-#if NCC_ASYNC_PATCH
     cp_async_commit();
     cp_async_wait<0>();
-#endif
     __syncthreads();
     {   // 8 shifted copies: copy_s word q = raw bytes 4q + s .. 4q + s + 3. Warp w builds copy
         // w & 7, its lanes walking the (row, word) items in order (row and word carried, no
         // division): all threads busy, where one thread per (s, q) left 256 - 8 CW idle.
-        // (The launch is always 8 warps: __launch_bounds__ and dspk/match.py.)
+        // (The launch is always NCC_MMA_THREADS = 8 warps: launch.cuh.)
         const int rw4 = RW >> 2, sft = tid >> 5, b = sft & 3;
         const unsigned sel = (unsigned)(b | ((b + 1) << 4) | ((b + 2) << 8) | ((b + 3) << 12));
         int r = (tid & 31) / CW, q = (tid & 31) - r * CW;
@@ -513,7 +484,9 @@ ncc_bank_mma(const unsigned char* __restrict__ img, long long pitch, int H, int 
             if (q >= CW) { q -= CW; ++r; if (r >= PH) break; }
             const unsigned* src = raw + r * rw4 + q + (sft >> 2);
             unsigned v = __byte_perm(src[0], src[1], sel);
-            if (NCC_ASYNC_PATCH && CENTER) v ^= 0x80808080u;   // centred here (see above)
+            // centred here: v - 128 as int8 is v ^ 0x80 (bytes past the image: never read
+            // for an output)
+            if (CENTER) v ^= 0x80808080u;
             reinterpret_cast<unsigned*>(copies + r * R + sft * Cs)[q] = v;
         }
     }
@@ -749,32 +722,3 @@ __global__ void ncc_peak_check_hash(const long long* __restrict__ keys,
         peak_score[j] = s;
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void ncc_bank_dp4a<true, 16>(const unsigned char*, long long, int, int,
-                                                 const int*, int, int, int, int,
-                                                 const long long*, const float*, float*, int,
-                                                 int);
-template __global__ void ncc_bank_dp4a<false, 32>(const unsigned char*, long long, int, int,
-                                                  const int*, int, int, int, int,
-                                                  const long long*, const float*, float*, int,
-                                                  int);
-#define NCC_MMA_INSTANCE(C, NT, WIDE, PEAKS, MINB, BY)                                        \
-    template __global__ void ncc_bank_mma<C, NT, WIDE, PEAKS, MINB, BY>(                       \
-        const unsigned char*, long long, int, int, const int2*, int, int, int, int, int, int,  \
-        const long long*, const float*, int, int, float*, int, int, float, unsigned*, int,     \
-        long long*, float*);
-NCC_MMA_INSTANCE(true, 4, false, false, 2, 32)
-NCC_MMA_INSTANCE(true, 4, false, true, 2, 32)
-NCC_MMA_INSTANCE(true, 2, false, false, 3, 32)
-NCC_MMA_INSTANCE(true, 2, false, true, 3, 32)
-NCC_MMA_INSTANCE(false, 2, true, false, 2, 32)
-NCC_MMA_INSTANCE(true, 1, false, true, 2, 32)
-NCC_MMA_INSTANCE(false, 4, true, true, 2, 32)
-NCC_MMA_INSTANCE(true, 4, false, false, 2, 64)
-NCC_MMA_INSTANCE(true, 4, false, true, 2, 64)
-template __global__ void ncc_mma_pack<true>(const unsigned char*, int, int, int, int, int, int2*,
-                                            long long*, float*);
-template __global__ void ncc_mma_pack<false>(const unsigned char*, int, int, int, int, int,
-                                             int2*, long long*, float*);
-#endif

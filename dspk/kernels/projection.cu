@@ -16,8 +16,8 @@
 // Shared memory (dynamic): w [M*K], mean [K], the tile [rows * pitch] with an odd pitch >= K
 // (conflict-free column reads); the Python side (ops/_pca_gpu.py) picks rows and checks the
 // total. Indices in 64 bits where they span the clips.
-#define PR_THREADS 256
-#define PR_MAX_PER_THREAD 16
+#include "launch.cuh"
+
 #define PR_UNROLL 4
 // blocks per SM to fit in registers for up to 16 bytes of accumulators per thread: eight
 // where an SM holds 2048 threads, six on the consumer Ampere/Ada parts (1536)
@@ -102,13 +102,3 @@ center_project(const T* __restrict__ x, long long row_stride, long long col_stri
         __syncthreads();                            // before the next tile overwrites xs
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define PR_INSTANTIATE(T, P)                                                                    \
-    template __global__ void center_project<T, P>(const T*, long long, long long, long long, int, \
-                                                  const T*, const T*, int, int, int, T*);
-PR_INSTANTIATE(float, 1) PR_INSTANTIATE(float, 2) PR_INSTANTIATE(float, 4)
-PR_INSTANTIATE(float, 8) PR_INSTANTIATE(float, 16)
-PR_INSTANTIATE(double, 1) PR_INSTANTIATE(double, 2) PR_INSTANTIATE(double, 4)
-PR_INSTANTIATE(double, 8) PR_INSTANTIATE(double, 16)
-#endif

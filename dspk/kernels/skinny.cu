@@ -13,10 +13,8 @@
 //               output columns and reads each X element once.
 //   wx_vec      the same with 4 consecutive columns per thread (16-byte loads and stores, each W
 //               value feeds 4 FMAs) and the rows split over SLICES warps-groups.
-//   wx_tile     the same as a register-tiled GEMM: persistent CTAs stage W once (transposed, in
-//               shared memory) and stream column tiles of X through a cp.async pipeline of
-//               STAGES k-chunks; each thread owns 8 rows x TC columns, so per k it makes
-//               2-4 16-byte shared loads for 32-64 FMAs, and stores 16-byte vectors.
+//   (wx_tile, the same as a register-tiled GEMM, is in wx_tile.cu: its many instances are
+//   compiled apart from these, so a product that never takes it does not compile them.)
 //   splitk_reduce  sums split-K partials in a fixed order, coalesced (256/G outputs x G groups
 //               of partials per block); optionally mirrors a symmetric result.
 //   symblock_reduce  the same for partial products of the upper-triangular blocks of X·Xᵀ
@@ -27,22 +25,8 @@
 // before launch. Pointers passed in point at element [0,0,0] of each view; strides may be 0
 // (broadcast) or negative.
 
-#include "cp_async.cuh"
-
-template <typename T> struct Vec4;
-template <> struct Vec4<float> {
-    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
-        const float4 t = *reinterpret_cast<const float4*>(p);
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-};
-template <> struct Vec4<double> {
-    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
-        const double2 t0 = *reinterpret_cast<const double2*>(p);
-        const double2 t1 = *reinterpret_cast<const double2*>(p + 2);
-        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
-    }
-};
+#include "common.cuh"
+#include "launch.cuh"
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v, int width)
@@ -54,21 +38,20 @@ __device__ __forceinline__ T warp_sum(T v, int width)
 }
 
 // ------------------------------------------------------------------------------------------
-// gram_small: M, N <= MD (MD in {1, 2, 4, 8}), 256 threads, grid (S, batches).
-// Each CTA covers kchunk = 256*GS_U*steps samples.
+// gram_small: M, N <= MD (MD in {1, 2, 4, 8}), GS_THREADS threads, grid (S, batches).
+// Each CTA covers kchunk = GS_THREADS*GS_U*steps samples.
 // part: [batches, S, MD*MD] in Acc. counters[b] must be 0 at launch; the last CTA resets it.
 // ------------------------------------------------------------------------------------------
-constexpr int GS_U = 4;
-
 template <typename T, typename Acc, int MD, bool SYM>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(GS_THREADS)
 gram_small(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
            int M, int N, int K, int kchunk, Acc* __restrict__ part,
            unsigned int* __restrict__ counters, T* __restrict__ out, int sob, int som, int son)
 {
     constexpr int MN = MD * MD;
-    constexpr int WARPS = 256 / 32;
+    constexpr int WARPS = GS_THREADS / 32;
+    static_assert(WARPS == 8, "the block's sum below adds 8 warps");
     __shared__ Acc red[WARPS][MN];
     __shared__ bool is_last;
 
@@ -87,11 +70,11 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
 
     // GS_U samples of k per thread per step, all loaded before any is used: the loads are in
     // flight together (this kernel is bound by memory latency, not bandwidth).
-    for (int kb = k0 + tid; kb < k1; kb += 256 * GS_U) {
+    for (int kb = k0 + tid; kb < k1; kb += GS_THREADS * GS_U) {
         Acc a[GS_U][MD], bv[GS_U][MD];
 #pragma unroll
         for (int u = 0; u < GS_U; ++u) {
-            const int k = kb + u * 256;
+            const int k = kb + u * GS_THREADS;
             const bool in = k < k1;
 #pragma unroll
             for (int i = 0; i < MD; ++i)
@@ -161,10 +144,10 @@ gram_small(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// gram_tiled: M, N <= 64. Grid (S, batches). 256 threads (160 when SYM: 136 compute tiles).
-// part: [batches, S, 64, 64].
+// gram_tiled: M, N <= GT_TILE = 64. Grid (S, batches). GT_THREADS = 256 threads
+// (GT_SYM_THREADS = 160 when SYM: 136 compute tiles). part: [batches, S, 64, 64].
 // ------------------------------------------------------------------------------------------
-constexpr int GT_TILE = 64;
+static_assert(GT_THREADS == (GT_TILE / 4) * (GT_TILE / 4), "a 4x4 output tile per thread");
 constexpr int GT_KT = 32;
 constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
 
@@ -172,7 +155,8 @@ constexpr int GT_PAD = 4;  // keeps rows 16-byte aligned for the vector loads
 // [0, rows) x [k0, kend), in two halves: fetch() into registers (GT_LPT per thread), then
 // put() into shared memory, so the next tile's global loads overlap this tile's FMAs.
 // Lanes walk the operand's contiguous dimension so that global loads coalesce.
-constexpr int GT_LPT = (GT_TILE * GT_KT + 159) / 160;  // loads per thread at 160 threads
+constexpr int GT_LPT =       // loads per thread at GT_SYM_THREADS threads
+    (GT_TILE * GT_KT + GT_SYM_THREADS - 1) / GT_SYM_THREADS;
 
 template <typename T>
 struct GtTile {
@@ -209,7 +193,7 @@ struct GtTile {
 
 // MINB: CTAs per SM the register allocation must allow (1: no limit; 3: at most 85 registers).
 template <typename T, typename Acc, bool SYM, int MINB>
-__global__ void __launch_bounds__(256, MINB)
+__global__ void __launch_bounds__(GT_THREADS, MINB)
 gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
            const T* __restrict__ B, int sbb, int sbk, int sbn,
            int M, int N, int K, int kchunk, Acc* __restrict__ part)
@@ -226,7 +210,7 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 
     // Thread tile (ty, tx) of the 16x16 grid of 4x4 tiles.
     int ty = tid / 16, tx = tid % 16;
-    bool computes = tid < 256;
+    bool computes = tid < GT_THREADS;
     if (SYM) {
         // Packed upper triangle: tile t -> (ty <= tx), row-major over the triangle.
         int t = tid;
@@ -257,9 +241,9 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 #pragma unroll 8
             for (int k = 0; k < GT_KT; ++k) {
                 T a[4], bv[4];
-                Vec4<T>::load(&As[k][ty * 4], a);
-                if (SYM) Vec4<T>::load(&As[k][tx * 4], bv);
-                else Vec4<T>::load(&Bs[k][tx * 4], bv);
+                Quad<T>::load(&As[k][ty * 4], a);
+                if (SYM) Quad<T>::load(&As[k][tx * 4], bv);
+                else Quad<T>::load(&Bs[k][tx * 4], bv);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -279,10 +263,10 @@ gram_tiled(const T* __restrict__ A, int sab, int sam, int sak,
 }
 
 // ------------------------------------------------------------------------------------------
-// Split-K reductions. A block of 256 threads owns OPB = 256/G consecutive outputs of one row:
-// thread t reads output t % OPB of every G-th partial (group g = t / OPB), so each warp load is
-// a run of consecutive elements (coalesced); the G group sums are then added in a fixed
-// pairwise tree. Deterministic. For SYM only the upper triangle is read and each value is
+// Split-K reductions. A block of RED_THREADS = 256 threads owns OPB = 256/G consecutive outputs
+// of one row: thread t reads output t % OPB of every G-th partial (group g = t / OPB), so each
+// warp load is a run of consecutive elements (coalesced); the G group sums are then added in a
+// fixed pairwise tree. Deterministic. For SYM only the upper triangle is read and each value is
 // written to both (i, j) and (j, i), so the result is exactly symmetric.
 // ------------------------------------------------------------------------------------------
 template <typename Acc, int G>
@@ -315,11 +299,11 @@ __device__ __forceinline__ Acc group_tree_sum(Acc (*red)[OPB + 1], int o)
 
 // out[b, i, j] = sum_s part[b*pbs + s*pss + i*ldp + j]. Grid (M * ceil(N/OPB), batches).
 template <typename Acc, typename T, int G, bool SYM>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(RED_THREADS)
 splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss, int ldp,
               int M, int N, T* __restrict__ out, int sob, int som, int son)
 {
-    constexpr int OPB = 256 / G;
+    constexpr int OPB = RED_THREADS / G;
     __shared__ Acc red[G][OPB + 1];
     const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
     const int nj = (N + OPB - 1) / OPB;
@@ -341,11 +325,11 @@ splitk_reduce(const Acc* __restrict__ part, int S, long long pbs, long long pss,
 // part[s][pair][r][c] = sum_k X[start(p)+r, k] X[start(q)+c, k]. Output (i, j), i <= j, is read
 // from the first block pair that contains it. Grid (M * ceil(M/OPB)).
 template <typename T, int G>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(RED_THREADS)
 symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
                 T* __restrict__ out, int som, int son)
 {
-    constexpr int OPB = 256 / G;
+    constexpr int OPB = RED_THREADS / G;
     __shared__ T red[G][OPB + 1];
     const int o = threadIdx.x % OPB, g = threadIdx.x / OPB;
     const int nj = (M + OPB - 1) / OPB;
@@ -379,30 +363,8 @@ symblock_reduce(const T* __restrict__ part, int S, int nb, int bs, int M,
 // columns are handled element by element. W is staged as Ws[k][m], MM = MT*SLICES rows, zero
 // padded. K unrolled by KU with the loads issued first. Grid (ceil(N / 256), B).
 // ------------------------------------------------------------------------------------------
-template <typename T> struct Vec4IO;
-template <> struct Vec4IO<float> {
-    static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
-        const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-    static __device__ __forceinline__ void store(float* p, const float (&v)[4]) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <> struct Vec4IO<double> {
-    static __device__ __forceinline__ void load(const double* p, double (&v)[4]) {
-        const double2 t0 = __ldg(reinterpret_cast<const double2*>(p));
-        const double2 t1 = __ldg(reinterpret_cast<const double2*>(p + 2));
-        v[0] = t0.x; v[1] = t0.y; v[2] = t1.x; v[3] = t1.y;
-    }
-    static __device__ __forceinline__ void store(double* p, const double (&v)[4]) {
-        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-        *reinterpret_cast<double2*>(p + 2) = make_double2(v[2], v[3]);
-    }
-};
-
 template <typename T, int MT, int SLICES, int KU>
-__global__ void __launch_bounds__(64 * SLICES)
+__global__ void __launch_bounds__(WXV_THREADS * SLICES)
 wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
        const T* __restrict__ X, int sxb, int sxk,
        int M, int K, int N, T* __restrict__ out, int sob, int som)
@@ -411,9 +373,9 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
     extern __shared__ __align__(16) unsigned char wv_smem[];
     T* Ws = reinterpret_cast<T*>(wv_smem);
     const int b = blockIdx.y;
-    const int tid = threadIdx.y * 64 + threadIdx.x;
+    const int tid = threadIdx.y * WXV_THREADS + threadIdx.x;
     const T* Wb = W + b * swb;
-    for (int e = tid; e < K * MM; e += 64 * SLICES) {
+    for (int e = tid; e < K * MM; e += WXV_THREADS * SLICES) {
         const int k = e / MM, m = e % MM;
         Ws[e] = m < M ? Wb[m * swm + k * swk] : T(0);
     }
@@ -421,7 +383,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 
     const int m0 = threadIdx.y * MT;
     if (m0 >= M) return;
-    const int n = (blockIdx.x * 64 + threadIdx.x) * 4;
+    const int n = (blockIdx.x * WXV_THREADS + threadIdx.x) * 4;
     if (n >= N) return;
     const bool full = n + 3 < N;
     const T* Xb = X + b * sxb + n;
@@ -433,7 +395,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 
     auto load_x = [&](int k, T (&x)[4]) {
         if (full) {
-            Vec4IO<T>::load(Xb + k * sxk, x);
+            Quad<T>::load_ro(Xb + k * sxk, x);
         } else {
 #pragma unroll
             for (int c = 0; c < 4; ++c) x[c] = n + c < N ? Xb[k * sxk + c] : T(0);
@@ -444,7 +406,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
         for (int m4 = 0; m4 < MT; m4 += 4) {
             T w[4];
-            Vec4<T>::load(wk + m4, w);
+            Quad<T>::load(wk + m4, w);
 #pragma unroll
             for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -475,7 +437,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
     for (int m = 0; m < MT; ++m) {
         if (m0 + m >= M) break;
         if (full) {
-            Vec4IO<T>::store(ob + (m0 + m) * som, acc[m]);
+            Quad<T>::store(ob + (m0 + m) * som, acc[m]);
         } else {
 #pragma unroll
             for (int c = 0; c < 4; ++c)
@@ -491,7 +453,7 @@ wx_vec(const T* __restrict__ W, int swb, int swm, int swk,
 // issued first, so each thread keeps 4*CPT loads in flight. Grid (ceil(N/(256*CPT)), B).
 // ------------------------------------------------------------------------------------------
 template <typename T, int MM, int CPT>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(WXD_THREADS)
 wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
           const T* __restrict__ X, int sxb, int sxk, int sxn,
           int M, int K, int N, T* __restrict__ out, int sob, int som, int son)
@@ -507,13 +469,13 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
     }
     __syncthreads();
 
-    const int n0 = blockIdx.x * (256 * CPT) + tid;
+    const int n0 = blockIdx.x * (WXD_THREADS * CPT) + tid;
     const T* Xb = X + b * sxb;
     int col[CPT];
     bool ok[CPT];
 #pragma unroll
     for (int q = 0; q < CPT; ++q) {
-        const int n = n0 + q * 256;
+        const int n = n0 + q * WXD_THREADS;
         ok[q] = n < N;
         col[q] = (ok[q] ? n : 0) * sxn;
     }
@@ -537,7 +499,7 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
             for (int m4 = 0; m4 < MM; m4 += 4) {
                 T w[4];
-                Vec4<T>::load(wk + m4, w);
+                Quad<T>::load(wk + m4, w);
 #pragma unroll
                 for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -554,7 +516,7 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
         for (int m4 = 0; m4 < MM; m4 += 4) {
             T w[4];
-            Vec4<T>::load(wk + m4, w);
+            Quad<T>::load(wk + m4, w);
 #pragma unroll
             for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -566,272 +528,10 @@ wx_direct(const T* __restrict__ W, int swb, int swm, int swk,
 #pragma unroll
     for (int q = 0; q < CPT; ++q) {
         if (ok[q]) {
-            const int n = n0 + q * 256;
+            const int n = n0 + q * WXD_THREADS;
 #pragma unroll
             for (int m = 0; m < MM; ++m)
                 if (m < M) ob[m * som + n * son] = acc[q][m];
         }
     }
 }
-
-// ------------------------------------------------------------------------------------------
-// wx_tile: out[b, m, n] = sum_k W[b, m, k] X[b, k, n] for M <= MM (8, 16, 32 or 64) and a wide
-// X and out with unit column stride and 16-byte aligned rows (checked by the caller).
-//
-// Why another W·X kernel: wx_vec reads X straight from global memory into registers, so each
-// thread waits on its own loads, and each X vector it loads feeds only MT rows; on an H200 it
-// runs the 64x64 spatial filter at ~1/3 of the FP32 rate and ~1/4 of the copy rate. Here the
-// two floors of that product (64x64·64x60000 float32: ~7.5 us of HBM traffic, ~8 us of FMAs)
-// overlap:
-//   - persistent CTAs (grid.x = about the CTAs that fit on the device, chosen on the host;
-//     grid.y = batch): W[b] is staged once per CTA, and the copy pipeline runs across column
-//     tiles, so the next tile's X is in flight while this one is multiplied (a CTA of one
-//     tile exposes the DRAM latency at its start, and with K = 64 a tile is only a few k-steps);
-//   - X moves global -> shared by cp.async, STAGES k-chunks of KC rows x TN columns in flight,
-//     no register round trip (the loads of a stage do not wait on each other or on the FMAs);
-//     the last column tile and the k rows past K are zero-filled by the copy itself;
-//   - a classic SGEMM micro-tile: each thread owns TM = 8 rows x TC columns in registers; per k
-//     it reads its 8 W values and TC X values with 16-byte shared loads (2 + 2 for float, TC = 8)
-//     and issues TM*TC FMAs, so FMAs are ~94% of the issued instructions;
-//   - lanes form WR x WC groups in a warp (4 x 8 when MM >= 32), and a thread's rows and columns
-//     are interleaved by 16-byte vectors (vector v at v*VE*WR + lr*VE rows, v*VE*WC + lc*VE
-//     columns), so every shared load of a warp reads WR or WC consecutive 16-byte words (no
-//     bank conflict) and every global store of a warp writes whole 128-byte lines.
-// W is staged as Ws[k][m] with a row pitch of MM + VE elements: rows stay 16-byte aligned and
-// the transposing writes (lanes 8 k x 4 m, so that the global reads of a row-major W are 32-byte
-// sectors) hit 32 different banks. Ws is zero for k >= K and m >= M, X for k >= K and n >= N:
-// the padded products add exact zeros (and never 0 * garbage, which could be NaN).
-// Each k-chunk is a pipeline step; step s of a CTA is k-chunk s % kch of its (s / kch)-th tile
-// (tiles blockIdx.x, blockIdx.x + gridDim.x, ...), tracked by counters (no division in the
-// loop). The W and X register fragments are double-buffered: k+1's are read while k's FMAs
-// issue; the one barrier of a step comes before its last k (it waits for step s+1's copies,
-// STAGES-3 groups may stay pending, and frees step s-1's stage for step s+STAGES-1), so the
-// next step's first fragments are read before this step's last FMAs too. MINB goes to
-// __launch_bounds__: the registers of MINB CTAs fit on an SM (128 for 16 warps of 8x8 tiles).
-// Products are fma() in T, summed over k in increasing order: deterministic, and exact in the
-// operands' precision.
-// Shared memory (dynamic): STAGES*KC*TN + ceil(K/KC)*KC*(MM + VE) elements.
-// ------------------------------------------------------------------------------------------
-template <typename T> struct WtVec;  // 16 bytes of T
-template <> struct WtVec<float> {
-    static constexpr int n = 4;
-    static __device__ __forceinline__ void load(const float* p, float* v) {
-        const float4 t = *reinterpret_cast<const float4*>(p);
-        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-    }
-    static __device__ __forceinline__ void store(float* p, const float* v) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <> struct WtVec<double> {
-    static constexpr int n = 2;
-    static __device__ __forceinline__ void load(const double* p, double* v) {
-        const double2 t = *reinterpret_cast<const double2*>(p);
-        v[0] = t.x; v[1] = t.y;
-    }
-    static __device__ __forceinline__ void store(double* p, const double* v) {
-        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-    }
-};
-
-// The copies of one pipeline step: rows k0 .. k0+KC-1, columns n0 .. n0+TN-1 of X[b] into the
-// stage buffer xs [KC][TN], one 16-byte vector per copy (consecutive threads, consecutive
-// vectors: coalesced reads, conflict-free writes). A vector that straddles N is copied in part
-// (the row starts are 16-byte aligned, so the vector's address is too); rows >= K and vectors
-// past N are zero-filled.
-template <typename T, int TN, int KC, int NT>
-__device__ __forceinline__ void wt_issue_x(T* xs, const T* __restrict__ Xb, int sxk, int K,
-                                           int N, int k0, int n0, int tid)
-{
-    constexpr int VE = WtVec<T>::n, TV = TN / VE, CH = KC * TV;
-#pragma unroll
-    for (int e0 = 0; e0 < CH; e0 += NT) {
-        const int e = e0 + tid;
-        if (CH % NT == 0 || e < CH) {
-            const int k = k0 + e / TV, n = n0 + (e % TV) * VE;
-            const int bytes = (k < K && n < N) ? min(N - n, VE) * (int)sizeof(T) : 0;
-            cp_async_copy<16>(xs + e * VE, bytes ? Xb + k * sxk + n : Xb, bytes);
-        }
-    }
-}
-
-template <typename T, int MM, int TN, int TC, int KC, int STAGES, int MINB>
-__global__ void __launch_bounds__((MM / 8) * (TN / TC), MINB)
-wx_tile(const T* __restrict__ W, int swb, int swm, int swk,
-        const T* __restrict__ X, int sxb, int sxk,
-        int M, int K, int N, T* __restrict__ out, int sob, int som)
-{
-    constexpr int TM = 8;                     // rows per thread
-    constexpr int VE = WtVec<T>::n;           // elements per 16-byte vector
-    constexpr int RY = MM / TM, CX = TN / TC, NT = RY * CX;
-    constexpr int WR = RY < 4 ? RY : 4, WC = 32 / WR;  // lanes of a warp: WR rows x WC columns
-    constexpr int WP = MM + VE;               // Ws row pitch
-    static_assert(MM % TM == 0 && MM >= 8 && MM <= 64, "MM is 8, 16, 32 or 64");
-    static_assert(TC % VE == 0 && TN % TC == 0, "whole 16-byte vectors per thread");
-    static_assert(CX % WC == 0 && NT % 32 == 0 && NT <= 1024, "whole warps of WR x WC lanes");
-    static_assert(STAGES >= 3, "a stage being read, one being filled, at least one ahead");
-    static_assert(KC >= 2 && KC % 2 == 0, "fragment buffers alternate over an even k-chunk");
-
-    extern __shared__ __align__(16) unsigned char wt_smem[];
-    T* Xs = reinterpret_cast<T*>(wt_smem);    // [STAGES][KC][TN]
-    T* Ws = Xs + STAGES * KC * TN;            // [KP][WP]
-
-    const int tid = threadIdx.x, b = blockIdx.y;
-    const int kch = K > 0 ? (K + KC - 1) / KC : 1;  // k-chunks per tile (K = 0: one of zeros)
-    const int KP = kch * KC;
-    const int tiles = (N + TN - 1) / TN;
-    const int G = gridDim.x, first = blockIdx.x;
-    const int steps = (first < tiles ? (tiles - 1 - first) / G + 1 : 0) * kch;
-    const T* Wb = W + b * swb;
-    const T* Xb = X + b * sxb;
-
-    // W[b] transposed into Ws; these copies join the first group, so step 0's wait covers them.
-    const int kp8 = (KP + 7) & ~7;
-    for (int e = tid; e < kp8 * MM; e += NT) {
-        const int m = (e >> 3) % MM, k = ((e >> 3) / MM) * 8 + (e & 7);
-        if (k < KP) {
-            const bool in = k < K && m < M;
-            cp_async_copy<(int)sizeof(T)>(Ws + k * WP + m, in ? Wb + m * swm + k * swk : Wb,
-                                    in ? (int)sizeof(T) : 0);
-        }
-    }
-    // The producer: step `is` (k-chunk ikc of tile itile) goes to stage istage. Counters, not
-    // divisions: the loop below has no integer division.
-    int is = 0, ikc = 0, itile = first, istage = 0;
-    auto issue_next = [&]() {
-        if (is < steps)
-            wt_issue_x<T, TN, KC, NT>(Xs + istage * (KC * TN), Xb, sxk, K, N, ikc * KC,
-                                      itile * TN, tid);
-        cp_async_commit();  // committed even when empty: the group count is what cp_async_wait counts
-        ++is;
-        if (++istage == STAGES) istage = 0;
-        if (++ikc == kch) { ikc = 0; itile += G; }
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) issue_next();  // steps 0 .. STAGES-2
-
-    const int lane = tid & 31, warp = tid >> 5;
-    const int row0 = (warp / (CX / WC)) * (TM * WR) + (lane / WC) * VE;
-    const int col0 = (warp % (CX / WC)) * (TC * WC) + (lane % WC) * VE;
-    T acc[TM][TC];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
-
-    // Register fragments, double-buffered: k+1's W and X values are read from shared memory
-    // while k's FMAs issue, across k-chunk boundaries too (the barrier that makes the next
-    // chunk visible comes before the last k of this one).
-    T a[2][TM], x[2][TC];
-    auto load_frag = [&](int buf, const T* ws, const T* xs) {
-#pragma unroll
-        for (int v = 0; v < TM / VE; ++v) WtVec<T>::load(ws + v * (VE * WR), &a[buf][v * VE]);
-#pragma unroll
-        for (int v = 0; v < TC / VE; ++v) WtVec<T>::load(xs + v * (VE * WC), &x[buf][v * VE]);
-    };
-
-    cp_async_wait<STAGES - 2>();  // step 0 (and W) complete for this thread ...
-    __syncthreads();        // ... and for all
-    int kc = 0, tile = first, stage = 0;
-    load_frag(0, Ws + row0, Xs + col0);
-
-    for (int s = 0; s < steps; ++s) {
-        const T* xs = Xs + stage * (KC * TN) + col0;
-        const T* ws = Ws + kc * (KC * WP) + row0;
-        const int nstage = stage + 1 == STAGES ? 0 : stage + 1;
-        const int nkc = kc + 1 == kch ? 0 : kc + 1;
-#pragma unroll
-        for (int k = 0; k < KC; ++k) {
-            const int cur = k & 1;
-            if (k + 1 < KC) {
-                load_frag(cur ^ 1, ws + (k + 1) * WP, xs + (k + 1) * TN);
-            } else {
-                // Step s+1's group is complete for this thread (groups committed: steps up to
-                // s+STAGES-2); the barrier makes every thread's copies visible, and says that
-                // all threads are done with step s-1's stage, which the copies issued next
-                // (step s+STAGES-1) overwrite. After the last step it reads unused values.
-                cp_async_wait<STAGES - 3>();
-                __syncthreads();
-                issue_next();
-                load_frag(cur ^ 1, Ws + nkc * (KC * WP) + row0, Xs + nstage * (KC * TN) + col0);
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TC; ++j) acc[i][j] = fma(a[cur][i], x[cur][j], acc[i][j]);
-        }
-
-        if (kc == kch - 1) {  // the tile's last k-chunk: write it out, start the next
-            const int n0 = tile * TN + col0;
-            T* ob = out + b * sob;
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                const int m = row0 + (i / VE) * (VE * WR) + i % VE;
-                if (m >= M) continue;
-#pragma unroll
-                for (int v = 0; v < TC / VE; ++v) {
-                    const int n = n0 + v * (VE * WC);
-                    if (n + VE <= N) {
-                        WtVec<T>::store(ob + m * som + n, &acc[i][v * VE]);
-                    } else {
-#pragma unroll
-                        for (int c = 0; c < VE; ++c)
-                            if (n + c < N) ob[m * som + n + c] = acc[i][v * VE + c];
-                    }
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TC; ++j) acc[i][j] = T(0);
-            tile += G;
-        }
-        stage = nstage;
-        kc = nkc;
-    }
-    cp_async_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
-}
-
-#ifdef DSPK_COMPILE_CHECK
-// Instances compiled by the CI test with nvcc (NVRTC compiles the ones used at run time).
-#define GS(T, A, D, S)                                                                      \
-    template __global__ void gram_small<T, A, D, S>(const T*, int, int, int, const T*, int, \
-                                                    int, int, int, int, int, int, A*,       \
-                                                    unsigned int*, T*, int, int, int);
-GS(float, float, 4, true) GS(float, double, 8, false) GS(double, double, 8, true)
-GS(double, double, 1, false) GS(float, float, 2, false)
-#define GTI(T, A, S, B)                                                                      \
-    template __global__ void gram_tiled<T, A, S, B>(const T*, int, int, int, const T*, int, int, \
-                                                    int, int, int, int, int, A*);
-GTI(float, float, true, 1) GTI(float, double, false, 1) GTI(double, double, true, 1)
-GTI(double, double, false, 3) GTI(float, float, true, 3)
-#define SKR(A, T, G, S)                                                                      \
-    template __global__ void splitk_reduce<A, T, G, S>(const A*, int, long long, long long,  \
-                                                       int, int, int, T*, int, int, int);
-SKR(float, float, 4, false) SKR(double, float, 32, true) SKR(double, double, 32, false)
-SKR(double, double, 4, true)
-template __global__ void symblock_reduce<float, 4>(const float*, int, int, int, int, float*, int, int);
-template __global__ void symblock_reduce<double, 32>(const double*, int, int, int, int, double*, int, int);
-#define WXV(T, MT, SL, KU)                                                                    \
-    template __global__ void wx_vec<T, MT, SL, KU>(const T*, int, int, int, const T*, int, int, \
-                                                   int, int, int, T*, int, int);
-WXV(float, 4, 1, 4) WXV(float, 8, 1, 16) WXV(float, 16, 4, 16) WXV(double, 16, 4, 4)
-WXV(double, 8, 1, 16) WXV(float, 32, 2, 8) WXV(float, 16, 4, 8)
-#define WXD(T, M, C)                                                                         \
-    template __global__ void wx_direct<T, M, C>(const T*, int, int, int, const T*, int, int, \
-                                                int, int, int, int, T*, int, int, int);
-WXD(float, 4, 4) WXD(float, 8, 2) WXD(float, 64, 1) WXD(float, 64, 2) WXD(double, 64, 1)
-WXD(double, 8, 1) WXD(float, 32, 4)
-#define WXT(T, MM, TN, TC, KC, S, B)                                                         \
-    template __global__ void wx_tile<T, MM, TN, TC, KC, S, B>(const T*, int, int, int,          \
-                                                             const T*, int, int, int, int, int, \
-                                                             T*, int, int);
-// direct_wxtile32c2s4w16, direct_wxtile64c2s4w16, direct_wxtile32c2s4w12, direct_wxtile128c1s6w16
-// as WxTile.launch_config makes them on an H200 (MINB: CTAs per SM the shared memory allows, at
-// most the warps asked for): float32 and float64, 64, 32 and 8-16 rows
-WXT(float, 64, 128, 8, 16, 4, 4) WXT(float, 32, 128, 8, 16, 4, 5) WXT(float, 16, 128, 8, 16, 4, 6)
-WXT(float, 64, 256, 8, 8, 4, 2) WXT(float, 64, 128, 8, 16, 4, 3) WXT(float, 32, 256, 8, 8, 4, 4)
-WXT(float, 8, 512, 4, 8, 6, 2) WXT(float, 16, 512, 4, 8, 6, 2) WXT(float, 32, 512, 4, 8, 6, 1)
-WXT(double, 64, 64, 4, 16, 4, 3) WXT(double, 64, 128, 4, 8, 4, 2) WXT(double, 8, 256, 2, 8, 6, 2)
-WXT(double, 16, 256, 2, 8, 6, 2)
-#endif

@@ -20,13 +20,8 @@
 // the result against the dense product). Samples are T; accumulation in T (as a GEMM in the
 // operands' precision would).
 
-#include "cp_async.cuh"
-
-constexpr int SR_R = 8;        // rows per group (per warp)
-
-template <typename T> struct SrVec;
-template <> struct SrVec<float> { typedef float4 type; static constexpr int n = 4; };
-template <> struct SrVec<double> { typedef double2 type; static constexpr int n = 2; };
+#include "common.cuh"
+#include "launch.cuh"
 
 // x [C, n] (row stride ldx), out [M, n] (row stride ldo). Block (bx, by): groups
 // bx*G .. bx*G+G-1 (G = blockDim.x / 32), samples by*TS .. by*TS+TS-1 with TS = 32*V*VPL
@@ -46,7 +41,7 @@ __device__ __forceinline__ void sr_issue_tile(T* xs, const T* __restrict__ x, lo
                                               int n, const int* __restrict__ cols, int nu,
                                               long long t0, bool vec)
 {
-    constexpr int V = SrVec<T>::n;
+    constexpr int V = Vec16<T>::n;
     const int tid = threadIdx.x, nt = blockDim.x;
     if (vec && t0 + TS <= n) {
         for (int e = tid; e < nu * (TS / V); e += nt) {
@@ -75,8 +70,8 @@ __device__ __forceinline__ void sr_group_rows(const T* xs, int g, int lane, long
                                               const int* __restrict__ grows,
                                               T* __restrict__ out, long long ldo, bool vec)
 {
-    typedef typename SrVec<T>::type Vt;
-    constexpr int V = SrVec<T>::n;
+    typedef typename Vec16<T>::type Vt;
+    constexpr int V = Vec16<T>::n;
     constexpr int TS = 32 * V * VPL;
     T acc[SR_R][VPL * V];
 #pragma unroll
@@ -140,7 +135,7 @@ sparse_rows(const T* __restrict__ x, long long ldx, int n, const int* __restrict
             const int* __restrict__ grows, int n_groups, T* __restrict__ out, long long ldo,
             int vec)
 {
-    constexpr int TS = 32 * SrVec<T>::n * VPL;
+    constexpr int TS = 32 * Vec16<T>::n * VPL;
     extern __shared__ __align__(16) unsigned char sr_smem[];
     T* xs = reinterpret_cast<T*>(sr_smem);     // [union][TS]
     const int b = blockIdx.x;
@@ -167,7 +162,7 @@ sparse_rows_pipe(const T* __restrict__ x, long long ldx, int n, const int* __res
                  const int* __restrict__ grows, int n_groups, T* __restrict__ out,
                  long long ldo, int vec)
 {
-    constexpr int TS = 32 * SrVec<T>::n * VPL;
+    constexpr int TS = 32 * Vec16<T>::n * VPL;
     extern __shared__ __align__(16) unsigned char sr_smem[];
     const int b = blockIdx.x;
     const int c0 = boff[b], nu = boff[b + 1] - c0;
@@ -194,18 +189,3 @@ sparse_rows_pipe(const T* __restrict__ x, long long ldx, int n, const int* __res
         __syncthreads();                       // this buffer is refilled two tiles on
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-#define SR_INST(T, VPL)                                                                      \
-    template __global__ void sparse_rows<T, VPL>(const T*, long long, int, const int*,       \
-                                                 const int*, const int*, const int*,         \
-                                                 const T*, const int*, int, T*, long long, int); \
-    template __global__ void sparse_rows_pipe<T, VPL>(const T*, long long, int, const int*,  \
-                                                      const int*, const int*, const int*,    \
-                                                      const T*, const int*, int, T*, long long, \
-                                                      int);
-SR_INST(float, 1)
-SR_INST(float, 2)
-SR_INST(double, 1)
-SR_INST(double, 2)
-#endif

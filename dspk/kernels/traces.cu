@@ -19,17 +19,14 @@
 //   block writes the referenced tile back. Exact: the result is an input value (or the mean
 //   of two), never an approximation.
 
-constexpr int FIR_R = 16;
-constexpr int FIR_THREADS = 128;
+#include "common.cuh"
+#include "launch.cuh"
+
 constexpr int FIR_TILE = FIR_R * FIR_THREADS;
 
 // Shared-memory index of input e: one word of padding per 32, so that the 32 lanes of a warp
 // (FIR_R = 16 inputs apart) read 32 different banks.
 __device__ __forceinline__ int fir_pad(int e) { return e + (e >> 5); }
-
-template <typename T> struct Vec4;
-template <> struct Vec4<float> { typedef float4 type; static constexpr int n = 4; };
-template <> struct Vec4<double> { typedef double2 type; static constexpr int n = 2; };
 
 template <typename T>
 __global__ void __launch_bounds__(FIR_THREADS)
@@ -54,8 +51,8 @@ fir_direct(const T* __restrict__ x, long long ldx, int n, const T* __restrict__ 
     }
     __syncthreads();
     const int base = threadIdx.x * FIR_R;        // this thread's outputs: t0 + base + r
-    typedef typename Vec4<T>::type V;
-    constexpr int VN = Vec4<T>::n;
+    typedef typename Vec16<T>::type V;
+    constexpr int VN = Vec16<T>::n;
     for (int i = 0; i < nf; ++i) {
         const T* h = hs + i * tpad;
         T acc[FIR_R];
@@ -95,8 +92,6 @@ fir_direct(const T* __restrict__ x, long long ldx, int n, const T* __restrict__ 
     }
 }
 
-constexpr int CAR_S = 32;        // samples per block
-constexpr int CAR_WARPS = 8;
 
 __device__ __forceinline__ unsigned order_key(float v)
 {
@@ -200,14 +195,3 @@ car_median(const T* __restrict__ x, long long ldx, int C, int n, T* __restrict__
         if (t < n) out[(long long)c * ldo + t] = tile[c * (CAR_S + 1) + s] - med[s];
     }
 }
-
-#ifdef DSPK_COMPILE_CHECK
-template __global__ void fir_direct<float>(const float*, long long, int, const float*, int,
-                                           int, int, int, float*, long long, long long);
-template __global__ void fir_direct<double>(const double*, long long, int, const double*, int,
-                                            int, int, int, double*, long long, long long);
-template __global__ void car_median<float, unsigned, 12>(const float*, long long, int, int,
-                                                         float*, long long);
-template __global__ void car_median<double, unsigned long long, 4>(const double*, long long, int,
-                                                                   int, double*, long long);
-#endif

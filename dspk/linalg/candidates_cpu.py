@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..caches import shared
 from .problem import Candidate, Problem, Runner
 from .threads import gemm_batch, parallel_blocks, single_threaded_blas
 
@@ -102,8 +103,16 @@ def _blas_operand(v: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
-_plans: dict[tuple, tuple | None] = {}
+#: the process-wide store (`dspk.caches`) of the grouped ?gemm_batch calls' arrays, by operand
+#: geometry (None where the operands do not suit one)
+PLANS = "cpu_gemm_batch_plans"
+#: plans kept before the store starts again
+MAX_PLANS = 256
 SMALL_MNK = 100 ** 3
+
+
+def _plans() -> dict:
+    return shared(PLANS, dict)
 
 
 def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tuple | None:
@@ -111,8 +120,9 @@ def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tup
     blocks of every matrix of the batch (a group of full blocks, one of the narrower last ones),
     kept per geometry; None when the operands do not suit it."""
     key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, a.dtype, cols)
-    plan = _plans.get(key)
-    if plan is not None or key in _plans:
+    plans = _plans()
+    plan = plans.get(key)
+    if plan is not None or key in plans:
         return plan
     nb, m, n = out.shape
     if a.shape[-1] != b.shape[-2] or (a.shape[-2], b.shape[-1]) != (m, n) \
@@ -124,7 +134,7 @@ def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tup
     if found is None or fa is None or fb is None or out.strides[-1] != out.itemsize \
             or out.strides[-2] % out.itemsize or out.strides[-2] < out.shape[-1] * out.itemsize \
             or min(a.strides[0], b.strides[0], out.strides[0]) < 0:
-        _plans[key] = None
+        plans[key] = None
         return None
     fn, itype = found
     k = a.shape[-1]
@@ -135,7 +145,7 @@ def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tup
     if m * k * min(widths) <= SMALL_MNK:
         # OpenBLAS's batch runs members of M·N·K <= 100³ with its small-matrix kernels, whose
         # batched use crashed in 0.3.31 (seen with a 244-column last block)
-        _plans[key] = None
+        plans[key] = None
         return None
     starts = np.cumsum([0] + widths[:-1])
     groups = [(w, [j for j, v in enumerate(widths) if v == w]) for w in dict.fromkeys(widths)]
@@ -158,9 +168,9 @@ def _batch_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, cols: int) -> tup
     scal = np.array([[1.0] * g, [0.0] * g], dtype=a.dtype)
     offs = np.stack([off_a, off_b, off_c]).astype(np.uintp)
     plan = (fn, g, ints, flags, scal, offs)
-    if len(_plans) > 256:
-        _plans.clear()
-    _plans[key] = plan
+    if len(plans) > MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
     return plan
 
 
@@ -274,7 +284,8 @@ def _tiles_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, blocks: int) -> t
     for out = a·b with b = aᵀ, kept per geometry: the members' byte offsets are relative to the
     three base addresses, added per call (the plan is shared between threads)."""
     key = ("sym", a.shape, a.strides, b.strides, out.shape, out.strides, a.dtype, blocks)
-    plan = _plans.get(key)
+    plans = _plans()
+    plan = plans.get(key)
     if plan is not None:
         return plan
     edges = _row_edges(out.shape[-2], blocks)
@@ -306,9 +317,9 @@ def _tiles_plan(a: np.ndarray, b: np.ndarray, out: np.ndarray, blocks: int) -> t
         scal = np.array([[1.0] * g, [0.0] * g], dtype=a.dtype)
         batch = (fn, g, ints, flags, scal, off)
     plan = (tiles, batch)
-    if len(_plans) > 256:
-        _plans.clear()
-    _plans[key] = plan
+    if len(plans) > MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
     return plan
 
 

@@ -1,6 +1,6 @@
 """GPU candidates: cuBLAS (plain, split-K, symmetric blocks), cuBLASLt's ranked algorithms
-(candidates_lt.py) and the direct kernels of ``kernels/skinny.cu``. Each says why it cannot
-run a problem, rather than failing.
+(candidates_lt.py) and the direct kernels of ``kernels/skinny.cu`` and ``kernels/wx_tile.cu``.
+Each says why it cannot run a problem, rather than failing.
 
 cuBLAS is called through CuPy's thin wrappers with the compute type passed explicitly
 (CUBLAS_COMPUTE_32F / 64F: never TF32, whatever CuPy's or the handle's default).
@@ -15,9 +15,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from ..kernels import FastLaunch, ctype, kernel
-from .problem import Candidate, Problem, Runner, copy_into, scratch_like
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, kernel
+from .candidates_lt import CublasLtGemm
 from .cublaslt import gemm_geometry
+from .gpu_common import Workspace, blas_dims_reason, stream_getter
+from .problem import Candidate, Problem, Runner, copy_into, instances_of, scratch_like
 from .view import INT32_MAX, MatrixView
 
 # cuBLAS / CUDA enums (CuPy lacks some; values from cublas_api.h / library_types.h).
@@ -31,6 +33,12 @@ _COMPUTE_TYPE = {np.dtype(np.float32): CUBLAS_COMPUTE_32F, np.dtype(np.float64):
 _ONE = {np.dtype(t): np.ones(1, t) for t in (np.float32, np.float64)}
 _ZERO = {np.dtype(t): np.zeros(1, t) for t in (np.float32, np.float64)}
 _ATTR_FP32_TO_FP64_RATIO = 87  # cudaDevAttrSingleToDoublePrecisionPerfRatio
+#: skinny.cu's and wx_tile.cu's blocks (dspk/kernels/launch.cuh)
+GS_THREADS, GS_STEP = LAUNCH["GS_THREADS"], LAUNCH["GS_THREADS"] * LAUNCH["GS_U"]
+GT_TILE, GT_THREADS, GT_SYM_THREADS = (LAUNCH["GT_TILE"], LAUNCH["GT_THREADS"],
+                                       LAUNCH["GT_SYM_THREADS"])
+RED_THREADS = LAUNCH["RED_THREADS"]
+WXD_THREADS, WXV_THREADS, WT_TM = LAUNCH["WXD_THREADS"], LAUNCH["WXV_THREADS"], LAUNCH["WT_TM"]
 
 
 def _cublas() -> Any:
@@ -40,6 +48,7 @@ def _cublas() -> Any:
     return cublas
 
 
+# device attributes: facts of the machine (like dspk.backend.device_properties), not caches
 @lru_cache(maxsize=None)
 def _fp64_ratio(device_id: int) -> int:
     return int(cupy_module().cuda.runtime.deviceGetAttribute(_ATTR_FP32_TO_FP64_RATIO, device_id))
@@ -49,11 +58,15 @@ def _sm_count(device_id: int) -> int:
     return int(device_properties(device_id)["multiProcessorCount"])
 
 
+def _optin(props: dict) -> int:
+    """Dynamic shared memory one CTA may opt in to (bytes) on a device with properties
+    ``props``: 227 KiB on Hopper."""
+    return int(props.get("sharedMemPerBlockOptin", 0) or props.get("sharedMemPerBlock", 48 << 10))
+
+
 @lru_cache(maxsize=None)
 def _smem_optin(device_id: int) -> int:
-    """Dynamic shared memory one CTA may opt in to (bytes): 227 KiB on Hopper."""
-    props = device_properties(device_id)
-    return int(props.get("sharedMemPerBlockOptin", 0) or props.get("sharedMemPerBlock", 48 << 10))
+    return _optin(device_properties(device_id))
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -124,19 +137,13 @@ def _gemm_batched(a: MatrixView, b: MatrixView, out: MatrixView, batches: int,
     _gemm_plan(a, b, out, batches, stride_a, stride_b, stride_out)(a.ptr, b.ptr, out.ptr)
 
 
-def _blas_dims_reason(p: Problem) -> str | None:
-    if max(p.m, p.n, p.k, p.batches) > INT32_MAX:
-        return "a dimension exceeds cuBLAS's 32-bit sizes"
-    return None
-
-
 class CublasGemm(Candidate):
     name = "cublas"
     gpu = True
     summary = "cuBLAS gemmStridedBatchedEx, compute type 32F/64F passed explicitly"
 
     def unavailable(self, p: Problem) -> str | None:
-        return _blas_dims_reason(p)
+        return blas_dims_reason(p)
 
     def bind(self, p: Problem) -> Runner | None:
         if "S" in (p.a.layout(), p.b.layout(), p.out.layout()):
@@ -173,7 +180,7 @@ class CublasSplitK(Candidate):
             return "split-K runs single products only (batches > 1)"
         if p.k < 64 * self.chunks:
             return f"K={p.k} is too short for {self.chunks} chunks of at least 64"
-        return _blas_dims_reason(p) or _int32_reason(p)
+        return blas_dims_reason(p) or _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner | None:
         if "S" in (p.a.layout(), p.b.layout()):
@@ -183,7 +190,7 @@ class CublasSplitK(Candidate):
         kc = K // S
         rem = K - kc * S
         slots = S + (1 if rem else 0)
-        workspace = _Workspace(slots * M * N, p.dtype)
+        workspace = Workspace(slots * M * N, p.dtype)
         item = p.dtype.itemsize
         scratch = MatrixView(cupy_module().empty(0, p.dtype), (S, M, N), (M * N, N, 1), 0)
         chunks = _gemm_plan(a.cols(0, kc), b.rows(0, kc), scratch, S, kc * a.strides[2],
@@ -196,8 +203,10 @@ class CublasSplitK(Candidate):
         b_off = S * kc * b.strides[1] * item
         reduce = _reduce_plan(slots, 0, M * N, N, p, symmetric=False, acc=p.dtype)
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             chunks(pa, pb, part)
             if last is not None:
@@ -209,6 +218,12 @@ class CublasSplitK(Candidate):
     def run(self, p: Problem) -> None:
         a, b = _blas_ready(p.a), _blas_ready(p.b)
         self.bind(p.with_operands(a, b, p.out))(a.ptr, b.ptr, p.out.ptr)
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # the chunks, and one more for a remainder of K
+        return {"skinny.cu": {splitk_reduce_expression(dt, dt, _groups(slots), False)
+                              for dt in FLOAT_DTYPES
+                              for slots in (self.chunks, self.chunks + 1)}}
 
 
 class CublasSymBlocks(Candidate):
@@ -240,7 +255,7 @@ class CublasSymBlocks(Candidate):
             return "operand has no unit stride (would need a gather first)"
         if p.k < 256:
             return f"K={p.k} too short to split"
-        return _blas_dims_reason(p) or _int32_reason(p)
+        return blas_dims_reason(p) or _int32_reason(p)
 
     def bind(self, p: Problem) -> Runner:
         cp = cupy_module()
@@ -253,7 +268,7 @@ class CublasSymBlocks(Candidate):
         kc = K // S
         rem = K - kc * S
         slots = S + (1 if rem else 0)
-        workspace = _Workspace(slots * len(pairs) * bs * bs, dt)
+        workspace = Workspace(slots * len(pairs) * bs * bs, dt)
         item = dt.itemsize
         sam, sak = x.strides[1], x.strides[2]
         if x.layout() == "R":
@@ -289,15 +304,17 @@ class CublasSymBlocks(Candidate):
             return hit
 
         G = _groups(slots)
-        fn = kernel("skinny.cu", f"symblock_reduce<{ctype(dt)}, {G}>")
-        reduce = FastLaunch(fn, (M * -(-M // (256 // G)),), (256,),
+        fn = kernel("skinny.cu", symblock_reduce_expression(dt, G))
+        reduce = FastLaunch(fn, (M * -(-M // (RED_THREADS // G)),), (RED_THREADS,),
                             _args(None, slots, nb, bs, M, None, p.out.strides[1],
                                   p.out.strides[2]))
         get_handle = cp.cuda.device.get_cublas_handle
         get_math, set_math = cublas.getMathMode, cublas.setMathMode
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             handle = get_handle()
             # s/dgemmBatched take no compute type: the handle's math mode decides. CuPy's
@@ -320,55 +337,48 @@ class CublasSymBlocks(Candidate):
     def run(self, p: Problem) -> None:
         self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
 
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # any number of K chunks (slots): both group counts of the reduction
+        return {"skinny.cu": {symblock_reduce_expression(dt, g) for dt in FLOAT_DTYPES
+                              for g in GROUPS}}
+
 
 # ------------------------------------------------------------------------------------------
 # Direct kernels
 # ------------------------------------------------------------------------------------------
+#: the partial-sum groups the reduction kernels are compiled for (`_groups`)
+GROUPS = (4, 32)
+
+
 def _groups(S: int) -> int:
     """Partial-sum groups per output in the reduction kernels: enough loads in flight per
     thread (S/G of them), enough consecutive outputs per block (256/G) to coalesce."""
-    return 4 if S <= 64 else 32
+    return GROUPS[0] if S <= 64 else GROUPS[1]
+
+
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def splitk_reduce_expression(acc: Any, dtype: Any, groups: int, symmetric: bool) -> str:
+    """The ``splitk_reduce`` instance summing ``acc`` partials into ``dtype``."""
+    return f"splitk_reduce<{ctype(acc)}, {ctype(dtype)}, {groups}, {_bool(symmetric)}>"
+
+
+def symblock_reduce_expression(dtype: Any, groups: int) -> str:
+    """The ``symblock_reduce`` instance for ``dtype``."""
+    return f"symblock_reduce<{ctype(dtype)}, {groups}>"
 
 
 def _reduce_plan(S: int, pbs: int, pss: int, ldp: int, p: Problem, symmetric: bool,
                  acc: Any) -> Callable[..., None]:
     """A launch ``f(stream, ptr_partials, ptr_out)`` summing split-K partials into ``p.out``."""
     G = _groups(S)
-    fn = kernel("skinny.cu", f"splitk_reduce<{ctype(acc)}, {ctype(p.dtype)}, {G}, "
-                             f"{'true' if symmetric else 'false'}>")
-    grid = (p.m * -(-p.n // (256 // G)), p.batches)
-    return FastLaunch(fn, grid, (256,),
+    fn = kernel("skinny.cu", splitk_reduce_expression(acc, p.dtype, G, symmetric))
+    grid = (p.m * -(-p.n // (RED_THREADS // G)), p.batches)
+    return FastLaunch(fn, grid, (RED_THREADS,),
                       _args(None, S, np.int64(pbs), np.int64(pss), ldp, p.m, p.n, None,
                             p.out.strides))
-
-
-class _Workspace:
-    """Scratch buffers of one bound runner, one set per stream: kernels on one stream run in
-    order, so a launch cannot overwrite partials a previous launch is still reducing."""
-
-    def __init__(self, size: int, dtype: Any, counters: int = 0):
-        self.size, self.dtype, self.counters = size, dtype, counters
-        self._bufs: dict = {}
-
-    def get(self, stream: int) -> tuple:
-        """(scratch buffer, counters buffer or None) for ``stream``."""
-        bufs = self._bufs.get(stream)
-        if bufs is None:
-            cp = cupy_module()
-            bufs = (cp.empty(self.size, dtype=self.dtype),
-                    cp.zeros(self.counters, dtype=np.uint32) if self.counters else None)
-            self._bufs[stream] = bufs
-        return bufs
-
-
-def _stream() -> int:
-    return _get_current_stream().ptr
-
-
-def _get_current_stream() -> Any:
-    global _get_current_stream
-    _get_current_stream = cupy_module().cuda.get_current_stream  # resolved once
-    return _get_current_stream()
 
 
 def _args(*spec: Any) -> list:
@@ -398,6 +408,12 @@ class _Direct(Candidate):
 
     def _acc_dtype(self, p: Problem) -> Any:
         return np.float64 if self.acc == "f64" else p.dtype
+
+    def _dtypes(self) -> list[tuple[np.dtype, np.dtype]]:
+        """(operand dtype, accumulator dtype) of the products this candidate can run."""
+        if self.acc == "f64":
+            return [(np.dtype(np.float32), np.dtype(np.float64))]
+        return [(dt, dt) for dt in FLOAT_DTYPES]
 
     def _acc_reason(self, p: Problem) -> str | None:
         if self.acc == "f64":
@@ -435,30 +451,40 @@ class GramSmall(_Direct):
         acc = self._acc_dtype(p)
         M, N, K, B = p.m, p.n, p.k, p.batches
         sym = p.symmetric and M == N
-        S = max(1, min(64, -(-K // 1024)))
+        S = max(1, min(64, -(-K // GS_STEP)))           # a whole step of the block each
         kchunk = -(-K // S)
         S = -(-K // kchunk)
         md = _pow2_at_least(max(M, N), 1)
-        fn = kernel("skinny.cu", f"gram_small<{ctype(p.dtype)}, {ctype(acc)}, {md}, "
-                                 f"{'true' if sym else 'false'}>")
-        workspace = _Workspace(B * S * md * md, acc, counters=B)
-        launch = FastLaunch(fn, (S, B), (256,),
+        fn = kernel("skinny.cu", self.expression(p.dtype, acc, md, sym))
+        workspace = Workspace(B * S * md * md, acc, counters=B)
+        launch = FastLaunch(fn, (S, B), (GS_THREADS,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk,
                                   None, None, None, p.out.strides))
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part, count = workspace.get(stream)
             launch(stream, pa, pb, part.data.ptr, count.data.ptr, po)
 
         return run
+
+    @staticmethod
+    def expression(dtype: Any, acc: Any, md: int, symmetric: bool) -> str:
+        """The ``gram_small`` instance for outputs of up to ``md`` x ``md``."""
+        return f"gram_small<{ctype(dtype)}, {ctype(acc)}, {md}, {_bool(symmetric)}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, acc, md, sym) for dt, acc in self._dtypes()
+                              for md in (1, 2, 4, 8) for sym in (False, True)}}
 
 
 class GramTiled(_Direct):
     """Outputs up to 64x64 with long K: 64x64 register-tiled CTAs over K-chunks, then a
     deterministic reduction. X·Xᵀ computes only the upper triangle of thread tiles."""
 
-    MAX = 64
+    MAX = GT_TILE
 
     def __init__(self, ctas_per_sm: int = 4, acc: str = "same", min_blocks: int = 1):
         super().__init__(acc)
@@ -484,20 +510,34 @@ class GramTiled(_Direct):
         S = max(1, min(target, -(-K // 128)))
         kchunk = -(-(-(-K // S)) // 32) * 32
         S = max(1, -(-K // kchunk))
-        fn = kernel("skinny.cu", f"gram_tiled<{ctype(p.dtype)}, {ctype(acc)}, "
-                                 f"{'true' if sym else 'false'}, {self.min_blocks}>")
-        workspace = _Workspace(B * S * 64 * 64, acc)
-        reduce = _reduce_plan(S, S * 4096, 4096, 64, p, symmetric=sym, acc=acc)
-        launch = FastLaunch(fn, (S, B), (160 if sym else 256,),
+        fn = kernel("skinny.cu", self.expression(p.dtype, acc, sym))
+        tile = GT_TILE * GT_TILE
+        workspace = Workspace(B * S * tile, acc)
+        reduce = _reduce_plan(S, S * tile, tile, GT_TILE, p, symmetric=sym, acc=acc)
+        launch = FastLaunch(fn, (S, B), (GT_SYM_THREADS if sym else GT_THREADS,),
                             _args(None, p.a.strides, None, p.b.strides, M, N, K, kchunk, None))
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             part = workspace.get(stream)[0].data.ptr
             launch(stream, pa, pb, part)
             reduce(stream, part, po)
 
         return run
+
+    def expression(self, dtype: Any, acc: Any, symmetric: bool) -> str:
+        """The ``gram_tiled`` instance."""
+        return (f"gram_tiled<{ctype(dtype)}, {ctype(acc)}, {_bool(symmetric)}, "
+                f"{self.min_blocks}>")
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        # with the reduction of any number of K chunks
+        return {"skinny.cu": {e for dt, acc in self._dtypes() for sym in (False, True)
+                              for e in (self.expression(dt, acc, sym),
+                                        *(splitk_reduce_expression(acc, dt, g, sym)
+                                          for g in GROUPS))}}
 
 
 class _SmallLeft(_Direct):
@@ -538,14 +578,26 @@ class WxDirect(_SmallLeft):
                         f"{cols_per_thread} column(s) per thread, one launch")
 
     def _fits(self, p: Problem) -> str | None:
-        mm = _pow2_at_least(p.m, 4)
-        if p.m > self.MAX_M:
-            return f"{p.m} output rows > {self.MAX_M}"
+        return self._fits_shape(p.m, p.k, p.dtype)
+
+    def _fits_shape(self, m: int, k: int, dtype: Any) -> str | None:
+        mm = _pow2_at_least(m, 4)
+        if m > self.MAX_M:
+            return f"{m} output rows > {self.MAX_M}"
         if mm * self.cpt > self.MAX_ACC:
             return f"{mm} rows x {self.cpt} columns per thread > {self.MAX_ACC} accumulators"
-        if mm * p.k * p.dtype.itemsize > self.SMEM:
-            return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        if mm * k * np.dtype(dtype).itemsize > self.SMEM:
+            return f"W [{m},{k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
         return None
+
+    def expression(self, dtype: Any, mm: int) -> str:
+        """The ``wx_direct`` instance for W of up to ``mm`` rows."""
+        return f"wx_direct<{ctype(dtype)}, {mm}, {self.cpt}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, _pow2_at_least(m, 4)) for dt in FLOAT_DTYPES
+                              for m in range(1, self.MAX_M + 1)
+                              if self._fits_shape(m, 1, dt) is None}}
 
     def bind(self, p: Problem) -> Runner:
         q = self.orient(p)
@@ -553,15 +605,17 @@ class WxDirect(_SmallLeft):
         mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm = _pow2_at_least(M, 4)
-        fn = kernel("skinny.cu", f"wx_direct<{ctype(q.dtype)}, {mm}, {self.cpt}>")
-        launch = FastLaunch(fn, (-(-N // (256 * self.cpt)), B), (256,),
+        fn = kernel("skinny.cu", self.expression(q.dtype, mm))
+        launch = FastLaunch(fn, (-(-N // (WXD_THREADS * self.cpt)), B), (WXD_THREADS,),
                             _args(None, q.a.strides, None, q.b.strides, M, K, N, None,
                                   q.out.strides), shared_mem=mm * K * q.dtype.itemsize)
+
+        get_stream = stream_getter()
 
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
@@ -571,6 +625,7 @@ class WxVec(_SmallLeft):
     thread (16-byte loads/stores), rows split over ``slices`` warp groups of 64 threads."""
 
     SMEM = 48 * 1024
+    MAX_M = 64
 
     def __init__(self, slices: int, unroll: int):
         super().__init__("same")
@@ -583,15 +638,30 @@ class WxVec(_SmallLeft):
     def _rows_per_slice(self, m: int) -> int:
         return _pow2_at_least(-(-m // self.slices), 4)
 
+    def _fits_shape(self, m: int, k: int, dtype: Any) -> str | None:
+        mt = self._rows_per_slice(m)
+        if m > self.MAX_M or mt > 32:
+            return f"{m} rows > {32 * self.slices} for {self.slices} slice(s)"
+        if mt * (self.slices - 1) >= m:
+            return f"{m} rows leave a slice empty"
+        if mt * self.slices * k * np.dtype(dtype).itemsize > self.SMEM:
+            return f"W [{m},{k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        return None
+
+    def expression(self, dtype: Any, mt: int) -> str:
+        """The ``wx_vec`` instance for ``mt`` rows per slice."""
+        return f"wx_vec<{ctype(dtype)}, {mt}, {self.slices}, {self.unroll}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"skinny.cu": {self.expression(dt, self._rows_per_slice(m))
+                              for dt in FLOAT_DTYPES for m in range(1, self.MAX_M + 1)
+                              if self._fits_shape(m, 1, dt) is None}}
+
     def _fits(self, p: Problem) -> str | None:
-        mt = self._rows_per_slice(p.m)
-        x, out, item = p.b, p.out, p.dtype.itemsize
-        if p.m > 64 or mt > 32:
-            return f"{p.m} rows > {32 * self.slices} for {self.slices} slice(s)"
-        if mt * (self.slices - 1) >= p.m:
-            return f"{p.m} rows leave a slice empty"
-        if mt * self.slices * p.k * item > self.SMEM:
-            return f"W [{p.m},{p.k}] does not fit in {self.SMEM // 1024} KiB of shared memory"
+        reason = self._fits_shape(p.m, p.k, p.dtype)
+        if reason:
+            return reason
+        x, out = p.b, p.out
         if x.strides[2] != 1 or out.strides[2] != 1:
             return "needs unit column stride in X and out"
         if x.strides[1] % 4 or out.strides[1] % 4 or (p.batches > 1 and (x.strides[0] % 4 or
@@ -607,23 +677,25 @@ class WxVec(_SmallLeft):
         mirrored = q is not p
         M, K, N, B = q.m, q.k, q.n, q.batches
         mt = self._rows_per_slice(M)
-        fn = kernel("skinny.cu", f"wx_vec<{ctype(q.dtype)}, {mt}, {self.slices}, {self.unroll}>")
-        launch = FastLaunch(fn, (-(-N // 256), B), (64, self.slices),
+        fn = kernel("skinny.cu", self.expression(q.dtype, mt))
+        launch = FastLaunch(fn, (-(-N // (4 * WXV_THREADS)), B), (WXV_THREADS, self.slices),
                             _args(None, q.a.strides, None, q.b.strides[:2], M, K, N, None,
                                   q.out.strides[:2]),
                             shared_mem=mt * self.slices * K * q.dtype.itemsize)
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
 
 class WxTile(_SmallLeft):
     """Small W [M ≤ 64] times a wide X with unit column stride, as a register-tiled GEMM in
-    persistent CTAs (``wx_tile`` in kernels/skinny.cu): W staged once per CTA, column tiles of X
+    persistent CTAs (``wx_tile`` in kernels/wx_tile.cu): W staged once per CTA, column tiles of X
     streamed through a ``stages``-deep cp.async pipeline, 8 rows x ``col_vecs`` 16-byte column
     vectors per thread, register fragments double-buffered across k (one barrier per k-chunk,
     before its last k), registers capped by ``__launch_bounds__`` so that ``warps`` fit.
@@ -672,33 +744,68 @@ class WxTile(_SmallLeft):
         (even), threads per CTA, dynamic shared memory in bytes) for an [m, k] W of ``dtype``."""
         item = np.dtype(dtype).itemsize
         ve = 16 // item
-        mm = _pow2_at_least(m, 8)
+        mm = _pow2_at_least(m, WT_TM)
         tn, tc = self.tile_vecs * ve, self.col_vecs * ve
         kc = max(4, min(self.stage_bytes // (self.tile_vecs * 16), _pow2_at_least(k, 4)))
         kp = max(1, -(-k // kc)) * kc
-        threads = (mm // 8) * (self.tile_vecs // self.col_vecs)
+        threads = (mm // WT_TM) * (self.tile_vecs // self.col_vecs)
         smem = (self.stages * kc * tn + kp * (mm + ve)) * item
         return mm, tn, tc, kc, threads, smem
 
-    def _min_blocks(self, threads: int, smem: int, device_id: int) -> int:
+    def _min_blocks(self, threads: int, smem: int, optin: int) -> int:
         """CTAs per SM the kernel's ``__launch_bounds__`` asks registers for: those ``warps``
         asks for, no more than the shared memory lets reside (an SM has the per-block opt-in
-        limit plus 1 KiB, and each CTA reserves 1 KiB), so no register is given up for CTAs
-        that cannot be there."""
-        fit = (_smem_optin(device_id) + 1024) // (smem + 1024)
+        limit ``optin`` plus 1 KiB, and each CTA reserves 1 KiB), so no register is given up
+        for CTAs that cannot be there."""
+        fit = (optin + 1024) // (smem + 1024)
         return max(1, min(self.warps * 32 // threads, fit))
 
-    def _fits(self, p: Problem) -> str | None:
-        if p.m > self.MAX_M:
-            return f"{p.m} output rows > {self.MAX_M}"
-        mm, tn, _, _, threads, smem = self._geometry(p.m, p.k, p.dtype)
-        lanes = 32 // min(mm // 8, 4)  # columns of lanes in a warp (kernel: WC)
+    def _fits_shape(self, m: int, k: int, dtype: Any, optin: int) -> str | None:
+        """Why an [m, k] W of ``dtype`` cannot run with a shared-memory opt-in of ``optin``
+        bytes (None if it can; X's layout aside)."""
+        if m > self.MAX_M:
+            return f"{m} output rows > {self.MAX_M}"
+        mm, tn, _, _, threads, smem = self._geometry(m, k, dtype)
+        lanes = 32 // min(mm // WT_TM, 4)  # columns of lanes in a warp (kernel: WC)
         if (self.tile_vecs // self.col_vecs) % lanes or threads > 1024:
             return (f"{tn}-column tiles of {self.col_vecs} vector(s) per thread do not make "
                     f"whole warps for {mm} rows")
         if threads > self.MAX_THREADS:
             return (f"{threads} threads per CTA for {mm} rows (more than {self.MAX_THREADS}: "
                     f"too few registers per thread for the 8-row tile)")
+        if smem > optin:
+            return (f"W [{m},{k}] and {self.stages} stages need {smem} bytes of shared "
+                    f"memory, more than the {optin} a block may use")
+        return None
+
+    def expression(self, dtype: Any, m: int, k: int, optin: int) -> str:
+        """The ``wx_tile`` instance for an [m, k] W of ``dtype`` on a device whose blocks may
+        opt in to ``optin`` bytes of shared memory."""
+        mm, tn, tc, kc, threads, smem = self._geometry(m, k, dtype)
+        minb = self._min_blocks(threads, smem, optin)
+        return f"wx_tile<{ctype(dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        """Every W that fits: the geometry depends on m through its row class (8, 16, 32, 64:
+        WT_TM times a power of two) and on k through the k-chunk and its padded length, so
+        one m per class and one k per padded length cover them all (the shared memory, and so
+        the CTAs per SM, only grow with k)."""
+        optin = _optin(props)
+        final = max(4, self.stage_bytes // (self.tile_vecs * 16))   # the k-chunk of long K
+        found = set()
+        for dt in FLOAT_DTYPES:
+            for m in (r for r in (WT_TM << i for i in range(8)) if r <= self.MAX_M):
+                k = 1
+                while self._fits_shape(m, k, dt, optin) is None:
+                    found.add(self.expression(dt, m, k, optin))
+                    k = k + 1 if k < final else (k // final + 1) * final
+        return {"wx_tile.cu": found}
+
+    def _fits(self, p: Problem) -> str | None:
+        optin = _smem_optin(p.device_id)
+        reason = self._fits_shape(p.m, p.k, p.dtype, optin)
+        if reason:
+            return reason
         x, out, item = p.b, p.out, p.dtype.itemsize
         ve = 16 // item
         if x.strides[2] != 1 or out.strides[2] != 1:
@@ -708,10 +815,6 @@ class WxTile(_SmallLeft):
             return f"needs row strides that are multiples of {ve} (16-byte aligned rows)"
         if x.ptr % 16 or out.ptr % 16:
             return "X or out does not start on a 16-byte boundary"
-        optin = _smem_optin(p.device_id)
-        if smem > optin:
-            return (f"W [{p.m},{p.k}] and {self.stages} stages need {smem} bytes of shared "
-                    f"memory, more than the {optin} a block may use")
         return None
 
     def launch_config(self, p: Problem) -> dict:
@@ -722,9 +825,8 @@ class WxTile(_SmallLeft):
             raise ValueError(f"{self.name} cannot run this product: {self.unavailable(p)}")
         M, K, N, B = q.m, q.k, q.n, q.batches
         mm, tn, tc, kc, threads, smem = self._geometry(M, K, q.dtype)
-        minb = self._min_blocks(threads, smem, q.device_id)
-        expr = f"wx_tile<{ctype(q.dtype)}, {mm}, {tn}, {tc}, {kc}, {self.stages}, {minb}>"
-        fn = kernel("skinny.cu", expr)
+        expr = self.expression(q.dtype, M, K, _smem_optin(q.device_id))
+        fn = kernel("wx_tile.cu", expr)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         from cupy_backends.cuda.api import driver  # noqa: PLC0415 (lazy: needs CuPy)
@@ -751,10 +853,12 @@ class WxTile(_SmallLeft):
                             _args(None, q.a.strides, None, q.b.strides[:2], q.m, q.k, q.n, None,
                                   q.out.strides[:2]), shared_mem=cfg["smem"])
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int) -> None:
             if mirrored:
                 pa, pb = pb, pa
-            launch(_stream(), pa, pb, po)
+            launch(get_stream().ptr, pa, pb, po)
 
         return run
 
@@ -766,8 +870,6 @@ LT_RANKS = 4
 
 def gpu_candidates() -> list[Candidate]:
     """All GPU candidates, in the order used when tuning is off (first available wins)."""
-    from .candidates_lt import CublasLtGemm  # noqa: PLC0415 (it imports this module)
-
     return [
         GramSmall(), GramSmall("f64"),
         WxVec(1, 16), WxVec(2, 16), WxVec(4, 16), WxVec(2, 8), WxVec(4, 8), WxVec(1, 4),
@@ -783,3 +885,12 @@ def gpu_candidates() -> list[Candidate]:
         CublasSymBlocks(64, 4), CublasSymBlocks(32, 2),
         CublasSplitK(16), CublasSplitK(64),
     ]
+
+
+def _instances(filename: str) -> Callable[[dict], set[str]]:
+    """The kernels of ``filename`` the GPU candidates can request."""
+    return lambda props: instances_of(gpu_candidates(), filename, props)
+
+
+declare_instances("skinny.cu", _instances("skinny.cu"))
+declare_instances("wx_tile.cu", _instances("wx_tile.cu"))

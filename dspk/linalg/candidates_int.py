@@ -12,12 +12,20 @@ int32 accumulator can overflow (|sum| <= K * 128^2 < 2^31).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backend import cupy_module, device_properties
-from .problem import Candidate, Problem
+from ..caches import shared
+from ..kernels import LAUNCH, FastLaunch, ctype, declare_instances, grid_1d, kernel
+from . import cublaslt
+from .gpu_common import Workspace, stream_getter
+from .problem import Candidate, Problem, instances_of
+from .view import MatrixView
+
+if TYPE_CHECKING:                      # the tuner is handed in (`int_candidates`), not imported
+    from .tuner import Tuner
 
 INT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
 _MAX_ABS = {np.dtype(np.uint8): 255, np.dtype(np.int8): 128, np.dtype(np.int16): 32768}
@@ -32,7 +40,9 @@ INT8_K_CHUNK = ((2**31 - 1) // 128**2) // 16 * 16
 #: cuBLASLt's ranks timed for the INT8 GEMM (measured on an H200, int16 covariance of 384
 #: channels: ranks 0, 1, 3, 6 at 0.075 ms and 7 at 0.067, with 16 MB of workspace)
 INT8_LT_RANKS = 8
-_LT_PLANS: dict = {}
+#: the process-wide store (`dspk.caches`) of the cuBLASLt INT8 plans by packed geometry
+LT_PLANS = "int8_lt_plans"
+MAX_LT_PLANS = 256
 #: 16-byte loads each thread of the contiguous-rows packing kernel keeps in flight
 PACK_LOADS = 4
 #: (samples per stage, stages, waves) of the fused int16 X·Xᵀ the tuner times
@@ -73,15 +83,26 @@ class IntViaFloat64(Candidate):
 
 
 class IntViaFloat32(Candidate):
-    """Integer products through the float32 engine (`dspk.linalg.matmul`: cuBLAS or BLAS),
-    available only where they are exact: every partial sum is an integer of magnitude at most
-    K·max|a|·max|b| < 2^24, so every float32 product and sum is exact in any order (and the
-    float engine never uses TF32). uint8 templates of up to 258 pixels, for example."""
+    """Integer products through the float32 engine (the float candidates ``tuner`` chooses
+    among: cuBLAS or BLAS...), available only where they are exact: every partial sum is an
+    integer of magnitude at most K·max|a|·max|b| < 2^24, so every float32 product and sum is
+    exact in any order (and the float engine never uses TF32). uint8 templates of up to 258
+    pixels, for example.
+
+    Parameters
+    ----------
+    gpu : bool
+        The GPU's candidate or the CPU's.
+    tuner : dspk.linalg.tuner.Tuner
+        The tuner that chooses the float product (the engine's own, which also chooses among
+        these candidates).
+    """
 
     kinds = "iu"
 
-    def __init__(self, gpu: bool):
+    def __init__(self, gpu: bool, tuner: "Tuner"):
         self.gpu = gpu
+        self.tuner = tuner
         self.name = "int_f32exact"
         self.summary = "float32 matmul engine, exact because K·max|a|·max|b| < 2^24"
 
@@ -92,12 +113,13 @@ class IntViaFloat32(Candidate):
         return None
 
     def run(self, p: Problem) -> None:
-        from .matmul import matmul  # noqa: PLC0415 (the float engine, tuned on its own)
-
         xp = p.a.xp
         a = p.a.to_array().astype(np.float32)
         b = p.b.to_array().astype(np.float32)
-        c = matmul(a, b)
+        c = xp.empty(p.out.shape, dtype=np.float32)
+        # the product `matmul(a, b)` would compute: separate copies, so never X·Xᵀ
+        self.tuner.select(Problem(MatrixView.of(a, "a"), MatrixView.of(b, "b"),
+                                  MatrixView.of(c, "out"), False), run=True)
         p.out.to_array()[...] = xp.rint(c).astype(np.int64)
 
 
@@ -117,21 +139,29 @@ class IntDirect(Candidate):
                   out=p.out.to_array())
 
 
+def _pack_expressions(dt: Any) -> tuple[str, str]:
+    """(contiguous-rows kernel, strided kernel) packing ``dt`` operands: uint8 centred,
+    int8 without row sums."""
+    tmpl = (f"{ctype(dt)}, {'true' if dt == np.uint8 else 'false'}, "
+            f"{'true' if dt != np.int8 else 'false'}")
+    return f"pack_planes_rows<{tmpl}, {PACK_LOADS}>", f"pack_planes<{tmpl}>"
+
+
+#: the kernel adding the plane products, with the centring correction, into int64
+COMBINE = "combine_planes"
+
+
 def _pack_kernel(v: Any, dt: Any, batches: int) -> tuple:
     """(kernel, elements per thread, whether it takes no K stride) packing view ``v``: the
     16-bytes-per-load kernel when K is contiguous and the rows (and batches, when there are
     several) start 16-byte aligned, the general strided one otherwise."""
-    from ..kernels import ctype, kernel  # noqa: PLC0415
-
-    tmpl = (f"{ctype(dt)}, {'true' if dt == np.uint8 else 'false'}, "
-            f"{'true' if dt != np.int8 else 'false'}")
+    rows, strided = _pack_expressions(dt)
     sb, sr, sk = v.strides
     item = np.dtype(dt).itemsize
     if sk == 1 and v.ptr % 16 == 0 and (sr * item) % 16 == 0 and \
             (batches == 1 or (sb * item) % 16 == 0):
-        return (kernel("intpack.cu", f"pack_planes_rows<{tmpl}, {PACK_LOADS}>"),
-                PACK_LOADS * 16 // item, True)
-    return kernel("intpack.cu", f"pack_planes<{tmpl}>"), 4, False
+        return kernel("intpack.cu", rows), PACK_LOADS * 16 // item, True
+    return kernel("intpack.cu", strided), 4, False
 
 
 def _pad16(n: int) -> int:
@@ -160,6 +190,9 @@ class Int8TensorCore(Candidate):
                         "planes), recombined with the centring correction in int64 "
                         "(intpack.cu)")
 
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        return {"intpack.cu": {COMBINE, *(e for dt in INT_DTYPES for e in _pack_expressions(dt))}}
+
     def unavailable(self, p: Problem) -> str | None:
         props = device_properties(p.device_id)
         if (props["major"], props["minor"]) < (7, 5):
@@ -168,8 +201,6 @@ class Int8TensorCore(Candidate):
         if max(p.m, p.n, p.k) > 2**31 - 16:
             return "a dimension exceeds cuBLAS's 32-bit sizes"
         if self.lt_rank is not None:
-            from . import cublaslt  # noqa: PLC0415
-
             if p.batches != 1:
                 return "cuBLASLt variant for single products (batched: cuBLAS)"
             reason = cublaslt.available()
@@ -190,20 +221,19 @@ class Int8TensorCore(Candidate):
 
     def _lt_plan(self, p: Problem) -> Any:
         """The cuBLASLt GEMM for ``p``'s packed planes (kept per geometry)."""
-        from . import cublaslt  # noqa: PLC0415
-
         P = 2 if p.dtype == np.int16 else 1
         mp, np_ = _pad16(p.m), _pad16(p.n)
         splits, kc = self._lt_split(p)
         kp = splits * kc
         key = (p.device_id, P, mp, np_, splits, kc, self.lt_rank)
-        plan = _LT_PLANS.get(key)
+        plans = shared(LT_PLANS, dict)
+        plan = plans.get(key)
         if plan is None:
             g = cublaslt.GemmGeometry(False, P * np_, P * mp, kc, OP_T, OP_N, kp, kp, P * np_)
-            plan = _LT_PLANS[key] = cublaslt.LtMatmul(g, splits, kc, kc, P * mp * P * np_,
-                                                      self.lt_rank, p.device_id, np.int8)
-            while len(_LT_PLANS) > 256:                  # oldest first
-                del _LT_PLANS[next(iter(_LT_PLANS))]
+            plan = plans[key] = cublaslt.LtMatmul(g, splits, kc, kc, P * mp * P * np_,
+                                                  self.lt_rank, p.device_id, np.int8)
+            while len(plans) > MAX_LT_PLANS:             # oldest first
+                plans.pop(next(iter(plans)), None)
         return plan
 
     def bind(self, p: Problem) -> Any:
@@ -213,10 +243,7 @@ class Int8TensorCore(Candidate):
         if p.batches != 1:
             return None
         cp = cupy_module()
-        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
-
-        from .candidates_gpu import _stream, _Workspace  # noqa: PLC0415
-        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
+        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415 (needs CuPy)
 
         M, N, K, dt = p.m, p.n, p.k, p.dtype
         P = 2 if dt == np.int16 else 1
@@ -241,7 +268,7 @@ class Int8TensorCore(Candidate):
         pack_a = pack_launch(p.a, M, mp)
         pack_b = None if sym else pack_launch(p.b.T, N, np_)
         out = p.out
-        combine = FastLaunch(kernel("intpack.cu", "combine_planes"), grid_1d(M * N), (256,),
+        combine = FastLaunch(kernel("intpack.cu", COMBINE), grid_1d(M * N), (256,),
                              [("ptr", None), ("i32", splits), ("i32", P), ("i32", mp),
                               ("i32", np_), ("i32", 1), ("i32", M), ("i32", N), ("ptr", None),
                               ("i64", out.strides[0]), ("i64", out.strides[1]),
@@ -253,16 +280,18 @@ class Int8TensorCore(Candidate):
         # one int8 buffer per stream: planes of a (and b), the int32 partials, the row sums
         off_c = -(-(qa_n + qb_n) // 256) * 256
         off_r = off_c + 4 * c_n
-        workspace = _Workspace(off_r + 8 * rs_n, np.int8)
+        workspace = Workspace(off_r + 8 * rs_n, np.int8)
         memset = cp.cuda.runtime.memsetAsync
         handle_of = cp.cuda.device.get_cublas_handle
         gemm = cublas.gemmStridedBatchedEx
         one, zero = _ONE_I32.ctypes.data, _ZERO_I32.ctypes.data
         ldc, plane_c = P * np_, P * mp * P * np_
 
+        get_stream = stream_getter()
+
         def run(pa: int, pb: int, po: int, ps: int = 0) -> None:
             """``ps``: where to write a's row sums (int64 [M]; `int_gram`, X·Xᵀ only)."""
-            stream = _stream()
+            stream = get_stream().ptr
             base = workspace.get(stream)[0].data.ptr
             qa, qb = base, (base if sym else base + qa_n)
             c32, ra = base + off_c, base + off_r
@@ -291,9 +320,7 @@ class Int8TensorCore(Candidate):
             self.bind(p)(p.a.ptr, p.b.ptr, p.out.ptr)
             return
         cp = cupy_module()
-        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
-
-        from ..kernels import grid_1d, kernel  # noqa: PLC0415
+        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415 (needs CuPy)
 
         B, M, N, K, dt = p.batches, p.m, p.n, p.k, p.dtype
         P = 2 if dt == np.int16 else 1
@@ -322,7 +349,7 @@ class Int8TensorCore(Candidate):
         qa, stride_a, ra = packed(p.a, M, mp)
         qb, stride_b, cb = (qa, stride_a, ra) if p.symmetric else packed(p.b.T, N, np_)
         c32 = cp.empty(splits * B * P * mp * P * np_, dtype=np.int32)
-        combine = kernel("intpack.cu", "combine_planes")
+        combine = kernel("intpack.cu", COMBINE)
         out = p.out
         out.check()
         handle = cp.cuda.device.get_cublas_handle()
@@ -371,11 +398,12 @@ class Int16GramFused(Candidate):
     kinds = "iu"
     #: the bound runner writes X's exact row sums where ``ps`` points (`int_gram`)
     row_sums = True
-    TILE = 64
+    TILE = LAUNCH["G16_BT"]
+    THREADS = LAUNCH["G16_THREADS"]
     #: fewest samples a K chunk is given, so that a CTA's fixed costs (filling the pipeline,
     #: the epilogue's atomics) stay a small part of its work
     MIN_CHUNK = 1024
-    MAX_CHUNK = 32768        # GRAM16_MAX_K: no int32 accumulator can overflow
+    MAX_CHUNK = LAUNCH["GRAM16_MAX_K"]        # no int32 accumulator can overflow
 
     #: CTAs per SM asked of the register allocator (3 spills: gram16.cu)
     MINB = 2
@@ -387,6 +415,15 @@ class Int16GramFused(Candidate):
                         f"registers, upper-triangle tiles of 64, {stages} cp.async stages of "
                         f"{bk} samples, K split over {waves} wave(s) of CTAs, int64 atomics; "
                         f"gram16.cu)")
+
+    def expression(self) -> str:
+        """The ``gram16`` instance of this variant."""
+        return f"gram16<{self.bk}, {self.stages}, {self.MINB}>"
+
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        if int(props.get("major", 0)) < 8:
+            return {}                                   # no int8 mma.sync to compile
+        return {"gram16.cu": {self.expression()}}
 
     def unavailable(self, p: Problem) -> str | None:
         if p.dtype != np.int16:
@@ -416,16 +453,15 @@ class Int16GramFused(Candidate):
 
     def launch_config(self, p: Problem) -> dict:
         """Kernel, grid, shared memory, CTAs per SM and the K split for ``p``."""
-        from cupy_backends.cuda.api import driver  # noqa: PLC0415 (lazy: needs CuPy)
+        from cupy_backends.cuda.api import driver  # noqa: PLC0415 (needs CuPy)
 
-        from ..kernels import kernel  # noqa: PLC0415
-
-        expr = f"gram16<{self.bk}, {self.stages}, {self.MINB}>"
+        expr = self.expression()
         fn = kernel("gram16.cu", expr)
         smem = max(self.stages * 2 * self.TILE * 2 * self.bk, self.TILE * (self.TILE + 1) * 8)
         if smem > 48 << 10 and fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, 128, smem)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, self.THREADS,
+                                                                  smem)
         if per_sm < 1:
             raise RuntimeError(f"{expr}: no CTA fits on an SM ({fn.num_regs} registers)")
         tiles = -(-p.m // self.TILE)
@@ -445,21 +481,18 @@ class Int16GramFused(Candidate):
         """A runner ``run(pa, pb, po, ps=0)`` for ``p``'s geometry: zeroes S (and the row sums
         where ``ps`` is given), then one launch."""
         cp = cupy_module()
-
-        from .candidates_gpu import _stream  # noqa: PLC0415
-        from ..kernels import FastLaunch  # noqa: PLC0415
-
         cfg = self.launch_config(p)
         M, K = p.m, p.k
-        launch = FastLaunch(cfg["fn"], cfg["grid"], (128,),
+        launch = FastLaunch(cfg["fn"], cfg["grid"], (self.THREADS,),
                             [("ptr", None), ("i64", p.a.strides[1]), ("i32", M), ("i32", K),
                              ("i32", cfg["k_chunk"]), ("i32", cfg["tiles"]), ("ptr", None),
                              ("i64", self._ld_out(p)), ("ptr", None)], shared_mem=cfg["smem"])
         memset = cp.cuda.runtime.memsetAsync
         nbytes = 8 * M * M
+        get_stream = stream_getter()
 
         def run(pa: int, pb: int, po: int, ps: int = 0) -> None:
-            stream = _stream()
+            stream = get_stream().ptr
             memset(po, 0, nbytes, stream)
             if ps:
                 memset(ps, 0, 8 * M, stream)
@@ -487,10 +520,25 @@ def _split_k(batches: int, rows: int, cols: int, k: int, props: dict) -> tuple[i
     return splits, chunk
 
 
-def int_candidates(gpu: bool) -> list[Candidate]:
-    """Integer candidates, in the order used when tuning is off."""
+def _gpu_kernel_candidates() -> list[Candidate]:
+    """The integer GPU candidates with kernels of their own, in the order used when tuning is
+    off: the fused int16 X·Xᵀ first (where it can run it was measured fastest at every
+    size), then the INT8 GEMMs."""
+    return [*(Int16GramFused(*v) for v in GRAM16_VARIANTS), Int8TensorCore(),
+            *(Int8TensorCore(r) for r in range(INT8_LT_RANKS))]
+
+
+def int_candidates(gpu: bool, tuner: "Tuner") -> list[Candidate]:
+    """Integer candidates, in the order used when tuning is off; ``tuner`` chooses the float
+    product of `IntViaFloat32` (the tuner these candidates are made for)."""
     if gpu:
-        # the fused int16 X·Xᵀ first: where it can run it was measured fastest at every size
-        return [*(Int16GramFused(*v) for v in GRAM16_VARIANTS), Int8TensorCore(),
-                *(Int8TensorCore(r) for r in range(INT8_LT_RANKS)), IntViaFloat32(gpu=True)]
-    return [IntViaFloat64(), IntViaFloat32(gpu=False), IntDirect()]
+        return [*_gpu_kernel_candidates(), IntViaFloat32(gpu=True, tuner=tuner)]
+    return [IntViaFloat64(), IntViaFloat32(gpu=False, tuner=tuner), IntDirect()]
+
+
+def _instances(filename: str) -> Any:
+    return lambda props: instances_of(_gpu_kernel_candidates(), filename, props)
+
+
+declare_instances("intpack.cu", _instances("intpack.cu"))
+declare_instances("gram16.cu", _instances("gram16.cu"))

@@ -8,21 +8,31 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..caches import shared
 from . import cublaslt
-from .candidates_gpu import _blas_dims_reason, _stream
+from .gpu_common import blas_dims_reason, stream_getter
 from .problem import Candidate, Problem, Runner
 
 __all__ = ["CublasLtGemm"]
 
-_MAX_PLANS = 256
+#: the process-wide store (`dspk.caches`) of the cuBLASLt plans by geometry and rank (an
+#: OrderedDict, oldest first), shared by every rank's candidate
+PLANS = "cublaslt_gemm_plans"
+MAX_PLANS = 256
+
+
+class _Plans(OrderedDict):
+    """The plans and their lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
 
 
 class CublasLtGemm(Candidate):
     """cublasLtMatmul with the heuristic's ``rank``-th algorithm (0: its first choice)."""
 
     gpu = True
-    _plans: OrderedDict = OrderedDict()   # (geometry, rank) -> LtGemm, shared by all ranks
-    _lock = threading.Lock()
 
     def __init__(self, rank: int):
         self.rank = rank
@@ -38,22 +48,23 @@ class CublasLtGemm(Candidate):
 
     def _plan(self, p: Problem) -> Any:
         key = (self._key(p), self.rank)
-        with self._lock:
-            plan = self._plans.get(key)
+        plans = shared(PLANS, _Plans)
+        with plans.lock:
+            plan = plans.get(key)
             if plan is not None:
-                self._plans.move_to_end(key)
+                plans.move_to_end(key)
                 return plan
         plan = cublaslt.LtGemm(p.a, p.b, p.out, p.batches,
                                (p.a.strides[0], p.b.strides[0], p.out.strides[0]), self.rank,
                                p.device_id)
-        with self._lock:
-            self._plans[key] = plan
-            while len(self._plans) > _MAX_PLANS:
-                self._plans.popitem(last=False)
+        with plans.lock:
+            plans[key] = plan
+            while len(plans) > MAX_PLANS:
+                plans.popitem(last=False)
         return plan
 
     def unavailable(self, p: Problem) -> str | None:
-        reason = cublaslt.available() or _blas_dims_reason(p)
+        reason = cublaslt.available() or blas_dims_reason(p)
         if reason:
             return reason
         if "S" in (p.a.layout(), p.b.layout(), p.out.layout()):
@@ -67,9 +78,10 @@ class CublasLtGemm(Candidate):
 
     def bind(self, p: Problem) -> Runner:
         plan = self._plan(p)
+        get_stream = stream_getter()
 
         def run(pa: int, pb: int, po: int) -> None:
-            plan(pa, pb, po, _stream())
+            plan(pa, pb, po, get_stream().ptr)
 
         return run
 

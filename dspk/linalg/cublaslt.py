@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import cupy_module
+from ..caches import shared
 from .view import MatrixView
 
-__all__ = ["available", "GemmGeometry", "gemm_geometry", "LtMatmul", "LtGemm"]
+__all__ = ["available", "GemmGeometry", "gemm_geometry", "LtMatmul", "LtGemm", "CublasLt"]
 
 CUDA_R_32F, CUDA_R_64F = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F = 68, 70
@@ -54,10 +55,8 @@ class _Heuristic(ctypes.Structure):
                 ("reserved", ctypes.c_int * 4)]
 
 
-_lock = threading.Lock()
-_lib: Any = None
-_lib_reason: str | None = None
-_handles: dict = {}
+#: the name of this module's process-wide store (`dspk.caches`)
+STORE = "cublaslt"
 
 
 def _find_library() -> Any:
@@ -81,42 +80,90 @@ def _find_library() -> Any:
     raise OSError("libcublasLt not found")
 
 
-def _library() -> Any:
-    global _lib, _lib_reason
-    with _lock:
-        if _lib is None and _lib_reason is None:
-            try:
-                lib = _find_library()
-                vp, i32, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-                lib.cublasLtMatmul.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
-                                               vp, vp, sz, vp]
-                lib.cublasLtMatmul.restype = i32
-                _lib = lib
-            except (OSError, AttributeError) as e:
-                _lib_reason = f"cuBLASLt could not be loaded ({e})"
-        return _lib
-
-
-def available() -> str | None:
-    """None when cuBLASLt can be called, else why not."""
-    _library()
-    return _lib_reason
-
-
 def _check(status: int, what: str) -> None:
     if status != 0:
         raise RuntimeError(f"{what}: cuBLASLt status {status}")
 
 
-def _handle(device_id: int) -> ctypes.c_void_p:
-    with _lock:
-        h = _handles.get(device_id)
-    if h is None:
-        h = ctypes.c_void_p()
-        _check(_lib.cublasLtCreate(ctypes.byref(h)), "cublasLtCreate")
-        with _lock:
-            h = _handles.setdefault(device_id, h)
-    return h
+class Handle:
+    """A cuBLASLt handle, destroyed when the last object using it (the `CublasLt` store, the
+    `LtMatmul` plans made with it) lets it go."""
+
+    __slots__ = ("lib", "ptr")
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.ptr = ctypes.c_void_p()
+        _check(lib.cublasLtCreate(ctypes.byref(self.ptr)), "cublasLtCreate")
+
+    def __del__(self) -> None:
+        if self.ptr and not sys.is_finalizing():   # at exit the driver may be gone first
+            self.lib.cublasLtDestroy(self.ptr)
+
+
+class CublasLt:
+    """cuBLASLt in this process (`dspk.caches` store `STORE`): the library, loaded on first
+    use, and a handle per device. ``clear()`` (every engine's `forget`) lets both go: a plan
+    made earlier keeps the library and its handle alive until it goes too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lib: Any = None
+        self._reason: str | None = None
+        self._handles: dict[int, Handle] = {}
+
+    def library(self) -> Any:
+        """The library with its call signatures set, or None (`reason` says why)."""
+        with self._lock:
+            if self._lib is None and self._reason is None:
+                try:
+                    lib = _find_library()
+                    vp, i32, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+                    lib.cublasLtMatmul.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
+                                                   vp, vp, vp, sz, vp]
+                    lib.cublasLtMatmul.restype = i32
+                    self._lib = lib
+                except (OSError, AttributeError) as e:
+                    self._reason = f"cuBLASLt could not be loaded ({e})"
+            return self._lib
+
+    @property
+    def reason(self) -> str | None:
+        """Why the library cannot be loaded (None if it can or was not tried)."""
+        return self._reason
+
+    def handle(self, device_id: int) -> Handle:
+        """The handle of ``device_id`` (made on first use, with that device current)."""
+        lib = self.library()
+        if lib is None:
+            raise RuntimeError(self._reason)
+        with self._lock:
+            h = self._handles.get(device_id)
+        if h is None:
+            h = Handle(lib)
+            with self._lock:
+                h = self._handles.setdefault(device_id, h)
+        return h
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lib, self._reason = None, None
+            self._handles.clear()
+
+    def __len__(self) -> int:
+        """The library (1 once loaded) and the handles held."""
+        return (self._lib is not None) + len(self._handles)
+
+
+def _state() -> CublasLt:
+    return shared(STORE, CublasLt)
+
+
+def available() -> str | None:
+    """None when cuBLASLt can be called, else why not."""
+    state = _state()
+    state.library()
+    return state.reason
 
 
 @dataclass(frozen=True)
@@ -157,9 +204,10 @@ class LtMatmul:
 
     def __init__(self, g: GemmGeometry, batches: int, s1: int, s2: int, sc: int, rank: int,
                  device_id: int, dtype: Any = np.float32):
-        lib = _library()
+        state = _state()
+        lib = state.library()
         if lib is None:
-            raise RuntimeError(_lib_reason)
+            raise RuntimeError(state.reason)
         in_type, out_type, compute, scalar = _TYPES[np.dtype(dtype)]
         vp = ctypes.c_void_p
         self._lib = lib
@@ -205,7 +253,8 @@ class LtMatmul:
                "cublasLtMatmulPreferenceSetAttribute")
         cp = cupy_module()
         with cp.cuda.Device(device_id):
-            handle = _handle(device_id)
+            self._owner = state.handle(device_id)   # kept: the handle lives while this does
+            handle = self._owner.ptr
             wanted = rank + 1
             results = (_Heuristic * wanted)()
             got = ctypes.c_int()

@@ -7,7 +7,14 @@ An `Engine` holds
   tuned operation's implementation (FIR, spatial filters, NCC, the median reference);
 - the bound plans of `matmul`, `int_matmul` and `int_gram`, by operand geometry (each plan
   owns its per-stream scratch buffers: the workspaces);
-- the prepared operands of one-shot calls (`spatial_filter`'s filters, `ncc`'s banks), by name.
+- the named stores of the operations above the product engine (`Engine.prepared`): the
+  prepared operands of one-shot calls (`spatial_filter`'s filters, `ncc`'s banks), their
+  packed launches, by name.
+
+What every engine shares — compiled CUDA modules, cuBLASLt and BLAS thread resources, plans
+kept per operand geometry below the tuner's choice — is in `dspk.caches`, made by the modules
+that use it; `Engine.forget` clears those too, so an engine's `forget` leaves nothing derived
+in memory (`Engine.cache_sizes` lists it all).
 
 One default engine serves the process; its tuner follows ``DSPK_TUNE`` and ``DSPK_CACHE_DIR``
 as they are when it is used. Another engine is used inside a ``with`` block::
@@ -26,6 +33,10 @@ import threading
 from contextvars import ContextVar, Token
 from typing import Any, Callable
 
+from ..caches import forget_shared, shared_sizes
+from .candidates_cpu import cpu_candidates
+from .candidates_gpu import gpu_candidates
+from .candidates_int import int_candidates
 from .problem import Candidate
 from .tuner import Tuner
 
@@ -36,16 +47,12 @@ __all__ = ["Engine", "current_engine", "default_engine"]
 PLAN_TABLES = ("matmul", "int_matmul", "int_gram")
 
 
-def _candidates(gpu: bool) -> list[Candidate]:
-    from .candidates_int import int_candidates  # noqa: PLC0415
-
+def candidates(gpu: bool, tuner: Tuner) -> list[Candidate]:
+    """Every candidate of a device class, in the order used when tuning is off (float, then
+    integer); ``tuner`` (theirs) also chooses the float product integer candidates may use."""
     if gpu:
-        from .candidates_gpu import gpu_candidates  # noqa: PLC0415 (needs CuPy)
-
-        return gpu_candidates() + int_candidates(gpu=True)
-    from .candidates_cpu import cpu_candidates  # noqa: PLC0415
-
-    return cpu_candidates() + int_candidates(gpu=False)
+        return gpu_candidates() + int_candidates(True, tuner)
+    return cpu_candidates() + int_candidates(False, tuner)
 
 
 class Engine:
@@ -80,20 +87,25 @@ class Engine:
     (True, 1)
     >>> current_engine() is engine
     False
+    >>> engine.forget()                    # every cache emptied, this engine's and the process's
+    >>> any(engine.cache_sizes().values())
+    False
     """
 
     MAX_PLANS = 256
 
     def __init__(self, cache_dir: str | os.PathLike | None = None,
                  mode: str | None = None) -> None:
-        self.tuner = Tuner(_candidates, cache_dir=cache_dir, mode=mode)
+        self.tuner = Tuner(lambda gpu: candidates(gpu, self.tuner), cache_dir=cache_dir,
+                           mode=mode)
         self.plans: dict[str, dict] = {name: {} for name in PLAN_TABLES}
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def prepared(self, name: str, make: Callable[[], Any]) -> Any:
-        """The store of prepared operands called ``name`` (made by ``make()`` on first use):
-        kept with the engine, so another engine prepares its own."""
+        """The store called ``name`` (made by ``make()`` on first use: an object with
+        ``clear()`` and ``len()``, a dict say), kept with the engine, so another engine makes
+        its own; `forget` clears it (the store itself stays: a caller may keep it)."""
         store = self._prepared.get(name)
         if store is None:
             with self._lock:
@@ -110,14 +122,30 @@ class Engine:
             plans[signature] = plan
 
     def forget(self) -> None:
-        """Drop every in-memory tuning decision, bound plan and prepared operand (the cache
-        file is kept, and read again)."""
+        """Drop every in-memory tuning decision, bound plan and store of this engine, and
+        every process-wide cache (`dspk.caches`: compiled kernels, cuBLASLt and BLAS thread
+        resources, plans by geometry), which every engine shares. The cache file is kept, and
+        read again; what is dropped is made again when next needed, and gives the same
+        results."""
         with self._lock:
             for plans in self.plans.values():
                 plans.clear()
-            for store in self._prepared.values():
-                store.clear()
+            stores = list(self._prepared.values())
+        for store in stores:
+            store.clear()
         self.tuner.forget()
+        forget_shared()
+
+    def cache_sizes(self) -> dict[str, int]:
+        """Entries held by everything `forget` clears: ``"plans:<table>"``, ``"tuner"``,
+        ``"prepared:<name>"`` (this engine's) and ``"shared:<name>"`` (the process's)."""
+        with self._lock:
+            sizes = {f"plans:{name}": len(plans) for name, plans in self.plans.items()}
+            sizes.update({f"prepared:{name}": len(store)
+                          for name, store in self._prepared.items()})
+        sizes["tuner"] = self.tuner.entries_in_memory()
+        sizes.update({f"shared:{name}": n for name, n in shared_sizes().items()})
+        return sizes
 
     @property
     def mode(self) -> str:

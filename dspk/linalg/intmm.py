@@ -9,7 +9,7 @@ import numpy as np
 from ..backend import cupy_module, is_cupy_array
 from .candidates_int import INT_DTYPES
 from .engine import current_engine
-from .matmul import _problem, _signature, product
+from .matmul import as_problem, operand_signature, product
 
 __all__ = ["int_matmul", "int_gram", "INT_DTYPES"]
 
@@ -83,7 +83,7 @@ def int_gram(x: Any) -> tuple:
         raise ValueError(f"x: expected a 2-D [rows, K] integer array, got shape "
                          f"{getattr(x, 'shape', type(x).__name__)}")
     engine = current_engine()
-    sig = _signature(x, x.T, None)
+    sig = operand_signature(x, x.T, None)
     if sig is not None:
         plan = engine.plans["int_gram"].get(sig)
         if plan is not None:
@@ -96,7 +96,7 @@ def int_gram(x: Any) -> tuple:
         if x.device.id != cp.cuda.runtime.getDevice():
             with cp.cuda.Device(x.device.id):
                 return int_gram(x)
-    p, s_mat = _problem(x, x.T, None, allowed=INT_DTYPES, what="int_gram",
+    p, s_mat = as_problem(x, x.T, None, allowed=INT_DTYPES, what="int_gram",
                         result_dtype=np.int64)
     runner = None
     if p.gpu and p.dtype != np.int8 and p.m and p.k:

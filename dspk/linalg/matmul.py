@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import cupy_module, is_cupy_array
+from .candidates_int import INT_DTYPES
 from .engine import Engine, current_engine, default_engine
 from .problem import Problem
 from .tuner import Choice
@@ -42,8 +43,8 @@ def _overlaps(x: MatrixView, y: MatrixView) -> bool:
     return x0 <= y1 and y0 <= x1
 
 
-def _problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul",
-             result_dtype: Any = None) -> tuple:
+def as_problem(a: Any, b: Any, out: Any, allowed=FLOAT_DTYPES, what="matmul",
+               result_dtype: Any = None) -> tuple:
     """Validate the operands; returns (Problem, result to hand back). The result has the
     operands' dtype unless ``result_dtype`` is given (int64 for integer products)."""
     av, bv = _view(a, "a"), _view(b, "b")
@@ -146,7 +147,7 @@ def product(a: Any, b: Any, out: Any, table: str, allowed: tuple = FLOAT_DTYPES,
     validate, switch to the operands' GPU, let the tuner choose (running the product), and
     bind the choice for the next call."""
     engine = current_engine()
-    sig = _signature(a, b, out)
+    sig = operand_signature(a, b, out)
     if sig is not None:
         plan = engine.plans[table].get(sig)
         if plan is not None:
@@ -156,7 +157,7 @@ def product(a: Any, b: Any, out: Any, table: str, allowed: tuple = FLOAT_DTYPES,
         if a.device.id != cp.cuda.runtime.getDevice() and a.device.id == b.device.id:
             with cp.cuda.Device(a.device.id):
                 return product(a, b, out, table, allowed, result_dtype)
-    p, result = _problem(a, b, out, allowed=allowed, what=table, result_dtype=result_dtype)
+    p, result = as_problem(a, b, out, allowed=allowed, what=table, result_dtype=result_dtype)
     if p.m == 0 or p.n == 0 or p.batches == 0:
         return result
     if p.k == 0:
@@ -172,7 +173,7 @@ def product(a: Any, b: Any, out: Any, table: str, allowed: tuple = FLOAT_DTYPES,
 _cupy_ndarray: Any = None  # cupy.ndarray, once CuPy has been imported by a call
 
 
-def _signature(a: Any, b: Any, out: Any) -> tuple | None:
+def operand_signature(a: Any, b: Any, out: Any) -> tuple | None:
     """Everything the choice and the bound runner depend on, for plain arrays: device, shapes,
     strides, dtypes, and whether b is a.T (X·Xᵀ). None for MatrixViews. Kept to cheap attribute
     reads: this runs on every call. (DSPK_TUNE is read when a plan is made; `forget` drops
@@ -272,8 +273,9 @@ class _Plan:
 
 def forget() -> None:
     """Drop every in-memory tuning decision, bound plan and prepared operand of the engine in
-    use (the cache file is read again). Call it after changing ``DSPK_TUNE`` in a running
-    process.
+    use, and the caches every engine shares (compiled kernels, plans by geometry: see
+    `Engine.forget`); the cache file is read again. Call it after changing ``DSPK_TUNE`` in a
+    running process.
 
     The cache file itself is kept (``dspk tune-cache clear`` removes it).
 
@@ -348,13 +350,11 @@ class Explanation:
 
 
 def _any_problem(a: Any, b: Any, out: Any) -> tuple:
-    """`_problem` for float or integer operands (integer products give int64)."""
-    from .candidates_int import INT_DTYPES  # noqa: PLC0415
-
+    """`as_problem` for float or integer operands (integer products give int64)."""
     dt = getattr(a, "dtype", None)
     if dt is not None and np.dtype(dt) in INT_DTYPES:
-        return _problem(a, b, out, allowed=INT_DTYPES, what="int_matmul", result_dtype=np.int64)
-    return _problem(a, b, out)
+        return as_problem(a, b, out, allowed=INT_DTYPES, what="int_matmul", result_dtype=np.int64)
+    return as_problem(a, b, out)
 
 
 def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:

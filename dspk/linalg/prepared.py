@@ -28,6 +28,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import is_cupy_array
+from ..caches import shared
+from ..kernels import FastLaunch, declare_instances, grid_1d, kernel
 
 __all__ = ["fingerprint", "PreparedCache"]
 
@@ -35,6 +37,9 @@ _FP_BLOCK = 256
 #: contents a PreparedCache remembers having seen (not yet prepared)
 _MAX_SEEN = 64
 _FP_MAX_BLOCKS = 1024
+#: the fingerprint kernel over 32-bit words (an array of whole aligned words) or bytes
+_FP_KERNELS = {True: "fingerprint64<unsigned int>", False: "fingerprint64<unsigned char>"}
+declare_instances("fingerprint.cu", lambda props: _FP_KERNELS.values())
 
 
 def fingerprint(a: Any) -> tuple:
@@ -66,7 +71,7 @@ def _device_hash(a: Any) -> int:
 def _hashable_now(a: Any) -> bool:
     """Whether `_start_hash` applies to CuPy array ``a``: C-contiguous, not empty, on the
     current device."""
-    import cupy as cp  # noqa: PLC0415
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
 
     return (a.flags.c_contiguous and a.nbytes > 0 and
             a.data.device_id == cp.cuda.runtime.getDevice())
@@ -75,7 +80,7 @@ def _hashable_now(a: Any) -> bool:
 def _start_hash(a: Any, aside: bool = False) -> tuple:
     """Start `_device_hash` of ``a`` (see `_hashable_now`) without waiting: (hasher, number,
     event). On the current stream, or ``aside`` (see `_DeviceHasher.start`)."""
-    import cupy as cp  # noqa: PLC0415
+    import cupy as cp  # noqa: PLC0415 (CuPy input)
 
     hasher = _hasher(a.data.device_id)
     number, event = hasher.start(a.data.ptr, a.nbytes, cp.cuda.get_current_stream(),
@@ -102,8 +107,8 @@ class _DeviceHasher:
     RING = 256
 
     def __init__(self, device_id: int) -> None:
-        import cupy as cp  # noqa: PLC0415
-        import cupyx  # noqa: PLC0415
+        import cupy as cp  # noqa: PLC0415 (CuPy input)
+        import cupyx  # noqa: PLC0415 (CuPy input)
 
         self._cp = cp
         self._words = cp.zeros(self.RING, dtype=np.uint64)
@@ -118,13 +123,10 @@ class _DeviceHasher:
         self.waited = 0          # hashes waited for (`hash`)
 
     def _launch(self, words: int, wide: bool) -> Any:
-        from ..kernels import FastLaunch, grid_1d, kernel  # noqa: PLC0415
-
         key = (words, wide)
         fn = self._launches.get(key)
         if fn is None:
-            name = "fingerprint64<unsigned int>" if wide else "fingerprint64<unsigned char>"
-            fn = FastLaunch(kernel("fingerprint.cu", name),
+            fn = FastLaunch(kernel("fingerprint.cu", _FP_KERNELS[wide]),
                             grid_1d(words, _FP_BLOCK, _FP_MAX_BLOCKS), (_FP_BLOCK,),
                             [("ptr", None), ("i64", words), ("ptr", None)])
             if len(self._launches) < 256:
@@ -182,7 +184,7 @@ class _DeviceHasher:
         runtime = self._cp.cuda.runtime
         mine = getattr(self._local, "words", None)
         if mine is None:
-            import cupyx  # noqa: PLC0415
+            import cupyx  # noqa: PLC0415 (CuPy input)
 
             mine = self._local.words = (self._cp.empty(1, dtype=np.uint64),
                                         cupyx.empty_pinned(1, dtype=np.uint64))
@@ -198,13 +200,15 @@ class _DeviceHasher:
         return int(host[0])
 
 
-_hashers: dict = {}
+#: the process-wide store (`dspk.caches`) of the device hashers, by device
+HASHERS = "fingerprint_hashers"
 
 
 def _hasher(device_id: int) -> _DeviceHasher:
-    h = _hashers.get(device_id)
+    hashers = shared(HASHERS, dict)
+    h = hashers.get(device_id)
     if h is None:
-        h = _hashers.setdefault(device_id, _DeviceHasher(device_id))
+        h = hashers.setdefault(device_id, _DeviceHasher(device_id))
     return h
 
 

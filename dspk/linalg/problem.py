@@ -4,13 +4,13 @@ interface every way of computing it implements."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from .view import MatrixView
 
-__all__ = ["Problem", "Candidate", "Runner"]
+__all__ = ["Problem", "Candidate", "Runner", "instances_of"]
 
 #: A bound candidate: ``f(a, b, out)`` for operands with the geometry it was bound to (GPU:
 #: addresses of element [0, 0, 0]; CPU: the arrays themselves).
@@ -81,6 +81,11 @@ class Candidate:
     def run(self, p: Problem) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def instances(self, props: dict) -> dict[str, set[str]]:
+        """The kernels this candidate can request on a device with properties ``props``, by
+        source file (`dspk.kernels.declare_instances` compiles them together); none here."""
+        return {}
+
     def bind(self, p: Problem) -> "Runner | None":
         """A fast runner for operands of exactly ``p``'s geometry (same shapes, strides,
         dtype, device and symmetry, other addresses), or None when this candidate has none.
@@ -89,6 +94,12 @@ class Candidate:
 
     def __repr__(self) -> str:
         return f"<candidate {self.name}>"
+
+
+def instances_of(candidates: Iterable[Candidate], filename: str, props: dict) -> set[str]:
+    """Every kernel of ``filename`` the ``candidates`` can request on a device with properties
+    ``props`` (what `dspk.kernels.declare_instances` is given for the file)."""
+    return {e for c in candidates for e in c.instances(props).get(filename, ())}
 
 
 def prepared(c: Candidate, p: Problem) -> Callable[[], None]:

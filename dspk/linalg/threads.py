@@ -34,17 +34,14 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from ..caches import shared
 
 __all__ = ["single_threaded_blas", "parallel_blocks", "blas_threads", "gemm_batch"]
 
-_lock = threading.Lock()
-_depth = 0                       # nested or concurrent single_threaded_blas() sections open
-_saved: list[tuple[Any, int]] = []   # (BLAS library, its thread count) restored on the last exit
-_libs: list[Any] | None = None
-_libs_key = -1                   # len(sys.modules) when _libs was found
-_pool: ThreadPoolExecutor | None = None
-_pool_width = 0
-_in_pool = threading.local()
+#: the name of this module's process-wide store (`dspk.caches`)
+STORE = "blas_threads"
 
 
 class _Threads:
@@ -83,26 +80,70 @@ class _Threads:
         self.batch["int"] = np.int64 if int_t is ctypes.c_int64 else np.int32
 
 
-def _blas_libraries() -> list[_Threads]:
-    """The BLAS libraries loaded in this process, found again when modules were imported since
-    (SciPy brings its own OpenBLAS; a library found late would not be pinned)."""
-    global _libs, _libs_key
-    key = len(sys.modules)
-    if _libs is None or (key != _libs_key and _depth == 0):
-        from threadpoolctl import ThreadpoolController  # noqa: PLC0415 (scans loaded libraries)
+class BlasThreads:
+    """The process's BLAS thread state, one object (`dspk.caches` store `STORE`): the BLAS
+    libraries found in the process, the pinned sections open (nested or in several threads)
+    with the counts to give back, and the pool of helper threads.
 
-        old = {id(t.ctl.dynlib): t for t in _libs or () if hasattr(t.ctl, "dynlib")}
-        found = []
-        for ctl in ThreadpoolController().select(user_api="blas").lib_controllers:
-            prev = old.get(id(getattr(ctl, "dynlib", None)))
-            found.append(prev if prev is not None else _Threads(ctl))
-        _libs, _libs_key = found, key
-    return _libs
+    ``clear()`` (every engine's `forget`) drops the libraries found (found again on next use;
+    not while a section is open, which restores them) and shuts the pool down (threads
+    finish what they hold and exit; a new pool starts on next use)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0                   # nested or concurrent single_threaded_blas() open
+        self.saved: list[tuple[Any, int]] = []   # (library, its count) restored on last exit
+        self.libs: list[_Threads] | None = None
+        self.libs_key = -1               # len(sys.modules) when libs was found
+        self.pool: ThreadPoolExecutor | None = None
+        self.pool_width = 0
+        self.in_pool = threading.local()
+
+    def libraries(self) -> list[_Threads]:
+        """The BLAS libraries loaded in this process, found again when modules were imported
+        since (SciPy brings its own OpenBLAS; a library found late would not be pinned). Call
+        with ``lock`` held."""
+        key = len(sys.modules)
+        if self.libs is None or (key != self.libs_key and self.depth == 0):
+            old = {id(t.ctl.dynlib): t for t in self.libs or () if hasattr(t.ctl, "dynlib")}
+            found = []
+            for ctl in ThreadpoolController().select(user_api="blas").lib_controllers:
+                prev = old.get(id(getattr(ctl, "dynlib", None)))
+                found.append(prev if prev is not None else _Threads(ctl))
+            self.libs, self.libs_key = found, key
+        return self.libs
+
+    def executor(self, width: int) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.pool is None or self.pool_width < width:
+                # a wider pool replaces the old one, which finishes what it holds and exits
+                old = self.pool
+                self.pool = ThreadPoolExecutor(width, thread_name_prefix="dspk-blas")
+                self.pool_width = width
+                if old is not None:
+                    old.shutdown(wait=False)
+            return self.pool
+
+    def clear(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.libs, self.libs_key = None, -1
+            pool, self.pool, self.pool_width = self.pool, None, 0
+        if pool is not None:
+            pool.shutdown(wait=False)    # work already submitted still runs
+
+    def __len__(self) -> int:
+        """Libraries found and pool threads held."""
+        return len(self.libs or ()) + self.pool_width
 
 
-def _numpy_blas() -> _Threads | None:
+def _state() -> BlasThreads:
+    return shared(STORE, BlasThreads)
+
+
+def _numpy_blas(state: BlasThreads) -> _Threads | None:
     """The library NumPy's own products call (in a wheel, the OpenBLAS under numpy.libs)."""
-    libs = _blas_libraries()
+    libs = state.libraries()
     root = os.path.dirname(os.path.dirname(np.__file__))
     mine = [t for t in libs if os.path.basename(os.path.dirname(t.ctl.filepath)).startswith("numpy")
             and os.path.dirname(os.path.dirname(t.ctl.filepath)) == root]
@@ -117,8 +158,9 @@ def gemm_batch(dtype: Any) -> tuple[Callable, type] | None:
     with its one-thread driver and shares whole members among its threads, so the bits do not
     depend on its thread count, and the work runs on OpenBLAS's own (already spinning) threads
     at the count the user gave BLAS."""
-    with _lock:
-        lib = _numpy_blas()
+    state = _state()
+    with state.lock:
+        lib = _numpy_blas(state)
     if lib is None:
         return None
     fn = lib.batch.get(np.dtype(dtype))
@@ -128,9 +170,10 @@ def gemm_batch(dtype: Any) -> tuple[Callable, type] | None:
 def blas_threads() -> int:
     """Threads BLAS may use in this process, as configured (inside `single_threaded_blas`, the
     count it will be given back)."""
-    with _lock:
-        counts = [n for _, n in _saved] if _depth else \
-            [lib.get() for lib in _blas_libraries()]
+    state = _state()
+    with state.lock:
+        counts = [n for _, n in state.saved] if state.depth else \
+            [lib.get() for lib in state.libraries()]
     if not counts:   # a BLAS threadpoolctl cannot see: a thread per core
         return os.cpu_count() or 1
     return max([1, *(int(n) for n in counts if n)])
@@ -143,36 +186,24 @@ def single_threaded_blas() -> Iterator[None]:
     Sections may nest and may be open in several threads at once: the first to enter sets one
     thread, the last to leave gives BLAS its count back. Works from any Python thread.
     """
-    global _depth
-    with _lock:
-        if _depth == 0:
-            _saved[:] = [(lib, lib.get()) for lib in _blas_libraries()]
-            for lib, n in _saved:
+    state = _state()
+    with state.lock:
+        if state.depth == 0:
+            state.saved[:] = [(lib, lib.get()) for lib in state.libraries()]
+            for lib, n in state.saved:
                 if n != 1:
                     lib.set(1)
-        _depth += 1
+        state.depth += 1
     try:
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                for lib, n in _saved:
+        with state.lock:
+            state.depth -= 1
+            if state.depth == 0:
+                for lib, n in state.saved:
                     if n != 1:
                         lib.set(n)
-                _saved.clear()
-
-
-def _executor(width: int) -> ThreadPoolExecutor:
-    global _pool, _pool_width
-    with _lock:
-        if _pool is None or _pool_width < width:
-            # a wider pool replaces the old one, which finishes what it holds and exits
-            old, _pool = _pool, ThreadPoolExecutor(width, thread_name_prefix="dspk-blas")
-            _pool_width = width
-            if old is not None:
-                old.shutdown(wait=False)
-        return _pool
+                state.saved.clear()
 
 
 def parallel_blocks(fn: Callable[[Any], Any], blocks: Iterable[Any]) -> list:
@@ -182,15 +213,17 @@ def parallel_blocks(fn: Callable[[Any], Any], blocks: Iterable[Any]) -> list:
     when one thread is allowed or when already inside a block (no nested pools)."""
     blocks = list(blocks)
     results: list[Any] = [None] * len(blocks)
+    state = _state()
+    in_pool = state.in_pool
     with single_threaded_blas():
         width = min(blas_threads(), len(blocks))
-        if width <= 1 or getattr(_in_pool, "active", False):
+        if width <= 1 or getattr(in_pool, "active", False):
             return [fn(blk) for blk in blocks]
         todo = iter(range(len(blocks)))
         take = threading.Lock()
 
         def work() -> None:
-            _in_pool.active = True
+            in_pool.active = True
             try:
                 while True:
                     with take:
@@ -199,9 +232,9 @@ def parallel_blocks(fn: Callable[[Any], Any], blocks: Iterable[Any]) -> list:
                         return
                     results[i] = fn(blocks[i])
             finally:
-                _in_pool.active = False
+                in_pool.active = False
 
-        helpers = [_executor(width - 1).submit(work) for _ in range(width - 1)]
+        helpers = [state.executor(width - 1).submit(work) for _ in range(width - 1)]
         try:
             work()
         finally:

@@ -38,10 +38,12 @@ import numpy as np
 
 from .._version import __version__
 from ..backend import cupy_module, device_name
+from ..caches import shared
 from .problem import Candidate, Problem, prepared
 from .view import MatrixView
 
-__all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "precision_tolerance"]
+__all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
+           "precision_tolerance"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ def tune_mode() -> str:
 
 
 def cache_path() -> Path:
+    """The default engine's cache file: ``tuner-v1.json`` in ``DSPK_CACHE_DIR`` (read now), else
+    in ``~/.cache/dspk``."""
     base = os.environ.get("DSPK_CACHE_DIR")
     root = Path(base) if base else Path.home() / ".cache" / "dspk"
     return root / f"tuner-v{CACHE_SCHEMA}.json"
@@ -81,16 +85,18 @@ def _stamp(p: Problem) -> str:
     return _gpu_stamp(p.device_id)
 
 
-_gpu_stamps: dict[int, str] = {}
+#: the process-wide store (`dspk.caches`) of the GPUs' stamps, by device
+STAMPS = "tuner_gpu_stamps"
 
 
 def _gpu_stamp(device_id: int) -> str:
-    s = _gpu_stamps.get(device_id)
+    stamps = shared(STAMPS, dict)
+    s = stamps.get(device_id)
     if s is None:
         cp = cupy_module()
         rt = cp.cuda.runtime
         try:
-            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415 (needs CuPy)
 
             with cp.cuda.Device(device_id):
                 blas = cublas.getVersion(cp.cuda.device.get_cublas_handle())
@@ -98,7 +104,7 @@ def _gpu_stamp(device_id: int) -> str:
             blas = "?"
         s = (f"{device_name(device_id)}|driver{rt.driverGetVersion()}|runtime"
              f"{rt.runtimeGetVersion()}|cublas{blas}|cupy{cp.__version__}|dspk{__version__}")
-        _gpu_stamps[device_id] = s
+        stamps[device_id] = s
     return s
 
 
@@ -348,7 +354,7 @@ class Tuner:
         path = self.cache_file
         seen = (path, _signature(path))
         if seen != self._file_seen:
-            self._file_entries = _read_cache(path)
+            self._file_entries = read_cache(path)
             self._file_seen = seen
         entry = self._file_entries.get(self.key_str(key))
         if entry is not None:
@@ -370,10 +376,15 @@ class Tuner:
         return entry
 
     def forget(self) -> None:
-        """Drop the in-memory choices (the file is read again on next use)."""
+        """Drop the in-memory choices and candidates (the file is read again on next use)."""
         self._memory.clear()
         self._file_seen = None
         self._file_entries = {}
+        self._by_name.clear()
+
+    def entries_in_memory(self) -> int:
+        """Choices held in memory (those looked up or tuned, and the file's last reading)."""
+        return len(self._memory) + len(self._file_entries)
 
 
 def _signature(path: Path) -> tuple | None:
@@ -396,7 +407,24 @@ def _valid_cache(doc: Any) -> bool:
                     for v in doc["entries"].values()))
 
 
-def _read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
+def read_cache(path: str | os.PathLike | None = None, warn: bool = True) -> dict[str, dict]:
+    """The tuned choices stored in a cache file: key -> entry (``ranking``, ``timings_ms``,
+    ``rejected``, ``when``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        The file; default `cache_path` (the default engine's).
+    warn : bool
+        Warn (RuntimeWarning) when the file cannot be read or is not a dspk tuner cache of
+        this schema.
+
+    Returns
+    -------
+    dict
+        Empty when the file is missing, unreadable or not a cache of this schema.
+    """
+    path = cache_path() if path is None else Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -417,6 +445,32 @@ def _read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
                           RuntimeWarning, stacklevel=4)
         return {}
     return doc["entries"]
+
+
+#: the name it had before it was public (dspk/cli.py reads it)
+_read_cache = read_cache
+
+
+def clear_cache(path: str | os.PathLike | None = None) -> bool:
+    """Remove a cache file (``dspk tune-cache clear``). Engines keep what they hold in memory
+    until they `forget` it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        The file; default `cache_path` (the default engine's).
+
+    Returns
+    -------
+    bool
+        Whether a file was removed.
+    """
+    path = cache_path() if path is None else Path(path)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 _process_lock = threading.RLock()
@@ -479,7 +533,7 @@ def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
     tuning processes never lose each other's entries."""
     with _cache_lock(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        entries = _read_cache(path, warn=False)
+        entries = read_cache(path, warn=False)
         if key in entries and _known(entries[key]) >= _known(entry):
             return entries[key]
         entries[key] = entry

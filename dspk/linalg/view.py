@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import cupy_module, is_cupy_array
+from ..kernels import gather
 
 __all__ = ["MatrixView", "INT32_MAX"]
 
@@ -312,8 +313,6 @@ class MatrixView:
         nb = 1 if (b > 1 and self.strides[0] == 0) else b
         src = MatrixView(self.buffer, (nb, r, c), self.strides, self.offset, self.name)
         if self.is_gpu:
-            from ..kernels import gather
-
             buf = gather(src)
         else:
             buf = np.ascontiguousarray(src.to_array()).reshape(-1)

@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, grid_1d, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, grid_1d, kernel
+from ..linalg.engine import current_engine
 
-CENTER_THREADS = 512           # as in covariance.cu
+CENTER_THREADS = LAUNCH["CENTER_THREADS"]
 _CACHE_LIMIT = 64
-_LAUNCHES: dict = {}
+#: the engine's store (`Engine.prepared`) of the packed launches, by geometry
+LAUNCHES = "covariance_launches"
 _F64, _F64_BITS = struct.Struct("<d"), struct.Struct("<Q")
 
 
@@ -24,9 +26,30 @@ def _f64_bits(value: float) -> int:
     return _F64_BITS.unpack(_F64.pack(value))[0]
 
 
-def _remember(key: tuple, launch: Any) -> Any:
-    if len(_LAUNCHES) < _CACHE_LIMIT:
-        _LAUNCHES[key] = launch
+def _center_rows(dtype: Any) -> str:
+    return f"center_rows<{ctype(dtype)}>"
+
+
+def _cov_finish(dtype: Any) -> str:
+    return f"cov_finish<{ctype(dtype)}>"
+
+
+def _int_cov_finish(center: bool) -> str:
+    return f"int_cov_finish<{'true' if center else 'false'}>"
+
+
+declare_instances("covariance.cu", lambda props: [
+    *(f(dt) for dt in FLOAT_DTYPES for f in (_center_rows, _cov_finish)),
+    *(_int_cov_finish(c) for c in (False, True))])
+
+
+def _launches() -> dict:
+    return current_engine().prepared(LAUNCHES, dict)
+
+
+def _remember(launches: dict, key: tuple, launch: Any) -> Any:
+    if len(launches) < _CACHE_LIMIT:
+        launches[key] = launch
     return launch
 
 
@@ -47,11 +70,12 @@ def center_rows(x: Any) -> tuple[Any, Any]:
     dev = x.data.device_id
     rs, cs = (s // x.itemsize for s in x.strides)
     key = ("center", dev, x.dtype.char, c, n, rs, cs)
-    launch = _LAUNCHES.get(key)
+    launches = _launches()
+    launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"center_rows<{ctype(x.dtype)}>")
+        fn = kernel("covariance.cu", _center_rows(x.dtype))
         dyn = ("ptr", None)
-        launch = _remember(key, FastLaunch(
+        launch = _remember(launches, key, FastLaunch(
             fn, (c, _splits(c, dev)), (CENTER_THREADS,),
             [dyn, ("i64", rs), ("i64", cs), ("i64", n), dyn, dyn]))
     out = cp.empty((c, n), dtype=x.dtype)
@@ -66,11 +90,12 @@ def float_finish(m2: Any, denom: float) -> Any:
 
     total = m2.size
     key = ("finish", m2.data.device_id, m2.dtype.char, total)
-    launch = _LAUNCHES.get(key)
+    launches = _launches()
+    launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"cov_finish<{ctype(m2.dtype)}>")
+        fn = kernel("covariance.cu", _cov_finish(m2.dtype))
         dyn = ("ptr", None)
-        launch = _remember(key, FastLaunch(fn, grid_1d(total), (256,),
+        launch = _remember(launches, key, FastLaunch(fn, grid_1d(total), (256,),
                                            [dyn, ("i64", total), dyn, dyn]))
     out = cp.empty(m2.shape, dtype=m2.dtype)
     launch(cp.cuda.get_current_stream().ptr, m2.data.ptr, _f64_bits(denom), out.data.ptr)
@@ -87,11 +112,12 @@ def int_finish(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     if not s_mat.flags.c_contiguous:
         s_mat = cp.ascontiguousarray(s_mat)
     key = ("int", s_mat.data.device_id, c, bool(center))
-    launch = _LAUNCHES.get(key)
+    launches = _launches()
+    launch = launches.get(key)
     if launch is None:
-        fn = kernel("covariance.cu", f"int_cov_finish<{'true' if center else 'false'}>")
+        fn = kernel("covariance.cu", _int_cov_finish(center))
         dyn = ("ptr", None)
-        launch = _remember(key, FastLaunch(fn, grid_1d(c * c), (256,),
+        launch = _remember(launches, key, FastLaunch(fn, grid_1d(c * c), (256,),
                                            [dyn, dyn, ("i32", c), dyn, dyn, dyn]))
     out = cp.empty((c, c), dtype=np.float64)
     denom = float(n * (n - ddof)) if center else float(n - ddof)

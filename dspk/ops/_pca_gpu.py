@@ -8,12 +8,25 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, kernel
+from ..linalg.engine import current_engine
 
-PR_THREADS, PR_MAX_PER_THREAD = 256, 16       # as in projection.cu
+PR_THREADS, PR_MAX_PER_THREAD = LAUNCH["PR_THREADS"], LAUNCH["PR_MAX_PER_THREAD"]
 _SHARED_LIMIT = 48 * 1024                     # dynamic shared memory without an opt-in
 _CACHE_LIMIT = 64
-_LAUNCHES: dict = {}
+#: the engine's store (`Engine.prepared`) of the packed launches, by geometry
+LAUNCHES = "pca_launches"
+
+
+def _expression(dtype: Any, per_thread: int) -> str:
+    return f"center_project<{ctype(dtype)}, {per_thread}>"
+
+
+#: components per thread: the powers of two up to PR_MAX_PER_THREAD (`_geometry`)
+PER_THREAD = tuple(1 << i for i in range(PR_MAX_PER_THREAD.bit_length())
+                   if 1 << i <= PR_MAX_PER_THREAD)
+declare_instances("projection.cu", lambda props: [_expression(dt, p) for dt in FLOAT_DTYPES
+                                                  for p in PER_THREAD])
 
 
 def _geometry(k: int, m: int, itemsize: int) -> tuple[int, int, int, int] | None:
@@ -52,18 +65,19 @@ def center_project(x: Any, mean: Any, w: Any) -> Any:
     dev = x.data.device_id
     rs, cs = (s // x.itemsize for s in x.strides)
     key = (dev, x.dtype.char, n, k, m, rs, cs)
-    launch = _LAUNCHES.get(key)
+    launches = current_engine().prepared(LAUNCHES, dict)
+    launch = launches.get(key)
     if launch is None:
         rows, per_thread, pitch, shared = _geometry(k, m, x.itemsize)
         sms = int(device_properties(dev)["multiProcessorCount"])
         grid = max(1, min(-(-n // rows), 64 * sms))
-        fn = kernel("projection.cu", f"center_project<{ctype(x.dtype)}, {per_thread}>")
+        fn = kernel("projection.cu", _expression(x.dtype, per_thread))
         dyn = ("ptr", None)
         launch = FastLaunch(fn, (grid,), (PR_THREADS,),
                             [dyn, ("i64", rs), ("i64", cs), ("i64", n), ("i32", k), dyn, dyn,
                              ("i32", m), ("i32", rows), ("i32", pitch), dyn], shared_mem=shared)
-        if len(_LAUNCHES) < _CACHE_LIMIT:
-            _LAUNCHES[key] = launch
+        if len(launches) < _CACHE_LIMIT:
+            launches[key] = launch
     launch(cp.cuda.get_current_stream().ptr, x.data.ptr, mean.data.ptr, w.data.ptr,
            out.data.ptr)
     return out

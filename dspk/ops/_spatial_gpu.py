@@ -16,9 +16,21 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FastLaunch, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, FastLaunch, ctype, declare_instances, kernel
 
-SR_R = 8                       # rows per group, as in spatial.cu
+SR_R = LAUNCH["SR_R"]          # rows per group
+
+
+#: 16-byte vectors per lane the kernels are compiled for
+VPL = (1, 2)
+
+
+def _expression(dtype: Any, vpl: int, pipe: bool) -> str:
+    return f"{'sparse_rows_pipe' if pipe else 'sparse_rows'}<{ctype(dtype)}, {vpl}>"
+
+
+declare_instances("spatial.cu", lambda props: [_expression(dt, v, pipe) for dt in FLOAT_DTYPES
+                                               for v in VPL for pipe in (False, True)])
 
 
 def tile_samples(dtype: Any, vpl: int = 2) -> int:
@@ -30,8 +42,8 @@ def row_order(pattern: np.ndarray) -> np.ndarray:
     """Rows with overlapping column sets next to each other."""
     m, c = pattern.shape
     if m == c:
-        from scipy.sparse import csr_matrix  # noqa: PLC0415
-        from scipy.sparse.csgraph import reverse_cuthill_mckee  # noqa: PLC0415
+        from scipy.sparse import csr_matrix  # noqa: PLC0415 (slow import: when used)
+        from scipy.sparse.csgraph import reverse_cuthill_mckee  # noqa: PLC0415 (slow import)
 
         sym = csr_matrix(pattern | pattern.T)
         return np.asarray(reverse_cuthill_mckee(sym, symmetric_mode=True), dtype=np.int64)
@@ -53,7 +65,7 @@ class SparseRowsPlan:
                  pipe: bool = False) -> None:
         import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
-        if vpl not in (1, 2):
+        if vpl not in VPL:
             raise ValueError(f"vpl: expected 1 or 2, got {vpl}")
         self.dtype = np.dtype(dtype)
         self.groups = int(groups)
@@ -125,8 +137,7 @@ class SparseRowsPlan:
         key = (n, ldx, ldo, vec, x.device.id)
         launch = self._launches.get(key)
         if launch is None:
-            name = "sparse_rows_pipe" if self.pipe else "sparse_rows"
-            fn = kernel("spatial.cu", f"{name}<{ctype(self.dtype)}, {self.vpl}>")
+            fn = kernel("spatial.cu", _expression(self.dtype, self.vpl, self.pipe))
             if fn.max_dynamic_shared_size_bytes < self.smem:
                 fn.max_dynamic_shared_size_bytes = self.smem
             d = self._dev
@@ -149,7 +160,7 @@ class SparseRowsPlan:
 
     def __call__(self, x: Any) -> Any:
         """W·x for CuPy x [C, n] of the plan's dtype."""
-        import cupy as cp  # noqa: PLC0415
+        import cupy as cp  # noqa: PLC0415 (CuPy input)
 
         if x.strides[1] != x.itemsize:
             x = cp.ascontiguousarray(x)

@@ -9,13 +9,39 @@ from typing import Any
 import numpy as np
 
 from ..backend import device_properties
-from ..kernels import FLOAT_DTYPES, ctype, kernel
+from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
 
-FIR_R, FIR_THREADS = 16, 128          # as in traces.cu
+FIR_R, FIR_THREADS = LAUNCH["FIR_R"], LAUNCH["FIR_THREADS"]
 FIR_TILE = FIR_R * FIR_THREADS
-CAR_S = 32
+CAR_S, CAR_THREADS = LAUNCH["CAR_S"], 32 * LAUNCH["CAR_WARPS"]
 _KEY = {np.dtype(np.float32): "unsigned int", np.dtype(np.float64): "unsigned long long"}
 _VPL = (1, 2, 4, 8, 12, 16, 24, 32)   # values per lane compiled for the median kernel
+
+
+def _fir_expression(dtype: Any) -> str:
+    return f"fir_direct<{ctype(dtype)}>"
+
+
+def _car_expression(dtype: Any, vpl: int) -> str:
+    return f"car_median<{ctype(dtype)}, {_KEY[np.dtype(dtype)]}, {vpl}>"
+
+
+def _cc(props: dict) -> tuple[int, int]:
+    return int(props.get("major", 0)), int(props.get("minor", 0))
+
+
+#: car_median's warp reductions (__reduce_add_sync) need this compute capability
+CAR_MIN_CC = (8, 0)
+
+
+def _instances(props: dict) -> list[str]:
+    """fir_direct for both dtypes; car_median for every values-per-lane, where it compiles."""
+    car = _cc(props) >= CAR_MIN_CC
+    return [*(_fir_expression(dt) for dt in FLOAT_DTYPES),
+            *(_car_expression(dt, v) for dt in FLOAT_DTYPES for v in _VPL if car)]
+
+
+declare_instances("traces.cu", _instances)
 
 
 def _optin(device_id: int) -> int:
@@ -49,7 +75,7 @@ def fir_direct(x: Any, weights: Any, center: int) -> Any:
     C, n = xc.shape
     tpad = -(-taps // FIR_R) * FIR_R
     out = cp.empty((C, nf, n), dtype=x.dtype)
-    fn = kernel("traces.cu", f"fir_direct<{ctype(x.dtype)}>")
+    fn = kernel("traces.cu", _fir_expression(x.dtype))
     smem = _fir_smem(nf, taps, x.itemsize)
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
@@ -69,7 +95,7 @@ def car_reason(x: Any) -> str | None:
     if x.dtype not in FLOAT_DTYPES:
         return f"dtype {x.dtype}"
     props = device_properties(x.device.id)
-    if (props["major"], props["minor"]) < (8, 0):
+    if _cc(props) < CAR_MIN_CC:
         return "warp reductions (__reduce_add_sync) need compute capability 8.0"
     if -(-x.shape[0] // 32) > _VPL[-1]:
         return f"more than {32 * _VPL[-1]} channels"
@@ -86,12 +112,11 @@ def car_median(x: Any) -> Any:
     C, n = xc.shape
     vpl = next(v for v in _VPL if 32 * v >= C)
     out = cp.empty((C, n), dtype=x.dtype)
-    fn = kernel("traces.cu",
-                f"car_median<{ctype(x.dtype)}, {_KEY[x.dtype]}, {vpl}>")
+    fn = kernel("traces.cu", _car_expression(x.dtype, vpl))
     smem = _car_smem(C, x.itemsize)
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
-    fn((-(-n // CAR_S),), (256,),
+    fn((-(-n // CAR_S),), (CAR_THREADS,),
        (xc, np.int64(xc.strides[0] // xc.itemsize), np.int32(C), np.int32(n), out,
         np.int64(n)), shared_mem=smem)
     return out

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..linalg import int_gram, matmul
+from ._covariance_gpu import center_rows, float_finish, int_finish
 from ._checks import channels_first_hint, traces
 
 __all__ = ["covariance", "CovarianceAccumulator"]
@@ -122,10 +123,8 @@ class CovarianceAccumulator:
                 mean = x.mean(axis=1, dtype=np.float64)
                 xc = x - mean[:, None].astype(x.dtype)
             else:  # the same arithmetic in one pass (dspk/kernels/covariance.cu)
-                from . import _covariance_gpu  # noqa: PLC0415 (CuPy input)
-
                 with _on_device_of(x):
-                    xc, mean = _covariance_gpu.center_rows(x)
+                    xc, mean = center_rows(x)
             m2 = matmul(xc, xc.T).astype(np.float64)
             if self._m2 is None:
                 self._mean, self._m2 = mean, m2
@@ -205,22 +204,18 @@ def _int_cov_gpu(s_mat: Any, s: Any, n: int, ddof: int, center: bool) -> Any:
     """`CovarianceAccumulator.result` of int16 sums on the GPU in one launch
     (dspk/kernels/covariance.cu), the same float64 bits as the CPU's expression; with
     ``center``, only while n·S − s·sᵀ is exact in int64 (n < 2^16)."""
-    from . import _covariance_gpu as g  # noqa: PLC0415 (CuPy input)
-
     with _on_device_of(s_mat):
-        return g.int_finish(s_mat, s, n, ddof, center)
+        return int_finish(s_mat, s, n, ddof, center)
 
 
 def _float_cov_gpu(x: Any, ddof: int, center: bool) -> Any:
     """`covariance` of one float32/float64 CuPy array: the centred copy in one pass, the
     product through the engine, one finishing launch (three launches and the product, where
     the accumulator's CuPy expressions took eight)."""
-    from . import _covariance_gpu as g  # noqa: PLC0415 (CuPy input)
-
     n = x.shape[1]
     with _on_device_of(x):
-        xc = g.center_rows(x)[0] if center else x
+        xc = center_rows(x)[0] if center else x
         m2 = matmul(xc, xc.T)
         if not m2.flags.c_contiguous:
             m2 = m2.copy()
-        return g.float_finish(m2, float(n - ddof))
+        return float_finish(m2, float(n - ddof))

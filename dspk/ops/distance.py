@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import array_module, is_cupy_array
+from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
 from ..linalg import matmul
 from ._checks import FLOATS
 
@@ -83,11 +84,17 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
     return np.maximum(ab, 0, out=ab)
 
 
+def _expression(name: str, dtype: Any) -> str:
+    return f"{name}<{ctype(dtype)}>"
+
+
+declare_instances("distance.cu", lambda props: [_expression(n, dt) for dt in FLOAT_DTYPES
+                                                for n in ("sqdist_finish", "sqdist_direct")])
+
+
 def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     """The same expression on the GPU in one pass over ab (dspk/kernels/distance.cu)."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
-
-    from ..kernels import ctype, kernel  # noqa: PLC0415
 
     if not ab.flags.c_contiguous:
         ab = cp.ascontiguousarray(ab)
@@ -95,14 +102,14 @@ def _finish_gpu(ab: Any, na: Any, nb: Any) -> Any:
     if ab.size == 0:
         return ab
     with cp.cuda.Device(ab.data.device_id):
-        fn = kernel("distance.cu", f"sqdist_finish<{ctype(ab.dtype)}>")
+        fn = kernel("distance.cu", _expression("sqdist_finish", ab.dtype))
         fn((-(-m // (_SQD_THREADS * _SQD_UNROLL)), min(n, 65535)), (_SQD_THREADS,),
            (ab, cp.ascontiguousarray(na), cp.ascontiguousarray(nb), np.int64(n), np.int64(m)))
     return ab
 
 
-_SQD_THREADS, _SQD_UNROLL = 256, 4      # as in distance.cu
-_SQDD_TILE = 128                        # as in distance.cu
+_SQD_THREADS, _SQD_UNROLL = LAUNCH["SQD_THREADS"], LAUNCH["SQD_UNROLL"]
+_SQDD_TILE = LAUNCH["SQDD_TILE"]
 #: the GPU route: the one-launch kernel always up to _DIRECT_MAX_DIMS dimensions, and up to
 #: _DIRECT_SMALL_DIMS for outputs of at most _DIRECT_SMALL_SIZE elements; else the engine's
 #: product and the in-place finish. Measured on the H100 (benchmarks/profile_oneshot.py,
@@ -131,8 +138,6 @@ def _sqdist_direct(a: Any, b: Any) -> Any:
     sqdist_direct): norms, product and clamp computed per tile, D written once."""
     import cupy as cp  # noqa: PLC0415 (CuPy input)
 
-    from ..kernels import ctype, kernel  # noqa: PLC0415
-
     n, d = a.shape
     m = b.shape[0]
     out = cp.empty((n, m), dtype=a.dtype)
@@ -144,7 +149,7 @@ def _sqdist_direct(a: Any, b: Any) -> Any:
     a = cp.ascontiguousarray(a)
     b = cp.ascontiguousarray(b)
     with cp.cuda.Device(a.data.device_id):
-        fn = kernel("distance.cu", f"sqdist_direct<{ctype(a.dtype)}>")
+        fn = kernel("distance.cu", _expression("sqdist_direct", a.dtype))
         fn((-(-m // _SQDD_TILE), -(-n // _SQDD_TILE)), (256,),
            (a, b, np.int64(n), np.int64(m), np.int32(d), out))
     return out

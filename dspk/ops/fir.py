@@ -10,6 +10,7 @@ result there exactly as long as ``halo >= len(taps) // 2``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from ..linalg.engine import current_engine
 from ._checks import traces
 from ._parallel import blocks
+from ._traces_gpu import fir_direct, fir_reason
 
 __all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank",
            "DEFAULT_HIGHPASS_HZ"]
@@ -76,7 +78,7 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
     >>> np.round(np.abs(h), 2)                     # |H| at 200, 300 and 400 Hz
     array([0.03, 0.49, 0.98])
     """
-    from scipy.signal import firwin, kaiserord  # noqa: PLC0415
+    from scipy.signal import firwin, kaiserord  # noqa: PLC0415 (slow import: when used)
 
     transition = (2.0 / 3.0) * cutoff if transition is None else float(transition)
     _check_fs(fs, cutoff)
@@ -118,7 +120,7 @@ def bandpass_taps(fs: float, low: float, high: float, transition: float | None =
     >>> np.round(np.abs(h), 2)
     array([0.  , 0.49, 1.  , 0.5 , 0.  ])
     """
-    from scipy.signal import firwin, kaiserord  # noqa: PLC0415
+    from scipy.signal import firwin, kaiserord  # noqa: PLC0415 (slow import: when used)
 
     _check_fs(fs, low, high)
     if not low < high:
@@ -164,7 +166,7 @@ def zero_phase_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ, order: int =
     >>> bool(np.abs(y - ref)[:, 2000:-2000].max() < 1e-4)
     True
     """
-    from scipy.signal import butter, sosfilt  # noqa: PLC0415
+    from scipy.signal import butter, sosfilt  # noqa: PLC0415 (slow import: when used)
 
     _check_fs(fs, cutoff)
     sos = butter(order, cutoff, btype="highpass", fs=fs, output="sos")
@@ -192,9 +194,9 @@ def _check_taps(taps: Any, n_samples: int, name: str = "taps") -> np.ndarray:
 def _correlate_same(xp: Any, x: Any, kernel: Any) -> Any:
     """Per row of x, Σ_j kernel[j] x[t + j − c] with c = len(kernel) // 2 (zero outside)."""
     if xp is np:
-        from scipy.signal import oaconvolve  # noqa: PLC0415
+        from scipy.signal import oaconvolve  # noqa: PLC0415 (slow import: when used)
     else:
-        from cupyx.scipy.signal import oaconvolve  # noqa: PLC0415
+        from cupyx.scipy.signal import oaconvolve  # noqa: PLC0415 (CuPy input)
     k = kernel[::-1]                      # correlation = convolution with the reversed taps
     c = (len(kernel) - 1) - len(kernel) // 2
     n = x.shape[1]
@@ -230,11 +232,8 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
     impls = {"oaconvolve": fft}
     if not gpu:
         impls["rfft_rows"] = lambda: _rfft_bank(x, weights)
-    else:
-        from ._traces_gpu import fir_direct, fir_reason  # noqa: PLC0415 (GPU-only)
-
-        if fir_reason(x, k, taps) is None:
-            impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
+    elif fir_reason(x, k, taps) is None:
+        impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
     if len(impls) == 1:
         return fft()
     tuner = current_engine().tuner
@@ -255,9 +254,7 @@ def _rfft_bank(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The CPU bank by whole-row real FFTs (scipy.fft, all cores): one transform of x serves
     every filter; on 2 cores a 263-tap high-pass of 384 x 30 262 float32 took 57 ms against
     77 ms for overlap-add in channel blocks."""
-    import os  # noqa: PLC0415
-
-    import scipy.fft as sf  # noqa: PLC0415
+    import scipy.fft as sf  # noqa: PLC0415 (slow import: only when used)
 
     k, taps = weights.shape
     C, n = x.shape

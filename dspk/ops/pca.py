@@ -9,6 +9,7 @@ import numpy as np
 from ..backend import array_module, is_cupy_array
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
+from ._pca_gpu import center_project, fits
 from ._checks import FLOATS
 
 __all__ = ["PCA"]
@@ -106,10 +107,8 @@ class PCA:
                              f"{self.components_.shape[1]}")
         x = x.astype(self.components_.dtype, copy=False)
         if xp is not np:
-            from . import _pca_gpu  # noqa: PLC0415 (CuPy input)
-
-            if _pca_gpu.fits(x.shape[1], self.n_components, x.itemsize):
-                feats = _pca_gpu.center_project(x, self.mean_, self.components_)
+            if fits(x.shape[1], self.n_components, x.itemsize):
+                feats = center_project(x, self.mean_, self.components_)
                 return feats.reshape(clips.shape[:-1] + (self.n_components,))
         feats = matmul(x - self.mean_[None], self.components_.T)
         return feats.reshape(clips.shape[:-1] + (self.n_components,))

@@ -15,8 +15,10 @@ from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
 from ..linalg.prepared import PreparedCache, buffer_identity
 from ._checks import FLOATS, geometry, traces
-from .distance import probe_sqdist
 from ._parallel import blocks
+from ._spatial_gpu import SparseRowsPlan
+from ._traces_gpu import car_median, car_reason
+from .distance import probe_sqdist
 
 __all__ = ["whitening_matrix", "spatial_filter", "SpatialFilter", "common_reference", "neighbors",
            "bipolar_matrix", "laplacian_matrix"]
@@ -265,8 +267,6 @@ class SpatialFilter:
         """The sparse kernel's plan for x's device and dtype (None if it cannot run)."""
         key = (x.device.id, x.dtype, groups, vpl, pipe)
         if key not in self._plans:
-            from ._spatial_gpu import SparseRowsPlan  # noqa: PLC0415 (GPU-only)
-
             if self._host is None:
                 self._host = to_numpy(self.w).astype(np.float64)
             plan = SparseRowsPlan(self._host, x.dtype, groups, vpl, pipe)
@@ -277,9 +277,9 @@ class SpatialFilter:
         key = x.dtype
         if key not in self._csr:
             if self.xp is np:
-                from scipy.sparse import csr_matrix  # noqa: PLC0415
+                from scipy.sparse import csr_matrix  # noqa: PLC0415 (slow import, when used)
             else:
-                from cupyx.scipy.sparse import csr_matrix  # noqa: PLC0415
+                from cupyx.scipy.sparse import csr_matrix  # noqa: PLC0415 (CuPy input)
             self._csr[key] = csr_matrix(self._w(x.dtype))
         csr = self._csr[key]
         if self.xp is np:
@@ -439,6 +439,9 @@ class _DenseVerdicts:
         with self._lock:
             self._left.clear()
 
+    def __len__(self) -> int:
+        return len(self._left)
+
 
 def _dense_verdicts() -> _DenseVerdicts:
     return current_engine().prepared("spatial_filter_dense", _DenseVerdicts)
@@ -554,11 +557,8 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
             impls = {"median": lambda: a - reduce(a)[None]}
             if not gpu:
                 impls["sorted_rows"] = lambda: a - _median_by_sorting(a)[None]
-            else:
-                from ._traces_gpu import car_median, car_reason  # noqa: PLC0415 (GPU-only)
-
-                if car_reason(a) is None:
-                    impls["select_kernel"] = lambda: car_median(a)
+            elif car_reason(a) is None:
+                impls["select_kernel"] = lambda: car_median(a)
             if len(impls) > 1:
                 tuner = current_engine().tuner
                 key = ("median_reference", tuner.stamp(gpu, a.device.id if gpu else None),

@@ -1,0 +1,305 @@
+"""Each CUDA source's template instances are declared once and compiled together: every kernel
+dspk requests is in its file's list (checked here on the CPU over the shapes each caller
+derives its instance from), the first request compiles the whole list in one NVRTC call, and an
+instance outside the list still compiles, on its own, with a warning."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dspk
+import dspk.kernels as kernels
+import dspk.match as match
+from dspk import _detect_gpu
+from dspk.caches import forget_shared
+from dspk.linalg import candidates_gpu as cg
+from dspk.linalg import candidates_int as ci
+from dspk.ops import _pca_gpu, _spatial_gpu, _traces_gpu
+from dspk.ops import distance
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = {"major": 9, "minor": 0, "multiProcessorCount": 132, "sharedMemPerBlockOptin": 232448,
+        "sharedMemPerMultiprocessor": 233472, "sharedMemPerBlock": 49152}
+SM86 = {"major": 8, "minor": 6, "multiProcessorCount": 84, "sharedMemPerBlockOptin": 101376,
+        "sharedMemPerMultiprocessor": 102400, "sharedMemPerBlock": 49152}
+T4 = {"major": 7, "minor": 5, "multiProcessorCount": 40, "sharedMemPerBlockOptin": 65536,
+      "sharedMemPerMultiprocessor": 65536, "sharedMemPerBlock": 49152}
+DEVICES = {"h100": H100, "sm86": SM86, "t4": T4}
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _declared(filename: str, props: dict) -> set:
+    return set(kernels.declared_instances(filename, props))
+
+
+# -- every request names a declared file and a declared (or helper-built) instance ---------------
+def _kernel_calls() -> list[tuple[str, int, ast.Call]]:
+    calls = []
+    for path in sorted((ROOT / "dspk").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "kernel":
+                calls.append((str(path.relative_to(ROOT)), node.lineno, node))
+    return calls
+
+
+def test_every_kernel_request_names_a_declared_file_and_builds_no_name_of_its_own():
+    """A request spells its file as a literal that is declared, and its instance either as a
+    literal in the list or through a helper (no f-string at the call: the helpers are what
+    the instance lists are made of)."""
+    calls = _kernel_calls()
+    assert len(calls) > 20
+    bad = []
+    for where, line, call in calls:
+        file_arg, expr_arg = call.args[:2]
+        if not (isinstance(file_arg, ast.Constant) and
+                file_arg.value in kernels.declared_files()):
+            bad.append(f"{where}:{line}: file {ast.unparse(file_arg)} is not declared")
+        if isinstance(expr_arg, ast.JoinedStr):
+            bad.append(f"{where}:{line}: the instance is an f-string at the call")
+        elif isinstance(expr_arg, ast.Constant) and \
+                expr_arg.value not in _declared(file_arg.value, H100):
+            bad.append(f"{where}:{line}: {expr_arg.value} is not in the list")
+    assert not bad, bad
+
+
+def test_the_declarations_cover_every_source():
+    assert set(kernels.declared_files()) == {p.name for p in kernels.CUDA_SOURCES}
+
+
+# -- the callers' derivations over their shapes --------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_wx_tile_instances_cover_every_w_that_fits(device):
+    props = DEVICES[device]
+    optin = cg._optin(props)
+    listed = _declared("wx_tile.cu", props)
+    rng = np.random.default_rng(0)
+    tiles = [c for c in cg.gpu_candidates() if isinstance(c, cg.WxTile)]
+    assert tiles
+    checked = 0
+    for c in tiles:
+        for dt in FLOATS:
+            ks = [*range(1, 80), *rng.integers(80, 6000, 300).tolist()]
+            for m in range(1, 65):
+                for k in ks:
+                    if c._fits_shape(m, k, dt, optin) is None:
+                        assert c.expression(dt, m, k, optin) in listed, (c.name, m, k, dt)
+                        checked += 1
+    assert checked > 1000
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_other_skinny_instances_cover_their_shapes(device):
+    props = DEVICES[device]
+    listed = _declared("skinny.cu", props)
+    for c in cg.gpu_candidates():
+        if isinstance(c, cg.WxDirect):
+            for m in range(1, 65):
+                for dt in FLOATS:
+                    if c._fits_shape(m, 1, dt) is None:
+                        assert c.expression(dt, cg._pow2_at_least(m, 4)) in listed
+        elif isinstance(c, cg.WxVec):
+            for m in range(1, 65):
+                for dt in FLOATS:
+                    if c._fits_shape(m, 1, dt) is None:
+                        assert c.expression(dt, c._rows_per_slice(m)) in listed
+        elif isinstance(c, cg.GramSmall):
+            for dt, acc in c._dtypes():
+                for m in range(1, 9):
+                    for n in range(1, 9):
+                        for sym in (False, m == n):
+                            md = cg._pow2_at_least(max(m, n), 1)
+                            assert c.expression(dt, acc, md, sym) in listed
+        elif isinstance(c, cg.GramTiled):
+            for dt, acc in c._dtypes():
+                for sym in (False, True):
+                    assert c.expression(dt, acc, sym) in listed
+                    for s in range(1, 1000):          # any number of K chunks
+                        assert cg.splitk_reduce_expression(acc, dt, cg._groups(s), sym) in listed
+        elif isinstance(c, cg.CublasSplitK):
+            for dt in FLOATS:
+                for slots in (c.chunks, c.chunks + 1):
+                    assert cg.splitk_reduce_expression(dt, dt, cg._groups(slots), False) in listed
+        elif isinstance(c, cg.CublasSymBlocks):
+            for dt in FLOATS:
+                for s in range(1, 1000):
+                    assert cg.symblock_reduce_expression(dt, cg._groups(s)) in listed
+
+
+def test_integer_instances():
+    listed = _declared("intpack.cu", H100)
+    assert ci.COMBINE in listed
+    for dt in ci.INT_DTYPES:
+        assert set(ci._pack_expressions(dt)) <= listed
+    grams = [c for c in ci._gpu_kernel_candidates() if isinstance(c, ci.Int16GramFused)]
+    assert {c.expression() for c in grams} == _declared("gram16.cu", H100)
+    assert not _declared("gram16.cu", T4)          # no int8 mma.sync before 8.0
+
+
+@pytest.mark.parametrize("device", ["h100", "sm86"])
+def test_ncc_instances_cover_every_bank(device, monkeypatch):
+    props = DEVICES[device]
+    monkeypatch.setattr(match, "device_properties", lambda device_id: props)
+    listed = _declared("ncc.cu", props)
+    assert set(match.PEAK_KERNELS) <= listed
+    for n in range(1, 200, 3):
+        for th, tw in ((3, 5), (8, 10), (16, 16), (19, 23), (40, 40)):
+            for variant in match.MMA_VARIANTS:
+                plan = match._mma_plan(n, th, tw, 0, variant)
+                for center in (False, True):
+                    assert match._mma_expression(center, plan, False) in listed
+                    if variant == match.PEAK_VARIANT:
+                        assert match._mma_expression(center, plan, True) in listed
+            for center in (False, True):
+                tg = match.DP4A_GROUPS[1] if n >= match.DP4A_GROUPS[1] else \
+                    match.DP4A_GROUPS[0]
+                assert {match._dp4a_expression(center, tg),
+                        match._pack_expression(center)} <= listed
+
+
+def test_ncc_has_no_tensor_core_instances_before_8_0():
+    listed = _declared("ncc.cu", T4)
+    assert not any(e.startswith("ncc_bank_mma") for e in listed)
+    assert any(e.startswith("ncc_bank_dp4a") for e in listed)
+
+
+def test_ops_and_detect_instances():
+    listed = _declared("projection.cu", H100)
+    for k in range(1, 120):
+        for m in range(1, k + 1):
+            for dt in FLOATS:
+                if _pca_gpu.fits(k, m, dt.itemsize):
+                    per_thread = _pca_gpu._geometry(k, m, dt.itemsize)[1]
+                    assert _pca_gpu._expression(dt, per_thread) in listed
+    listed = _declared("traces.cu", H100)
+    for dt in FLOATS:
+        assert _traces_gpu._fir_expression(dt) in listed
+        for c in range(1, 32 * _traces_gpu._VPL[-1] + 1):
+            vpl = next(v for v in _traces_gpu._VPL if 32 * v >= c)
+            assert _traces_gpu._car_expression(dt, vpl) in listed
+    assert not any("car_median" in e for e in _declared("traces.cu", T4))
+    listed = _declared("spatial.cu", H100)
+    assert {_spatial_gpu._expression(dt, v, p) for dt in FLOATS for v in _spatial_gpu.VPL
+            for p in (False, True)} == listed
+    listed = _declared("detect.cu", H100)
+    for dt in FLOATS:
+        for s in range(1, _detect_gpu.S_MAX + 1):
+            assert _detect_gpu._score_expression(dt, s) in listed
+    assert len(_declared("covariance.cu", H100)) == 6
+    assert {distance._expression(n, dt) for dt in FLOATS
+            for n in ("sqdist_finish", "sqdist_direct")} == _declared("distance.cu", H100)
+    assert {kernels._gather_expression(dt) for dt in kernels.CTYPES} == \
+        _declared("gather.cu", H100)
+
+
+# -- one compile per file and device, the fallback ----------------------------------------------
+class _FakeModule:
+    compiled: list = []
+
+    def __init__(self, code, options, name_expressions, fail=False):
+        self.names = list(name_expressions)
+        self.fail = fail
+        _FakeModule.compiled.append(self.names)
+
+    def compile(self):
+        if self.fail:
+            raise RuntimeError("nvrtc: an instance does not compile")
+
+    def get_function(self, name):
+        assert name in self.names
+        return ("kernel", name, id(self))
+
+
+class _FakeCupy:
+    """What dspk.kernels uses of CuPy: the current device, a device context, RawModule."""
+
+    def __init__(self, fail_whole: bool = False):
+        fake = self
+
+        class _Runtime:
+            @staticmethod
+            def getDevice():
+                return 0
+
+        class _Cuda:
+            runtime = _Runtime
+            Device = staticmethod(lambda d: contextlib.nullcontext())
+
+        self.cuda = _Cuda
+
+        def raw_module(code, options, name_expressions):
+            many = len(name_expressions) > 1
+            return _FakeModule(code, options, name_expressions, fail=fake.fail and many)
+
+        self.RawModule = raw_module
+        self.fail = fail_whole
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    def use(fail_whole: bool = False):
+        forget_shared()
+        _FakeModule.compiled = []
+        monkeypatch.setattr(kernels, "cupy_module", lambda: _FakeCupy(fail_whole))
+        monkeypatch.setattr(kernels, "device_properties", lambda device_id: H100)
+
+    yield use
+    forget_shared()
+
+
+def test_the_first_request_compiles_every_instance_of_the_file_once(fake_cupy, caplog):
+    fake_cupy()
+    listed = sorted(_declared("traces.cu", H100))
+    first = kernels.kernel("traces.cu", listed[0])
+    again = kernels.kernel("traces.cu", listed[0])
+    other = kernels.kernel("traces.cu", listed[-1])
+    assert first is again and first[1] == listed[0] and other[1] == listed[-1]
+    assert _FakeModule.compiled == [listed]                      # one NVRTC call, all of them
+    with caplog.at_level(logging.WARNING, logger="dspk.kernels"):
+        odd = kernels.kernel("traces.cu", "car_median<float, unsigned int, 3>")
+    assert odd[1] == "car_median<float, unsigned int, 3>"
+    assert _FakeModule.compiled[-1] == ["car_median<float, unsigned int, 3>"]
+    assert "not among the instances declared" in caplog.text
+    dspk.linalg.Engine().forget()                                 # the tables are cleared
+    kernels.kernel("traces.cu", listed[0])
+    assert _FakeModule.compiled[-1] == listed
+
+
+def test_a_file_that_fails_as_a_whole_compiles_each_instance_on_its_own(fake_cupy, caplog):
+    fake_cupy(fail_whole=True)
+    listed = sorted(_declared("distance.cu", H100))
+    with caplog.at_level(logging.WARNING, logger="dspk.kernels"):
+        fn = kernels.kernel("distance.cu", listed[1])
+    assert fn[1] == listed[1] and _FakeModule.compiled == [listed, [listed[1]]]
+    assert "did not compile with its 4 instances" in caplog.text
+
+
+def test_an_undeclared_file_compiles_what_is_asked(fake_cupy, tmp_path, caplog):
+    fake_cupy()
+    src = tmp_path / "mine.cu"
+    src.write_text("__global__ void spin() {}\n")
+    with caplog.at_level(logging.WARNING, logger="dspk.kernels"):
+        kernels.kernel(str(src), "spin")
+    assert _FakeModule.compiled == [["spin"]] and not caplog.text
+
+
+def test_precompile_compiles_each_file_once(fake_cupy):
+    fake_cupy()
+    got = kernels.precompile(["covariance.cu", "gram16.cu"])
+    assert got == {"covariance.cu": 6, "gram16.cu": 4}
+    assert kernels.precompile(["covariance.cu"]) == {"covariance.cu": 6}
+    assert len(_FakeModule.compiled) == 2
+    kernels.kernel("covariance.cu", sorted(_declared("covariance.cu", H100))[0])
+    assert len(_FakeModule.compiled) == 2                       # nothing compiled again
+
+
+def test_declarations_are_checked():
+    with pytest.raises(ValueError, match="no such source"):
+        kernels.declare_instances("nope.cu", lambda props: [])
+    with pytest.raises(ValueError, match="declared twice"):
+        kernels.declare_instances("skinny.cu", lambda props: [])
