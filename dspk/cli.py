@@ -40,7 +40,7 @@ from .argnames import command_line_spelling
 from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
 from .io import open_recording, read_probe
 from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
-from .linalg.tuner import cache_path, read_cache, tune_mode
+from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .pipeline import JobInterrupted, Pipeline, registry
 
 #: the raw sample types a flat binary may hold
@@ -270,11 +270,7 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
 def _cache(args: argparse.Namespace) -> int:
     path = cache_path()
     if args.action == "clear":
-        if path.exists():
-            path.unlink()
-            print(f"removed {path}")
-        else:
-            print(f"no cache at {path}")
+        print(f"removed {path}" if clear_cache(path) else f"no cache at {path}")
         return 0
     entries = read_cache(path)
     if not entries:

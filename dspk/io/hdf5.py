@@ -51,10 +51,6 @@ def h5py_module() -> Any:
     return h5py
 
 
-#: the former private name, kept until every caller uses `h5py_module`
-_h5py = h5py_module
-
-
 def is_hdf5(path: Any) -> bool:
     """Whether ``path`` is an existing file in HDF5 format (NWB files are); False for a
     folder or a missing path.

@@ -447,10 +447,6 @@ def read_cache(path: str | os.PathLike | None = None, warn: bool = True) -> dict
     return doc["entries"]
 
 
-#: the name it had before it was public (dspk/cli.py reads it)
-_read_cache = read_cache
-
-
 def clear_cache(path: str | os.PathLike | None = None) -> bool:
     """Remove a cache file (``dspk tune-cache clear``). Engines keep what they hold in memory
     until they `forget` it.
@@ -732,4 +728,3 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> f
     n = int(min(200, max(1, (2e-4 if gpu else 2e-3) / one)))
     samples = max(3, min(9, int(budget_s / (one * n))))
     return float(np.median([timed(n) for _ in range(samples)]))
-read_cache = _read_cache  # TEMP until engine merge
