@@ -48,9 +48,12 @@ from typing import Any
 
 import numpy as np
 
+from numpy.lib.stride_tricks import sliding_window_view
+
 from ._detect_gpu import fused_reason
 from .backend import array_module, to_numpy
-from .linalg import matmul
+from .linalg import current_engine, matmul
+from .linalg.threads import blas_threads, parallel_blocks
 from .ops import PCA, fir_bank, pairwise_sqdist
 from .ops.distance import probe_sqdist
 
@@ -222,7 +225,7 @@ def _template_noise(x: Any, bank: np.ndarray, b: Any = None) -> np.ndarray:
     k, taps = bank.shape
     idx = _noise_samples(n, taps)
     if b is not None:
-        out = b[:, :, idx]                                        # [C, k, m]
+        out = b[:, :, idx] if xp is not np else np.take(b, idx, axis=2)     # [C, k, m]
     else:
         rows = max(1, NOISE_BLOCK_BYTES // max(1, k * n * x.itemsize))
         take = xp.asarray(idx)
@@ -238,7 +241,7 @@ def _abs_median(xp: Any, a: Any) -> Any:
     float neighbour: in one kernel with each row in shared memory when it fits
     (`dspk._detect_gpu.row_abs_median`), else with CuPy array operations."""
     if xp is np:
-        return np.median(np.abs(a), axis=-1)
+        return _host_abs_median(a)
     from ._detect_gpu import RM_MAX_BYTES, row_abs_median  # noqa: PLC0415 (GPU-only)
 
     if a.shape[-1] * a.itemsize <= RM_MAX_BYTES:             # each row in shared memory
@@ -254,6 +257,33 @@ def _abs_median(xp: Any, a: Any) -> Any:
         hi = xp.where(enough, mid, hi)
         lo = xp.where(enough, lo, mid)
     return hi
+
+
+#: rows per block of the host median (blocks run on the engine's threads)
+MEDIAN_BLOCK_ROWS = 256
+
+
+def _host_abs_median(a: np.ndarray) -> np.ndarray:
+    """``np.median(np.abs(a), axis=-1)``, the same values: for rows of odd length, each block
+    of `MEDIAN_BLOCK_ROWS` rows is partitioned in place about its middle (NumPy's partition
+    releases the GIL: the blocks share the engine's threads; np.median copies the rows once
+    more and partitions about the middle and the end, for NaNs); a block with a NaN goes to
+    np.median."""
+    m = a.shape[-1]
+    flat = a.reshape(-1, m)
+    if m % 2 == 0 or flat.shape[0] == 0:
+        return np.median(np.abs(a), axis=-1)
+    mid = m // 2
+
+    def rows(r0: int) -> np.ndarray:
+        v = np.abs(flat[r0:r0 + MEDIAN_BLOCK_ROWS])
+        if np.isnan(v.max()):
+            return np.median(v, axis=-1)
+        v.partition(mid, axis=-1)
+        return v[:, mid].copy()
+
+    parts = parallel_blocks(rows, range(0, flat.shape[0], MEDIAN_BLOCK_ROWS))
+    return np.concatenate(parts).reshape(a.shape[:-1])
 
 
 def _inverse_noise(noise: Any, c: int, k: int) -> np.ndarray:
@@ -367,23 +397,34 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         score, best_k = _detect_gpu.scores(x, bank.astype(dt), nbr, w.astype(dt), inv_sd,
                                            memory_bytes)
         p, t = _detect_gpu.peaks(score, nbr, threshold, dead)
+    elif xp is np:                                              # scored where they can peak
+        p, t, amp, tk = _cpu_spikes(x, bank, nbr, w, None if noise is None else inv_sd,
+                                    threshold, dead, memory_bytes)
     else:
-        if xp is not np:
-            log.debug("detect_spikes: engine path on the GPU (%s)", reason)
+        log.debug("detect_spikes: engine path on the GPU (%s)", reason)
         score, best_k = _engine_scores(xp, x, bank, nbr, w, None if noise is None else inv_sd,
                                        memory_bytes)
         p, t = (to_numpy(v) for v in _local_maxima(xp, score, xp.asarray(nbr), threshold,
                                                      dead))
     order = np.lexsort((p, t))
     p, t = p[order], t[order]
+    if xp is np:
+        amp, tk = amp[order], tk[order]
+    else:
+        amp = to_numpy(score[xp.asarray(p), xp.asarray(t)]) if len(t) else []
+        tk = to_numpy(best_k[xp.asarray(p), xp.asarray(t)]) if len(t) else []
     out = np.empty(len(t), dtype=SPIKE_DTYPE)
     shift = taps // 2 - int(round(TROUGH_TAP * fs / 30000.0))   # correlation peak -> trough
     out["sample_index"] = t - shift
     out["channel_index"] = p
-    out["amplitude"] = to_numpy(score[xp.asarray(p), xp.asarray(t)]) if len(t) else []
-    out["template_index"] = to_numpy(best_k[xp.asarray(p), xp.asarray(t)]) if len(t) else []
+    out["amplitude"] = amp
+    out["template_index"] = tk
     out["x"], out["y"] = g[p, 0], g[p, 1]
     return out
+
+
+#: probes whose neighbourhoods the engine keeps (the oldest goes first)
+NEIGHBOURHOOD_PROBES = 8
 
 
 def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
@@ -391,22 +432,21 @@ def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
     """(nbr [P, N] the nearest channels of each position (itself first unless another channel
     sits at the same place), w [P, S, N] float64 Gaussian weights of unit norm per width).
     With ``shanks``, only channels of the position's shank (N is at most the smallest shank's
-    channel count). Kept for the last few probes: batch after batch of one recording share
-    them (a few ms of host work for 384 channels)."""
+    channel count). Kept with the engine in use (``current_engine().prepared``, dropped by
+    ``Engine.forget``) for the last `NEIGHBOURHOOD_PROBES` probes: batch after batch of one
+    recording share them (a few ms of host work for 384 channels)."""
     key = (g.tobytes(), g.shape, int(n_neighbors), tuple(float(v) for v in widths_um),
            None if shanks is None else (shanks.tobytes(), shanks.dtype.str))
-    hit = _NEIGHBOURHOODS.get(key)
+    store = current_engine().prepared("detect.neighbourhoods", dict)
+    hit = store.get(key)
     if hit is None:
         hit = _neighbourhoods_of(g, n_neighbors, widths_um, shanks)
         for a in hit:
             a.setflags(write=False)        # shared between calls: never modified
-        if len(_NEIGHBOURHOODS) >= 8:
-            _NEIGHBOURHOODS.pop(next(iter(_NEIGHBOURHOODS)))
-        _NEIGHBOURHOODS[key] = hit
+        for old in list(store)[:max(0, len(store) - NEIGHBOURHOOD_PROBES + 1)]:
+            store.pop(old, None)           # (a list of the keys: other threads may insert)
+        store[key] = hit
     return hit
-
-
-_NEIGHBOURHOODS: dict = {}
 
 
 def _neighbourhoods_of(g: np.ndarray, n_neighbors: int, widths_um: tuple,
@@ -470,6 +510,172 @@ def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) ->
         xp.maximum(around, in_time[nbr[:, j]], out=around)
     keep = (score >= threshold) & (score >= around)
     return xp.nonzero(keep)
+
+
+#: the CPU path tests its bound and computes scores in windows of this many samples
+BOUND_WINDOW = 8
+#: a window is scored when its bound reaches (1 - BOUND_MARGIN)·threshold²: the bound and the
+#: scores round differently (a few float32 ulps), the margin is far above both
+BOUND_MARGIN = 1e-3
+#: below this threshold the CPU path scores every window (squares of the bound could underflow)
+BOUND_MIN_THRESHOLD = 1e-12
+#: time samples per block of the bound (a block's [channels, samples] arrays stay in cache)
+BOUND_BLOCK = 4096
+#: windows of one position per product member, at least (more when the product would be
+#: small enough for the engine to consider a non-BLAS candidate: see `_cpu_spikes`)
+MEMBER_WINDOWS = 8
+#: product members per `dspk.matmul` call, at most (the last call is padded: one shape per
+#: probe and bank, tuned once)
+MEMBERS_PER_CALL = 256
+
+
+def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
+                inv_sd: np.ndarray | None, threshold: float, dead: int,
+                memory_bytes: int) -> tuple:
+    """(positions, samples, scores, best templates) of the spikes of NumPy input: the
+    scores of `_engine_scores` (bit for bit: the same products, summed in the same order by
+    the same BLAS) and the maxima of `_local_maxima`, computed only where a score can reach
+    the threshold.
+
+    A score is Σₙ w[p, s, n]·bs[nbr[p, n], k, t] with bs the noise-scaled bank output and
+    w ≥ 0 of unit norm, so by Cauchy–Schwarz it is at most √(Σₙ max(0, bs[nbr[p, n], k, t])²)
+    ≤ √(Σₙ m[nbr[p, n], t]²) with m = max(0, maxₖ bs), and within a window of `BOUND_WINDOW`
+    samples at most √(Σₙ (max over the window of m[nbr[p, n]])²). Only the (position, window)
+    pairs where that bound reaches the threshold (2–4 % of them on whitened Neuropixels data
+    with ~750 spikes/s) are scored: the windows' bank outputs gathered for the neighbours,
+    multiplied by the weights with `dspk.matmul` (``MEMBER_WINDOWS`` windows of one position
+    per member). Every other score is below the threshold, and a score below the threshold
+    neither is a spike nor suppresses one (a spike is at least the threshold and at least
+    every score around it), so the maxima are found among the scored points above the
+    threshold alone (`_sparse_maxima`).
+
+    The time blocks of the bound and the groups of members run on the engine's threads; each
+    score is computed on its own, so neither the blocks nor the thread count change a bit."""
+    c, n = x.shape
+    k = bank.shape[0]
+    nn, n_widths = nbr.shape[1], w.shape[1]
+    dt = x.dtype
+    isz = dt.itemsize
+    b = fir_bank(x, bank.astype(dt))                            # [C, k, n]
+    if inv_sd is None:
+        inv_sd = _inverse_noise(_template_noise(x, bank, b), c, k)
+    inv = inv_sd.astype(dt)
+    wd = w.astype(dt)
+    win = min(BOUND_WINDOW, n)
+    share = max(1, int(memory_bytes) // max(1, blas_threads()))
+    # the bound in time blocks (whole windows) of ~3 [C, block] arrays each
+    block = max(win, min(BOUND_BLOCK, share // max(1, 3 * c * isz)) // win * win)
+    limit = dt.type(threshold * threshold * (1 - BOUND_MARGIN))
+    prune = threshold >= BOUND_MIN_THRESHOLD
+
+    def bound(t0: int) -> np.ndarray:
+        """Global window indices (position · windows + window) of the block that may hold a
+        score above the threshold."""
+        t1 = min(n, t0 + block)
+        nw = -(-(t1 - t0) // win)
+        m = np.zeros((c, nw * win), dtype=dt)                   # max(0, max over k of bs)
+        tmp = np.empty((c, t1 - t0), dtype=dt)
+        for j in range(k):
+            np.multiply(b[:, j, t0:t1], inv[:, j, None], out=tmp)
+            np.maximum(m[:, :t1 - t0], tmp, out=m[:, :t1 - t0])
+        mw = m[:, 0::win].copy()                                # [C, nw]; zeros pad the tail
+        for j in range(1, win):                                 # (faster than a max over an
+            np.maximum(mw, m[:, j::win], out=mw)                # axis of `win` elements)
+        np.multiply(mw, mw, out=mw)
+        e = mw[nbr[:, 0]]
+        for j in range(1, nn):
+            e += mw[nbr[:, j]]
+        p, i = np.nonzero(~(e < limit)) if prune else np.nonzero(np.ones_like(e, dtype=bool))
+        return p * n_windows + (t0 // win + i)                  # NaN passes: scored as before
+
+    n_windows = -(-n // win)
+    found = parallel_blocks(bound, range(0, n, block))
+    flat = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+    pos, wi = np.divmod(flat, n_windows)
+    # members: up to `per` windows of one position; a product of fewer than 4097 multiply-adds
+    # per member could go to the engine's einsum candidate (other roundings), so never fewer
+    per = max(MEMBER_WINDOWS, -(-4097 // (n_widths * nn * k * win)))
+    counts = np.bincount(pos, minlength=c)
+    members_of = -(-counts // per)
+    member_pos = np.repeat(np.arange(c), members_of)
+    first_slot = (np.cumsum(members_of) - members_of) * per
+    first_win = np.cumsum(counts) - counts
+    calls = -(-len(member_pos) // MEMBERS_PER_CALL) if len(member_pos) else 0
+    size = (nn + n_widths + 2) * per * k * win * isz            # bytes per member, about
+    mb = max(1, min(MEMBERS_PER_CALL, share // max(1, size)))
+    total = -(-len(member_pos) // mb) * mb if calls else 0
+    member_pos = np.concatenate([member_pos, np.zeros(total - len(member_pos), np.int64)])
+    slot_win = np.full(total * per, -1, dtype=np.int64)         # -1: an empty slot
+    slot_win[first_slot[pos] + np.arange(len(pos)) - first_win[pos]] = wi
+    # [C, starts, k, win]: the bank output of every window start, a view
+    view = sliding_window_view(b, win, axis=2).transpose(0, 2, 1, 3)
+    offsets = np.arange(win)
+
+    def score(m0: int) -> tuple:
+        """(positions, samples, scores, templates) above the threshold in members
+        [m0, m0 + mb)."""
+        mp = member_pos[m0:m0 + mb]
+        sw = slot_win[m0 * per:(m0 + mb) * per]
+        start = np.where(sw >= 0, np.minimum(sw * win, n - win), 0)    # the last: shifted
+        chans = nbr[mp]                                                 # [mb, N]
+        g = view[chans[:, :, None], start.reshape(mb, 1, per)]         # [mb, N, per, k, win]
+        g *= inv[chans][:, :, None, :, None]                           # = bs, as _engine_scores
+        s = matmul(wd[mp], g.reshape(mb, nn, per * k * win))
+        s = s.reshape(mb, n_widths, per, k, win).max(axis=1)           # over widths
+        best = s.argmax(axis=2).reshape(-1, win)                       # [slots, win]
+        top = s.max(axis=2).reshape(-1, win)
+        t = start[:, None] + offsets
+        hit = (top >= threshold) & (sw[:, None] >= 0) & (t >= sw[:, None] * win)
+        slot, col = np.nonzero(hit)
+        return mp[slot // per], t[slot, col], top[slot, col], best[slot, col]
+
+    parts = parallel_blocks(score, range(0, total, mb))
+    if not parts:
+        e = np.zeros(0, np.int64)
+        return e, e, np.zeros(0, dt), e
+    p, t, s, best = (np.concatenate(v) for v in zip(*parts))
+    keep = _sparse_maxima(p, t, s, nbr, dead, n)
+    return p[keep], t[keep], s[keep], best[keep]
+
+
+def _sparse_maxima(p: np.ndarray, t: np.ndarray, s: np.ndarray, nbr: np.ndarray, dead: int,
+                   n: int) -> np.ndarray:
+    """Which of the points (p, t) of score s (every score >= the threshold; any other score
+    is lower) are `_local_maxima`: at least every score within ±dead samples at p and at the
+    positions ``nbr[p, 1:]``. Window maxima from a sparse table over the points sorted by
+    (position, sample); a point must first be the maximum of its own position's window."""
+    m = len(s)
+    keep = np.zeros(m, dtype=bool)
+    if m == 0:
+        return keep
+    stride = n + 2 * dead + 1                      # a position's keys never reach the next's
+    key = p * stride + (t + dead)
+    order = np.argsort(key)
+    key, ss = key[order], s[order]
+    levels = [ss]                                  # levels[i][j] = max(ss[j:j + 2**i])
+    while 2 << (len(levels) - 1) <= min(m, 2 * dead + 1):
+        half = 1 << (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-half], levels[-1][half:]))
+
+    def window_max(centre: np.ndarray) -> np.ndarray:
+        lo = np.searchsorted(key, centre - dead, "left")
+        hi = np.searchsorted(key, centre + dead, "right")
+        out = np.full(len(centre), -np.inf, dtype=ss.dtype)
+        length = hi - lo
+        level = np.frexp(length)[1] - 1                          # floor(log2(length))
+        for i in np.unique(level[length > 0]):
+            at = np.flatnonzero((length > 0) & (level == i))
+            out[at] = np.maximum(levels[i][lo[at]], levels[i][hi[at] - (1 << int(i))])
+        return out
+
+    around = window_max(key)                       # its own position (itself included)
+    at = np.flatnonzero(ss >= around)
+    around = around[at]
+    ps, ts = key[at] // stride, key[at] % stride
+    for j in range(1, nbr.shape[1]):
+        np.maximum(around, window_max(nbr[ps, j] * stride + ts), out=around)
+    keep[order[at]] = ss[at] >= around
+    return keep
 
 
 def _window(fs: float) -> tuple:
