@@ -519,7 +519,9 @@ BOUND_WINDOW = 8
 BOUND_MARGIN = 1e-3
 #: below this threshold the CPU path scores every window (squares of the bound could underflow)
 BOUND_MIN_THRESHOLD = 1e-12
-#: time samples per block of the bound (a block's [channels, samples] arrays stay in cache)
+#: channels per block of the bound's pass over the bank output (a block stays in cache)
+BOUND_ROWS = 4
+#: time samples per block of the bound's neighbour sums
 BOUND_BLOCK = 4096
 #: windows of one position per product member, at least (more when the product would be
 #: small enough for the engine to consider a non-BLAS candidate: see `_cpu_spikes`)
@@ -559,52 +561,58 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     b = fir_bank(x, bank.astype(dt))                            # [C, k, n]
     if inv_sd is None:
         inv_sd = _inverse_noise(_template_noise(x, bank, b), c, k)
-    inv = inv_sd.astype(dt)
+    inv = inv_sd.astype(dt)[:, :, None]
     wd = w.astype(dt)
     win = min(BOUND_WINDOW, n)
+    n_windows = -(-n // win)
     share = max(1, int(memory_bytes) // max(1, blas_threads()))
-    # the bound in time blocks (whole windows) of ~3 [C, block] arrays each
-    block = max(win, min(BOUND_BLOCK, share // max(1, 3 * c * isz)) // win * win)
     limit = dt.type(threshold * threshold * (1 - BOUND_MARGIN))
     prune = threshold >= BOUND_MIN_THRESHOLD
+    mw = np.empty((c, n_windows), dtype=dt)        # per channel and window: max(0, bs)²
 
-    def bound(t0: int) -> np.ndarray:
-        """Global window indices (position · windows + window) of the block that may hold a
-        score above the threshold."""
-        t1 = min(n, t0 + block)
-        nw = -(-(t1 - t0) // win)
-        m = np.zeros((c, nw * win), dtype=dt)                   # max(0, max over k of bs)
-        tmp = np.empty((c, t1 - t0), dtype=dt)
-        for j in range(k):
-            np.multiply(b[:, j, t0:t1], inv[:, j, None], out=tmp)
-            np.maximum(m[:, :t1 - t0], tmp, out=m[:, :t1 - t0])
-        mw = m[:, 0::win].copy()                                # [C, nw]; zeros pad the tail
-        for j in range(1, win):                                 # (faster than a max over an
-            np.maximum(mw, m[:, j::win], out=mw)                # axis of `win` elements)
-        np.multiply(mw, mw, out=mw)
-        e = mw[nbr[:, 0]]
+    def peaks(c0: int) -> None:
+        """Channels [c0, c0 + rows): bs = b·(1 / noise) in place (as _engine_scores), and the
+        largest max(0, bs) of each window over the templates, squared, into mw."""
+        v = b[c0:c0 + rows]
+        np.multiply(v, inv[c0:c0 + rows], out=v)
+        m = np.zeros((len(v), n_windows * win), dtype=dt)      # zeros pad the last window
+        np.max(v, axis=1, out=m[:, :n])
+        np.maximum(m, 0, out=m)
+        o = mw[c0:c0 + rows]
+        np.maximum(m[:, 0::win], m[:, 1::win] if win > 1 else m[:, 0::win], out=o)
+        for j in range(2, win):                    # (faster than a max over an axis of
+            np.maximum(o, m[:, j::win], out=o)     # `win` elements)
+        np.multiply(o, o, out=o)
+
+    # channels in blocks of a few whole rows (contiguous: one pass over b, in cache)
+    rows = max(1, min(BOUND_ROWS, share // max(1, 2 * n_windows * win * isz)))
+    parallel_blocks(peaks, range(0, c, rows))
+    block = max(1, min(BOUND_BLOCK // win, share // max(1, 2 * c * isz)))
+    active = np.ones((c, n_windows), dtype=bool)   # (position, window) may reach threshold
+
+    def bound(w0: int) -> None:
+        """The bound of windows [w0, w0 + block) (NaN passes: scored as before)."""
+        part = mw[:, w0:w0 + block]
+        e = part[nbr[:, 0]]
         for j in range(1, nn):
-            e += mw[nbr[:, j]]
-        p, i = np.nonzero(~(e < limit)) if prune else np.nonzero(np.ones_like(e, dtype=bool))
-        return p * n_windows + (t0 // win + i)                  # NaN passes: scored as before
+            e += part[nbr[:, j]]
+        np.logical_not(e < limit, out=active[:, w0:w0 + block])
 
-    n_windows = -(-n // win)
-    found = parallel_blocks(bound, range(0, n, block))
-    flat = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
-    pos, wi = np.divmod(flat, n_windows)
-    # members: up to `per` windows of one position; a product of fewer than 4097 multiply-adds
+    if prune:
+        parallel_blocks(bound, range(0, n_windows, block))
+    pos, wi = np.nonzero(active)                   # by position, then window
+    # members: `per` window slots of one position; a product of fewer than 4097 multiply-adds
     # per member could go to the engine's einsum candidate (other roundings), so never fewer
     per = max(MEMBER_WINDOWS, -(-4097 // (n_widths * nn * k * win)))
     counts = np.bincount(pos, minlength=c)
     members_of = -(-counts // per)
-    member_pos = np.repeat(np.arange(c), members_of)
     first_slot = (np.cumsum(members_of) - members_of) * per
     first_win = np.cumsum(counts) - counts
-    calls = -(-len(member_pos) // MEMBERS_PER_CALL) if len(member_pos) else 0
     size = (nn + n_widths + 2) * per * k * win * isz            # bytes per member, about
-    mb = max(1, min(MEMBERS_PER_CALL, share // max(1, size)))
-    total = -(-len(member_pos) // mb) * mb if calls else 0
-    member_pos = np.concatenate([member_pos, np.zeros(total - len(member_pos), np.int64)])
+    mb = max(1, min(MEMBERS_PER_CALL, share // max(1, size)))   # members per product
+    total = -(-int(members_of.sum()) // mb) * mb                # padded: one shape
+    member_pos = np.zeros(total, dtype=np.int64)
+    member_pos[:members_of.sum()] = np.repeat(np.arange(c), members_of)
     slot_win = np.full(total * per, -1, dtype=np.int64)         # -1: an empty slot
     slot_win[first_slot[pos] + np.arange(len(pos)) - first_win[pos]] = wi
     # [C, starts, k, win]: the bank output of every window start, a view
@@ -617,13 +625,19 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
         mp = member_pos[m0:m0 + mb]
         sw = slot_win[m0 * per:(m0 + mb) * per]
         start = np.where(sw >= 0, np.minimum(sw * win, n - win), 0)    # the last: shifted
-        chans = nbr[mp]                                                 # [mb, N]
-        g = view[chans[:, :, None], start.reshape(mb, 1, per)]         # [mb, N, per, k, win]
-        g *= inv[chans][:, :, None, :, None]                           # = bs, as _engine_scores
-        s = matmul(wd[mp], g.reshape(mb, nn, per * k * win))
-        s = s.reshape(mb, n_widths, per, k, win).max(axis=1)           # over widths
-        best = s.argmax(axis=2).reshape(-1, win)                       # [slots, win]
-        top = s.max(axis=2).reshape(-1, win)
+        g = view[nbr[mp][:, :, None], start.reshape(mb, 1, per)]       # [mb, N, per, k, win]
+        s = matmul(wd[mp], g.reshape(mb, nn, per * k * win))           # [mb, S, per·k·win]
+        top = s[:, 0].copy()
+        for j in range(1, n_widths):                                   # the best width
+            np.maximum(top, s[:, j], out=top)
+        s = top.reshape(mb, per, k, win)
+        top = s[:, :, 0].copy()                                        # the best template:
+        best = np.zeros(top.shape, dtype=np.int64)                     # the first of equals,
+        for j in range(1, k):                                          # as argmax (a chain of
+            v = s[:, :, j]                                             # maxima is faster than
+            best[v > top] = j                                          # reductions over short
+            np.maximum(top, v, out=top)                                # axes)
+        top, best = top.reshape(-1, win), best.reshape(-1, win)        # [slots, win]
         t = start[:, None] + offsets
         hit = (top >= threshold) & (sw[:, None] >= 0) & (t >= sw[:, None] * win)
         slot, col = np.nonzero(hit)
@@ -631,8 +645,8 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
 
     parts = parallel_blocks(score, range(0, total, mb))
     if not parts:
-        e = np.zeros(0, np.int64)
-        return e, e, np.zeros(0, dt), e
+        none = np.zeros(0, np.int64)
+        return none, none, np.zeros(0, dt), none
     p, t, s, best = (np.concatenate(v) for v in zip(*parts))
     keep = _sparse_maxima(p, t, s, nbr, dead, n)
     return p[keep], t[keep], s[keep], best[keep]
@@ -642,17 +656,24 @@ def _sparse_maxima(p: np.ndarray, t: np.ndarray, s: np.ndarray, nbr: np.ndarray,
                    n: int) -> np.ndarray:
     """Which of the points (p, t) of score s (every score >= the threshold; any other score
     is lower) are `_local_maxima`: at least every score within ±dead samples at p and at the
-    positions ``nbr[p, 1:]``. Window maxima from a sparse table over the points sorted by
-    (position, sample); a point must first be the maximum of its own position's window."""
+    positions ``nbr[p, 1:]``. A point below the next or the previous sample of its position
+    is none; the others are compared with the window maxima of a sparse table over the points
+    sorted by (position, sample): first their own position's, then the neighbours'."""
     m = len(s)
     keep = np.zeros(m, dtype=bool)
     if m == 0:
         return keep
     stride = n + 2 * dead + 1                      # a position's keys never reach the next's
     key = p * stride + (t + dead)
-    order = np.argsort(key)
-    key, ss = key[order], s[order]
-    levels = [ss]                                  # levels[i][j] = max(ss[j:j + 2**i])
+    order = None
+    if np.any(key[1:] <= key[:-1]):                # (`_cpu_spikes` gives them sorted)
+        order = np.argsort(key)
+        key, s = key[order], s[order]
+    adjacent = key[1:] == key[:-1] + 1
+    cand = np.ones(m, dtype=bool)
+    cand[1:] &= ~(adjacent & (s[:-1] > s[1:]))
+    cand[:-1] &= ~(adjacent & (s[1:] > s[:-1]))
+    levels = [s]                                   # levels[i][j] = max(s[j:j + 2**i])
     while 2 << (len(levels) - 1) <= min(m, 2 * dead + 1):
         half = 1 << (len(levels) - 1)
         levels.append(np.maximum(levels[-1][:-half], levels[-1][half:]))
@@ -660,7 +681,7 @@ def _sparse_maxima(p: np.ndarray, t: np.ndarray, s: np.ndarray, nbr: np.ndarray,
     def window_max(centre: np.ndarray) -> np.ndarray:
         lo = np.searchsorted(key, centre - dead, "left")
         hi = np.searchsorted(key, centre + dead, "right")
-        out = np.full(len(centre), -np.inf, dtype=ss.dtype)
+        out = np.full(len(centre), -np.inf, dtype=s.dtype)
         length = hi - lo
         level = np.frexp(length)[1] - 1                          # floor(log2(length))
         for i in np.unique(level[length > 0]):
@@ -668,13 +689,14 @@ def _sparse_maxima(p: np.ndarray, t: np.ndarray, s: np.ndarray, nbr: np.ndarray,
             out[at] = np.maximum(levels[i][lo[at]], levels[i][hi[at] - (1 << int(i))])
         return out
 
-    around = window_max(key)                       # its own position (itself included)
-    at = np.flatnonzero(ss >= around)
-    around = around[at]
+    at = np.flatnonzero(cand)
+    around = window_max(key[at])                   # its own position (itself included)
+    up = s[at] >= around
+    at, around = at[up], around[up]
     ps, ts = key[at] // stride, key[at] % stride
     for j in range(1, nbr.shape[1]):
         np.maximum(around, window_max(nbr[ps, j] * stride + ts), out=around)
-    keep[order[at]] = ss[at] >= around
+    keep[at if order is None else order[at]] = s[at] >= around
     return keep
 
 
