@@ -201,6 +201,33 @@ def test_host_abs_median_is_numpys(dtype, m):
     assert _host_abs_median(a[:0]).shape == (0, 70)
 
 
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 60), m=st.integers(1, 3001),
+       dtype=st.sampled_from([np.float32, np.float64]),
+       kind=st.sampled_from(["normal", "ties", "range", "tiny", "equal"]))
+def test_host_abs_median_on_any_values(seed, rows, m, dtype, kind):
+    """np.median's values whatever the values: few distinct ones (many share the middle
+    key), a huge dynamic range, subnormals, all equal; signed zeros and infinities."""
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        a = rng.standard_normal((rows, m))
+    elif kind == "ties":
+        a = rng.integers(-3, 4, (rows, m)) * 0.5
+    elif kind == "range":
+        a = rng.standard_normal((rows, m)) * 10.0 ** rng.uniform(-30, 30, (rows, m))
+    elif kind == "tiny":
+        a = rng.standard_normal((rows, m)) * np.finfo(dtype).smallest_subnormal * 50
+    else:
+        a = np.full((rows, m), -1.25)
+    a = a.astype(dtype)
+    a.flat[rng.integers(0, a.size, 3)] = rng.choice([0.0, -0.0, np.inf, -np.inf], 3)
+    with np.errstate(over="ignore"):
+        want = np.median(np.abs(a), axis=-1)
+    got = _host_abs_median(a)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_template_noise_is_unchanged_by_the_host_median():
     """template_noise: the median |output| at the noise samples / 0.6745, as np.median."""
     from dspk.detect import MAD_TO_SD, _noise_samples
