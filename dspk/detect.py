@@ -21,14 +21,25 @@ rate of a threshold no longer depends on the spectrum.
 
 Positions are the channel positions (one per channel), so the cost is linear in the channel
 count whatever the probe's shape (Kilosort4's regular grid grows with sparse and multi-shank
-probes). Intermediates are bounded by ``memory_bytes``: time is processed in blocks, the
-[positions, widths, templates, time] tensor never exists whole.
+probes). Intermediates beyond the bank output are bounded by ``memory_bytes``: time (or the
+scored windows) is processed in blocks, the [positions, widths, templates, time] tensor never
+exists whole.
 
-Two implementations give the same spikes (within float tolerance at threshold ties: a score
-equal to the threshold or to a neighbour's to the last bits may go either way):
+Three implementations give the same spikes (the first two to the bit; the fused kernels
+within float tolerance at threshold ties: a score equal to the threshold or to a neighbour's to
+the last bits may go either way):
 
-- NumPy input, and CuPy input the fused kernels cannot take: the engine path above (gathered
-  neighbours, batched `dspk.matmul`, maxima with ``maximum_filter1d``). It is the reference.
+- CuPy input the fused kernels cannot take: the engine path above (every score: gathered
+  neighbours, batched `dspk.matmul`; maxima with ``maximum_filter1d``). It is the reference.
+- NumPy input: the same scores (the same products, summed in the same order by the same
+  BLAS), computed only where they can reach the threshold. By Cauchy–Schwarz (the weights are
+  positive, of unit norm) a score is at most the root of the sum over the neighbours of the
+  squared largest positive output over the templates; that bound is taken per window of
+  `BOUND_WINDOW` samples (2–4 % of the (position, window) pairs reach the threshold on
+  whitened Neuropixels data with ~750 spikes/s), and only those windows are scored. A spike is
+  at least the threshold and every score around it, so its maxima are found among the points
+  above the threshold alone. The noise of each output is measured in the same pass over the
+  bank output, channel block by channel block (`template_noise`'s values).
 - CuPy input: fused kernels (dspk/kernels/detect.cu, `dspk._detect_gpu`). `dspk.fir_bank` runs
   on one time block at a time (with ``taps//2`` samples of real data on each side); one kernel
   combines the neighbours with every width and keeps the best width and template per position
@@ -390,6 +401,12 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
     c, n = x.shape
+    if not int(n_neighbors) >= 1:
+        raise ValueError(f"n_neighbors: expected at least 1 channel per neighbourhood, got "
+                         f"{n_neighbors}")
+    if len(widths_um) == 0 or not all(float(v) > 0 for v in widths_um):
+        raise ValueError(f"widths_um: expected one or more positive widths in µm, got "
+                         f"{tuple(widths_um)}")
     if noise is not None:
         inv_sd = _inverse_noise(noise, c, bank.shape[0])
     sh = None
@@ -488,7 +505,8 @@ def _engine_scores(xp: Any, x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.nda
     """(score [P, n], best_k [P, n]) through fir_bank on the whole batch scaled by each
     channel's inverse noise SD per template (None: measured on this fir_bank output), then per
     time block a gather of the neighbours and a batched `dspk.matmul` with the weights: the
-    best width, then the best template (NumPy's max/argmax). The CPU path and the reference."""
+    best width, then the best template (max/argmax). The path of CuPy input the fused kernels
+    cannot take, and the reference of the CPU path (`_cpu_spikes`, in the tests)."""
     c, n = x.shape
     k = bank.shape[0]
     nn, n_widths = nbr.shape[1], w.shape[1]
@@ -518,9 +536,11 @@ def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) ->
     """(positions, samples) where the score is >= threshold and the largest within ±dead
     samples at its own and its neighbouring positions."""
     if xp is np:
+        # deferred like every scipy import in dspk: ~0.3 s to import (design: nothing heavy
+        # at import time); NumPy input no longer comes here but in the tests (the reference)
         from scipy.ndimage import maximum_filter1d  # noqa: PLC0415
     else:
-        from cupyx.scipy.ndimage import maximum_filter1d  # noqa: PLC0415
+        from cupyx.scipy.ndimage import maximum_filter1d  # noqa: PLC0415 (CuPy)
     in_time = maximum_filter1d(score, size=2 * dead + 1, axis=1, mode="constant",
                                cval=-np.inf)
     around = in_time.copy()                            # over the neighbouring positions,
@@ -569,8 +589,13 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     every score around it), so the maxima are found among the scored points above the
     threshold alone (`_sparse_maxima`).
 
-    The time blocks of the bound and the groups of members run on the engine's threads; each
-    score is computed on its own, so neither the blocks nor the thread count change a bit."""
+    The noise (unless given) is measured in the bound's pass over the bank output, channel
+    block by channel block, while the block is in cache (`_template_noise`'s values). The
+    channel blocks, the window blocks of the bound and the groups of members run on the
+    engine's threads; each score is computed on its own, so neither the blocks (the memory
+    budget) nor the thread count change a bit. Memory beyond the bank output: the bound per
+    window ([C, n / BOUND_WINDOW], dtype and bool), blocks within ``memory_bytes`` per thread,
+    and the points above the threshold (~28 bytes each)."""
     c, n = x.shape
     k = bank.shape[0]
     nn, n_widths = nbr.shape[1], w.shape[1]
@@ -801,9 +826,10 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     """
     xp = array_module(x)
     if xp is np:
+        # deferred like every scipy import in dspk: ~0.3 s to import (nothing heavy at import)
         from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
     else:
-        from cupyx.scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
+        from cupyx.scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415 (CuPy)
     if getattr(x, "ndim", None) != 2:
         raise ValueError(f"x: expected [channels, samples], got shape "
                          f"{getattr(x, 'shape', None)}")

@@ -258,3 +258,35 @@ def test_neighbourhoods_live_with_the_engine():
         assert len(store) == 0
         assert _neighbourhoods(g, 3, (20.0,), None) is not a
     assert current_engine() is not engine
+
+
+def test_bad_neighbourhoods():
+    x = np.random.default_rng(2).standard_normal((4, 2000)).astype(np.float32)
+    g = np.c_[np.zeros(4), 20.0 * np.arange(4)]
+    with pytest.raises(ValueError, match="n_neighbors: expected at least 1"):
+        detect_spikes(x, g, FS, n_neighbors=0)
+    with pytest.raises(ValueError, match="widths_um: expected one or more positive"):
+        detect_spikes(x, g, FS, widths_um=())
+    with pytest.raises(ValueError, match="widths_um: expected one or more positive"):
+        detect_spikes(x, g, FS, widths_um=(20.0, -5.0))
+
+
+def test_nan_noise_raises_as_before():
+    """A NaN in the measured noise (a NaN in x) is refused as before, from the bound's pass."""
+    from dspk.detect import _cpu_spikes
+
+    rng = np.random.default_rng(4)
+    g = np.c_[np.zeros(8), 20.0 * np.arange(8)]
+    x = rng.standard_normal((8, 3000)).astype(np.float32)
+    bank = default_templates()
+    nbr, w = _neighbourhoods(g, 4, (20.0,), None)
+    b = dspk.fir_bank(x, bank.astype(np.float32))
+    b[3, 2, 1234] = np.nan                             # as a NaN in x leaves it in the bank
+    import dspk.detect as det
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(det, "fir_bank", lambda *a: b.copy())
+        with pytest.raises(ValueError, match="noise: expected finite"):
+            _engine_scores(np, x, bank, nbr, w, None, 1 << 20)
+        with pytest.raises(ValueError, match="noise: expected finite"):
+            _cpu_spikes(x, bank, nbr, w, None, 7.0, 20, 1 << 20)
