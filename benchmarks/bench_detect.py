@@ -71,6 +71,9 @@ from dspk.ops import fir_bank  # noqa: E402
 from tests.groundtruth import shaped_noise  # noqa: E402 (the tests' noise generator)
 
 FS = 30000.0
+#: whether this dspk has the bounded CPU path (before issue 32, NumPy input took the engine
+#: path: every score, dense maxima)
+BOUNDED = hasattr(sys.modules["dspk.detect"], "_cpu_spikes")
 WIDTHS = (10.0, 20.0, 30.0, 40.0, 50.0)    # detect_spikes' defaults
 NEIGHBOURS, THRESHOLD, DEAD = 10, 7.0, int(round(0.67e-3 * FS))
 
@@ -698,7 +701,7 @@ def run(backend: str, small: bool, seconds: float | None = None) -> tuple:
         reason = _detect_gpu.fused_reason(xd, len(bank), w.shape[1], nbr.shape[1], DEAD) \
             if gpu else "NumPy input"
         path = "fused kernels" if reason is None else \
-            "CPU path (scored where a bound reaches the threshold)" if not gpu else \
+            "CPU path (scored where a bound reaches the threshold)" if not gpu and BOUNDED else \
             f"engine path ({reason})"
         ours = dict(case=case, impl=f"dspk.detect_spikes, {path}",
                     ms=t, recall=recall, precision=precision, peak_mib=peak,
