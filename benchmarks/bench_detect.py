@@ -133,8 +133,9 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
         t_noise = clock.median_ms(lambda: _template_noise(xd, bank.astype(np.float64), b), 5)
         b = None
         return rows + [dict(part, impl="  part: the noise of each template output (median "
-                                       "|output| of 8191 samples, from that bank)", ms=t_noise),
-                       dict(part, impl="  part: the rest (total − both: bound, scores, maxima)",
+                                       "absolute output at 8191 samples of that bank)",
+                            ms=t_noise),
+                       dict(part, impl="  part: the rest (total − both)",
                             ms=total - t_fir - t_noise)]
     if not fused:
         return rows + [dict(part, impl="  part: the rest (total − fir_bank)", ms=total - t_fir)]
