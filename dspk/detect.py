@@ -21,14 +21,25 @@ rate of a threshold no longer depends on the spectrum.
 
 Positions are the channel positions (one per channel), so the cost is linear in the channel
 count whatever the probe's shape (Kilosort4's regular grid grows with sparse and multi-shank
-probes). Intermediates are bounded by ``memory_bytes``: time is processed in blocks, the
-[positions, widths, templates, time] tensor never exists whole.
+probes). Intermediates beyond the bank output are bounded by ``memory_bytes``: time (or the
+scored windows) is processed in blocks, the [positions, widths, templates, time] tensor never
+exists whole.
 
-Two implementations give the same spikes (within float tolerance at threshold ties: a score
-equal to the threshold or to a neighbour's to the last bits may go either way):
+Three implementations give the same spikes (the first two to the bit; the fused kernels
+within float tolerance at threshold ties: a score equal to the threshold or to a neighbour's to
+the last bits may go either way):
 
-- NumPy input, and CuPy input the fused kernels cannot take: the engine path above (gathered
-  neighbours, batched `dspk.matmul`, maxima with ``maximum_filter1d``). It is the reference.
+- CuPy input the fused kernels cannot take: the engine path above (every score: gathered
+  neighbours, batched `dspk.matmul`; maxima with ``maximum_filter1d``). It is the reference.
+- NumPy input: the same scores (the same products, summed in the same order by the same
+  BLAS), computed only where they can reach the threshold. By Cauchy–Schwarz (the weights are
+  positive, of unit norm) a score is at most the root of the sum over the neighbours of the
+  squared largest positive output over the templates; that bound is taken per window of
+  `BOUND_WINDOW` samples (2–4 % of the (position, window) pairs reach the threshold on
+  whitened Neuropixels data with ~750 spikes/s), and only those windows are scored. A spike is
+  at least the threshold and every score around it, so its maxima are found among the points
+  above the threshold alone. The noise of each output is measured in the same pass over the
+  bank output, channel block by channel block (`template_noise`'s values).
 - CuPy input: fused kernels (dspk/kernels/detect.cu, `dspk._detect_gpu`). `dspk.fir_bank` runs
   on one time block at a time (with ``taps//2`` samples of real data on each side); one kernel
   combines the neighbours with every width and keeps the best width and template per position
@@ -48,9 +59,12 @@ from typing import Any
 
 import numpy as np
 
+from numpy.lib.stride_tricks import sliding_window_view
+
 from ._detect_gpu import fused_reason
 from .backend import array_module, to_numpy
-from .linalg import matmul
+from .linalg import current_engine, matmul
+from .linalg.threads import blas_threads, parallel_blocks
 from .ops import PCA, fir_bank, pairwise_sqdist
 from .ops.distance import probe_sqdist
 
@@ -147,7 +161,8 @@ def _noise_check(x: Any) -> None:
     xp = array_module(x)
     n = x.shape[1]
     sub = x[:, ::max(1, n // NOISE_CHECK_SAMPLES)]
-    sd = float(xp.median(xp.median(xp.abs(sub), axis=1))) / 0.6745
+    per_channel = _host_abs_median(sub) if xp is np else xp.median(xp.abs(sub), axis=1)
+    sd = float(xp.median(per_channel)) / 0.6745
     if not 0.5 <= sd <= 2.0:
         warnings.warn(f"x: the noise SD is {sd:.3g} (median over channels); detection expects "
                       f"whitened data (noise SD 1) and its threshold is in noise SDs",
@@ -222,7 +237,7 @@ def _template_noise(x: Any, bank: np.ndarray, b: Any = None) -> np.ndarray:
     k, taps = bank.shape
     idx = _noise_samples(n, taps)
     if b is not None:
-        out = b[:, :, idx]                                        # [C, k, m]
+        out = b[:, :, idx] if xp is not np else np.take(b, idx, axis=2)     # [C, k, m]
     else:
         rows = max(1, NOISE_BLOCK_BYTES // max(1, k * n * x.itemsize))
         take = xp.asarray(idx)
@@ -238,7 +253,7 @@ def _abs_median(xp: Any, a: Any) -> Any:
     float neighbour: in one kernel with each row in shared memory when it fits
     (`dspk._detect_gpu.row_abs_median`), else with CuPy array operations."""
     if xp is np:
-        return np.median(np.abs(a), axis=-1)
+        return _host_abs_median(a)
     from ._detect_gpu import RM_MAX_BYTES, row_abs_median  # noqa: PLC0415 (GPU-only)
 
     if a.shape[-1] * a.itemsize <= RM_MAX_BYTES:             # each row in shared memory
@@ -254,6 +269,51 @@ def _abs_median(xp: Any, a: Any) -> Any:
         hi = xp.where(enough, mid, hi)
         lo = xp.where(enough, lo, mid)
     return hi
+
+
+#: rows per block of the host median (blocks run on the engine's threads; a block's keys and
+#: values stay in cache)
+MEDIAN_BLOCK_ROWS = 24
+
+
+def _host_abs_median(a: np.ndarray) -> np.ndarray:
+    """``np.median(np.abs(a), axis=-1)``, the same values, in blocks of `MEDIAN_BLOCK_ROWS`
+    rows on the engine's threads: for rows of odd length the middle value by `_middle_value`
+    (a block with a NaN, and even lengths, go to np.median)."""
+    m = a.shape[-1]
+    flat = a.reshape(-1, m)
+    if m % 2 == 0 or flat.shape[0] == 0:
+        return np.median(np.abs(a), axis=-1)
+
+    def rows(r0: int) -> np.ndarray:
+        v = np.abs(flat[r0:r0 + MEDIAN_BLOCK_ROWS])
+        return np.median(v, axis=-1) if np.isnan(v.max()) else _middle_value(v)
+
+    parts = parallel_blocks(rows, range(0, flat.shape[0], MEDIAN_BLOCK_ROWS))
+    return np.concatenate(parts).reshape(a.shape[:-1])
+
+
+def _middle_value(v: np.ndarray) -> np.ndarray:
+    """The middle value of each row of ``v`` [rows, odd m] (non-negative float32/float64, no
+    NaN), as np.partition gives it, without its comparisons (its mispredicted branches cost
+    ~55 µs per row of 8191): the bits of a non-negative float order like the float, so the
+    rows' top 16 bits are sorted (NumPy's stable sort of 16-bit integers is a radix sort), the
+    middle row key found, and only the values with that key (a few dozen) sorted in full.
+    Measured (one thread, blocks of 24 rows): 2304 rows of 8191, 84–91 ms of CPU against
+    120–125 ms for np.partition."""
+    mid = v.shape[1] // 2
+    bits = v.view(np.uint32 if v.itemsize == 4 else np.uint64)
+    key = (bits >> (8 * v.itemsize - 16)).astype(np.uint16)
+    ordered = np.sort(key, axis=1, kind="stable")
+    middle = ordered[:, mid:mid + 1]
+    below = np.count_nonzero(ordered < middle, axis=1)          # values under the middle key
+    same = key == middle
+    count = np.count_nonzero(same, axis=1)
+    width = int(count.max())
+    tied = np.full((len(v), width), np.inf, dtype=v.dtype)      # those values, row by row
+    tied[np.arange(width) < count[:, None]] = v[same]
+    tied.sort(axis=1)
+    return tied[np.arange(len(v)), mid - below]
 
 
 def _inverse_noise(noise: Any, c: int, k: int) -> np.ndarray:
@@ -342,6 +402,12 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
     c, n = x.shape
+    if not int(n_neighbors) >= 1:
+        raise ValueError(f"n_neighbors: expected at least 1 channel per neighbourhood, got "
+                         f"{n_neighbors}")
+    if len(widths_um) == 0 or not all(float(v) > 0 for v in widths_um):
+        raise ValueError(f"widths_um: expected one or more positive widths in µm, got "
+                         f"{tuple(widths_um)}")
     if noise is not None:
         inv_sd = _inverse_noise(noise, c, bank.shape[0])
     sh = None
@@ -367,23 +433,34 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
         score, best_k = _detect_gpu.scores(x, bank.astype(dt), nbr, w.astype(dt), inv_sd,
                                            memory_bytes)
         p, t = _detect_gpu.peaks(score, nbr, threshold, dead)
+    elif xp is np:                                              # scored where they can peak
+        p, t, amp, tk = _cpu_spikes(x, bank, nbr, w, None if noise is None else inv_sd,
+                                    threshold, dead, memory_bytes)
     else:
-        if xp is not np:
-            log.debug("detect_spikes: engine path on the GPU (%s)", reason)
+        log.debug("detect_spikes: engine path on the GPU (%s)", reason)
         score, best_k = _engine_scores(xp, x, bank, nbr, w, None if noise is None else inv_sd,
                                        memory_bytes)
         p, t = (to_numpy(v) for v in _local_maxima(xp, score, xp.asarray(nbr), threshold,
                                                      dead))
     order = np.lexsort((p, t))
     p, t = p[order], t[order]
+    if xp is np:
+        amp, tk = amp[order], tk[order]
+    else:
+        amp = to_numpy(score[xp.asarray(p), xp.asarray(t)]) if len(t) else []
+        tk = to_numpy(best_k[xp.asarray(p), xp.asarray(t)]) if len(t) else []
     out = np.empty(len(t), dtype=SPIKE_DTYPE)
     shift = taps // 2 - int(round(TROUGH_TAP * fs / 30000.0))   # correlation peak -> trough
     out["sample_index"] = t - shift
     out["channel_index"] = p
-    out["amplitude"] = to_numpy(score[xp.asarray(p), xp.asarray(t)]) if len(t) else []
-    out["template_index"] = to_numpy(best_k[xp.asarray(p), xp.asarray(t)]) if len(t) else []
+    out["amplitude"] = amp
+    out["template_index"] = tk
     out["x"], out["y"] = g[p, 0], g[p, 1]
     return out
+
+
+#: probes whose neighbourhoods the engine keeps (the oldest goes first)
+NEIGHBOURHOOD_PROBES = 8
 
 
 def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
@@ -391,22 +468,21 @@ def _neighbourhoods(g: np.ndarray, n_neighbors: int, widths_um: tuple,
     """(nbr [P, N] the nearest channels of each position (itself first unless another channel
     sits at the same place), w [P, S, N] float64 Gaussian weights of unit norm per width).
     With ``shanks``, only channels of the position's shank (N is at most the smallest shank's
-    channel count). Kept for the last few probes: batch after batch of one recording share
-    them (a few ms of host work for 384 channels)."""
+    channel count). Kept with the engine in use (``current_engine().prepared``, dropped by
+    ``Engine.forget``) for the last `NEIGHBOURHOOD_PROBES` probes: batch after batch of one
+    recording share them (a few ms of host work for 384 channels)."""
     key = (g.tobytes(), g.shape, int(n_neighbors), tuple(float(v) for v in widths_um),
            None if shanks is None else (shanks.tobytes(), shanks.dtype.str))
-    hit = _NEIGHBOURHOODS.get(key)
+    store = current_engine().prepared("detect.neighbourhoods", dict)
+    hit = store.get(key)
     if hit is None:
         hit = _neighbourhoods_of(g, n_neighbors, widths_um, shanks)
         for a in hit:
             a.setflags(write=False)        # shared between calls: never modified
-        if len(_NEIGHBOURHOODS) >= 8:
-            _NEIGHBOURHOODS.pop(next(iter(_NEIGHBOURHOODS)))
-        _NEIGHBOURHOODS[key] = hit
+        for old in list(store)[:max(0, len(store) - NEIGHBOURHOOD_PROBES + 1)]:
+            store.pop(old, None)           # (a list of the keys: other threads may insert)
+        store[key] = hit
     return hit
-
-
-_NEIGHBOURHOODS: dict = {}
 
 
 def _neighbourhoods_of(g: np.ndarray, n_neighbors: int, widths_um: tuple,
@@ -430,7 +506,8 @@ def _engine_scores(xp: Any, x: Any, bank: np.ndarray, nbr: np.ndarray, w: np.nda
     """(score [P, n], best_k [P, n]) through fir_bank on the whole batch scaled by each
     channel's inverse noise SD per template (None: measured on this fir_bank output), then per
     time block a gather of the neighbours and a batched `dspk.matmul` with the weights: the
-    best width, then the best template (NumPy's max/argmax). The CPU path and the reference."""
+    best width, then the best template (max/argmax). The path of CuPy input the fused kernels
+    cannot take, and the reference of the CPU path (`_cpu_spikes`, in the tests)."""
     c, n = x.shape
     k = bank.shape[0]
     nn, n_widths = nbr.shape[1], w.shape[1]
@@ -460,9 +537,11 @@ def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) ->
     """(positions, samples) where the score is >= threshold and the largest within ±dead
     samples at its own and its neighbouring positions."""
     if xp is np:
+        # deferred like every scipy import in dspk: ~0.3 s to import (design: nothing heavy
+        # at import time); NumPy input no longer comes here but in the tests (the reference)
         from scipy.ndimage import maximum_filter1d  # noqa: PLC0415
     else:
-        from cupyx.scipy.ndimage import maximum_filter1d  # noqa: PLC0415
+        from cupyx.scipy.ndimage import maximum_filter1d  # noqa: PLC0415 (CuPy)
     in_time = maximum_filter1d(score, size=2 * dead + 1, axis=1, mode="constant",
                                cval=-np.inf)
     around = in_time.copy()                            # over the neighbouring positions,
@@ -470,6 +549,204 @@ def _local_maxima(xp: Any, score: Any, nbr: Any, threshold: float, dead: int) ->
         xp.maximum(around, in_time[nbr[:, j]], out=around)
     keep = (score >= threshold) & (score >= around)
     return xp.nonzero(keep)
+
+
+#: the CPU path tests its bound and computes scores in windows of this many samples
+BOUND_WINDOW = 8
+#: a window is scored when its bound reaches (1 - BOUND_MARGIN)·threshold²: the bound and the
+#: scores round differently (a few float32 ulps), the margin is far above both
+BOUND_MARGIN = 1e-3
+#: below this threshold the CPU path scores every window (squares of the bound could underflow)
+BOUND_MIN_THRESHOLD = 1e-12
+#: channels per block of the bound's pass over the bank output (a block stays in cache)
+BOUND_ROWS = 4
+#: time samples per block of the bound's neighbour sums
+BOUND_BLOCK = 4096
+#: windows of one position per product member, at least (more when the product would be
+#: small enough for the engine to consider a non-BLAS candidate: see `_cpu_spikes`)
+MEMBER_WINDOWS = 8
+#: product members per `dspk.matmul` call, at most (the last call is padded: one shape per
+#: probe and bank, tuned once)
+MEMBERS_PER_CALL = 256
+
+
+def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
+                inv_sd: np.ndarray | None, threshold: float, dead: int,
+                memory_bytes: int) -> tuple:
+    """(positions, samples, scores, best templates) of the spikes of NumPy input: the
+    scores of `_engine_scores` (bit for bit: the same products, summed in the same order by
+    the same BLAS) and the maxima of `_local_maxima`, computed only where a score can reach
+    the threshold.
+
+    A score is Σₙ w[p, s, n]·bs[nbr[p, n], k, t] with bs the noise-scaled bank output and
+    w ≥ 0 of unit norm, so by Cauchy–Schwarz it is at most √(Σₙ max(0, bs[nbr[p, n], k, t])²)
+    ≤ √(Σₙ m[nbr[p, n], t]²) with m = max(0, maxₖ bs), and within a window of `BOUND_WINDOW`
+    samples at most √(Σₙ (max over the window of m[nbr[p, n]])²). Only the (position, window)
+    pairs where that bound reaches the threshold (2–4 % of them on whitened Neuropixels data
+    with ~750 spikes/s) are scored: the windows' bank outputs gathered for the neighbours,
+    multiplied by the weights with `dspk.matmul` (``MEMBER_WINDOWS`` windows of one position
+    per member). Every other score is below the threshold, and a score below the threshold
+    neither is a spike nor suppresses one (a spike is at least the threshold and at least
+    every score around it), so the maxima are found among the scored points above the
+    threshold alone (`_sparse_maxima`).
+
+    The noise (unless given) is measured in the bound's pass over the bank output, channel
+    block by channel block, while the block is in cache (`_template_noise`'s values). The
+    channel blocks, the window blocks of the bound and the groups of members run on the
+    engine's threads; each score is computed on its own, so neither the blocks (the memory
+    budget) nor the thread count change a bit. Memory beyond the bank output: the bound per
+    window ([C, n / BOUND_WINDOW], dtype and bool), blocks within ``memory_bytes`` per thread,
+    and the points above the threshold (~28 bytes each)."""
+    c, n = x.shape
+    k = bank.shape[0]
+    nn, n_widths = nbr.shape[1], w.shape[1]
+    dt = x.dtype
+    isz = dt.itemsize
+    b = fir_bank(x, bank.astype(dt))                            # [C, k, n]
+    idx = _noise_samples(n, bank.shape[1]) if inv_sd is None else None
+    wd = w.astype(dt)
+    win = min(BOUND_WINDOW, n)
+    n_windows = -(-n // win)
+    share = max(1, int(memory_bytes) // max(1, blas_threads()))
+    limit = dt.type(threshold * threshold * (1 - BOUND_MARGIN))
+    prune = threshold >= BOUND_MIN_THRESHOLD
+    mw = np.empty((c, n_windows), dtype=dt)        # per channel and window: max(0, bs)²
+
+    def peaks(c0: int) -> None:
+        """Channels [c0, c0 + rows): their noise (unless given; `_template_noise`'s, channel
+        by channel), bs = b·(1 / noise) in place (as _engine_scores), and the largest
+        max(0, bs) of each window over the templates, squared, into mw."""
+        v = b[c0:c0 + rows]
+        if idx is None:
+            inv = inv_sd[c0:c0 + rows]
+        else:
+            sd = _host_abs_median(np.take(v, idx, axis=2)).astype(np.float64) / MAD_TO_SD
+            inv = _inverse_noise(sd, len(v), k)                 # (raises as before on NaN)
+        np.multiply(v, inv.astype(dt)[:, :, None], out=v)
+        m = np.zeros((len(v), n_windows * win), dtype=dt)      # zeros pad the last window
+        np.max(v, axis=1, out=m[:, :n])
+        np.maximum(m, 0, out=m)
+        o = mw[c0:c0 + rows]
+        np.maximum(m[:, 0::win], m[:, 1::win] if win > 1 else m[:, 0::win], out=o)
+        for j in range(2, win):                    # (faster than a max over an axis of
+            np.maximum(o, m[:, j::win], out=o)     # `win` elements)
+        np.multiply(o, o, out=o)
+
+    # channels in blocks of a few whole rows (contiguous: one pass over b, in cache)
+    rows = max(1, min(BOUND_ROWS, share // max(1, (2 * n_windows * win + k * NOISE_SAMPLES)
+                                                  * isz)))
+    parallel_blocks(peaks, range(0, c, rows))
+    block = max(1, min(BOUND_BLOCK // win, share // max(1, 2 * c * isz)))
+    active = np.ones((c, n_windows), dtype=bool)   # (position, window) may reach threshold
+
+    def bound(w0: int) -> None:
+        """The bound of windows [w0, w0 + block) (NaN passes: scored as before)."""
+        part = mw[:, w0:w0 + block]
+        e = part[nbr[:, 0]]
+        for j in range(1, nn):
+            e += part[nbr[:, j]]
+        np.logical_not(e < limit, out=active[:, w0:w0 + block])
+
+    if prune:
+        parallel_blocks(bound, range(0, n_windows, block))
+    pos, wi = np.nonzero(active)                   # by position, then window
+    # members: `per` window slots of one position; a product of fewer than 4097 multiply-adds
+    # per member could go to the engine's einsum candidate (other roundings), so never fewer
+    per = max(MEMBER_WINDOWS, -(-4097 // (n_widths * nn * k * win)))
+    counts = np.bincount(pos, minlength=c)
+    members_of = -(-counts // per)
+    first_slot = (np.cumsum(members_of) - members_of) * per
+    first_win = np.cumsum(counts) - counts
+    size = (nn + n_widths + 2) * per * k * win * isz            # bytes per member, about
+    mb = max(1, min(MEMBERS_PER_CALL, share // max(1, size)))   # members per product
+    total = -(-int(members_of.sum()) // mb) * mb                # padded: one shape
+    member_pos = np.zeros(total, dtype=np.int64)
+    member_pos[:members_of.sum()] = np.repeat(np.arange(c), members_of)
+    slot_win = np.full(total * per, -1, dtype=np.int64)         # -1: an empty slot
+    slot_win[first_slot[pos] + np.arange(len(pos)) - first_win[pos]] = wi
+    # [C, starts, k, win]: the bank output of every window start, a view
+    view = sliding_window_view(b, win, axis=2).transpose(0, 2, 1, 3)
+    offsets = np.arange(win)
+
+    def score(m0: int) -> tuple:
+        """(positions, samples, scores, templates) above the threshold in members
+        [m0, m0 + mb)."""
+        mp = member_pos[m0:m0 + mb]
+        sw = slot_win[m0 * per:(m0 + mb) * per]
+        start = np.where(sw >= 0, np.minimum(sw * win, n - win), 0)    # the last: shifted
+        g = view[nbr[mp][:, :, None], start.reshape(mb, 1, per)]       # [mb, N, per, k, win]
+        s = matmul(wd[mp], g.reshape(mb, nn, per * k * win))           # [mb, S, per·k·win]
+        top = s[:, 0].copy()
+        for j in range(1, n_widths):                                   # the best width
+            np.maximum(top, s[:, j], out=top)
+        s = top.reshape(mb, per, k, win)
+        top = s[:, :, 0].copy()                                        # the best template:
+        best = np.zeros(top.shape, dtype=np.int64)                     # the first of equals,
+        for j in range(1, k):                                          # as argmax (a chain of
+            v = s[:, :, j]                                             # maxima is faster than
+            best[v > top] = j                                          # reductions over short
+            np.maximum(top, v, out=top)                                # axes)
+        top, best = top.reshape(-1, win), best.reshape(-1, win)        # [slots, win]
+        t = start[:, None] + offsets
+        hit = (top >= threshold) & (sw[:, None] >= 0) & (t >= sw[:, None] * win)
+        slot, col = np.nonzero(hit)
+        return mp[slot // per], t[slot, col], top[slot, col], best[slot, col]
+
+    parts = parallel_blocks(score, range(0, total, mb))
+    if not parts:
+        none = np.zeros(0, np.int64)
+        return none, none, np.zeros(0, dt), none
+    p, t, s, best = (np.concatenate(v) for v in zip(*parts))
+    keep = _sparse_maxima(p, t, s, nbr, dead, n)
+    return p[keep], t[keep], s[keep], best[keep]
+
+
+def _sparse_maxima(p: np.ndarray, t: np.ndarray, s: np.ndarray, nbr: np.ndarray, dead: int,
+                   n: int) -> np.ndarray:
+    """Which of the points (p, t) of score s (every score >= the threshold; any other score
+    is lower) are `_local_maxima`: at least every score within ±dead samples at p and at the
+    positions ``nbr[p, 1:]``. A point below the next or the previous sample of its position
+    is none; the others are compared with the window maxima of a sparse table over the points
+    sorted by (position, sample): first their own position's, then the neighbours'."""
+    m = len(s)
+    keep = np.zeros(m, dtype=bool)
+    if m == 0:
+        return keep
+    stride = n + 2 * dead + 1                      # a position's keys never reach the next's
+    key = p * stride + (t + dead)
+    order = None
+    if np.any(key[1:] <= key[:-1]):                # (`_cpu_spikes` gives them sorted)
+        order = np.argsort(key)
+        key, s = key[order], s[order]
+    adjacent = key[1:] == key[:-1] + 1
+    cand = np.ones(m, dtype=bool)
+    cand[1:] &= ~(adjacent & (s[:-1] > s[1:]))
+    cand[:-1] &= ~(adjacent & (s[1:] > s[:-1]))
+    levels = [s]                                   # levels[i][j] = max(s[j:j + 2**i])
+    while 2 << (len(levels) - 1) <= min(m, 2 * dead + 1):
+        half = 1 << (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-half], levels[-1][half:]))
+
+    def window_max(centre: np.ndarray) -> np.ndarray:
+        lo = np.searchsorted(key, centre - dead, "left")
+        hi = np.searchsorted(key, centre + dead, "right")
+        out = np.full(len(centre), -np.inf, dtype=s.dtype)
+        length = hi - lo
+        level = np.frexp(length)[1] - 1                          # floor(log2(length))
+        for i in np.unique(level[length > 0]):
+            at = np.flatnonzero((length > 0) & (level == i))
+            out[at] = np.maximum(levels[i][lo[at]], levels[i][hi[at] - (1 << int(i))])
+        return out
+
+    at = np.flatnonzero(cand)
+    around = window_max(key[at])                   # its own position (itself included)
+    up = s[at] >= around
+    at, around = at[up], around[up]
+    ps, ts = key[at] // stride, key[at] % stride
+    for j in range(1, nbr.shape[1]):
+        np.maximum(around, window_max(nbr[ps, j] * stride + ts), out=around)
+    keep[at if order is None else order[at]] = s[at] >= around
+    return keep
 
 
 def _window(fs: float) -> tuple:
@@ -550,9 +827,10 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     """
     xp = array_module(x)
     if xp is np:
+        # deferred like every scipy import in dspk: ~0.3 s to import (nothing heavy at import)
         from scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
     else:
-        from cupyx.scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415
+        from cupyx.scipy.ndimage import minimum_filter1d, uniform_filter1d  # noqa: PLC0415 (CuPy)
     if getattr(x, "ndim", None) != 2:
         raise ValueError(f"x: expected [channels, samples], got shape "
                          f"{getattr(x, 'shape', None)}")
