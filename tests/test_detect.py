@@ -410,6 +410,7 @@ def test_shanks_are_kept_apart():
         detect_spikes(x, geom, FS, shank_ids=shanks[:5])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spectrum", SPECTRA)
 def test_precision_holds_on_any_noise_spectrum(spectrum):
     """Whitened traces have unit variance per channel but not a white spectrum: on white,
