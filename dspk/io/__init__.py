@@ -16,6 +16,7 @@ from typing import Any
 
 from ..argnames import arg
 from .errors import RecordingError, RecordingWarning
+from .hdf5 import HDF5Recording, electrical_series
 from .layout import to_channels_first
 from .openephys import OEBIN, OpenEphysRecording
 from .probe import read_probe
@@ -189,10 +190,6 @@ def recording_formats() -> tuple[type[Recording], ...]:
     ['ArrayRecording', 'SpikeInterfaceRecording', 'OpenEphysRecording', 'SpikeGLXRecording',
      'HDF5Recording', 'BinaryRecording']
     """
-    # the HDF5 module is loaded on first use (see __getattr__ below; h5py is imported later
-    # still, when a file is opened)
-    from .hdf5 import HDF5Recording  # noqa: PLC0415
-
     return (ArrayRecording, SpikeInterfaceRecording, OpenEphysRecording, SpikeGLXRecording,
             HDF5Recording, BinaryRecording)
 
@@ -211,12 +208,3 @@ def _not_a_recording_folder(path: str, most: int = 8) -> str:
     if not sglx:
         return msg + "; pass a recording file"
     return msg + "; SpikeGLX files below it (open one of them):\n  " + "\n  ".join(sglx[:most])
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("HDF5Recording", "electrical_series"):
-        # the HDF5 module (and its reader threads' machinery) loaded on first use
-        from . import hdf5  # noqa: PLC0415
-
-        return getattr(hdf5, name)
-    raise AttributeError(name)
