@@ -33,7 +33,7 @@ def new_file(path: Any) -> Any:
     h5py >= 3.15 takes ``track_times=False``; before it, the file is created through a file
     creation property list that says so (HDF5's default records times, and the groups created
     in the file inherit that)."""
-    import h5py  # noqa: PLC0415
+    import h5py  # noqa: PLC0415 (h5py deferred: imported when an output is written)
 
     try:
         return h5py.File(path, "w", track_times=False)
@@ -49,7 +49,7 @@ def new_file(path: Any) -> Any:
 def require_group(parent: Any, path: str) -> Any:
     """The group at ``path`` under ``parent`` (``"a/b"``), each missing level created without
     times."""
-    import h5py  # noqa: PLC0415
+    import h5py  # noqa: PLC0415 (h5py deferred: imported when an output is written)
 
     group = parent
     for part in (p for p in path.split("/") if p):
@@ -73,7 +73,7 @@ def create_contiguous(group: Any, name: str, shape: tuple, dtype: Any) -> Any:
     """A contiguous dataset whose storage is allocated now and never filled: every sample is
     written by the job (an unfinished output is never renamed to its final name). No times
     are stored."""
-    import h5py  # noqa: PLC0415
+    import h5py  # noqa: PLC0415 (h5py deferred: imported when an output is written)
 
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
