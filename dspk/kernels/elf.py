@@ -13,12 +13,15 @@ Only the standard library: the build runs where nvcc is, not necessarily the CUD
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from typing import NamedTuple
 
 #: ELF constants (System V ABI): section types, symbol types
 _SHT_SYMTAB = 2
 _SHT_RELA = 4
+_SHT_NOTE = 7
+_SHT_NOBITS = 8
 _STT_SECTION = 3
 _STT_FUNC = 2
 
@@ -81,6 +84,21 @@ def functions(data: bytes) -> set[str]:
     """The names of the function symbols of ``data`` (in a cubin: its kernels and device
     functions)."""
     return {s.name for s in symbols(data) if s.type == _STT_FUNC and s.name}
+
+
+def code_hash(data: bytes) -> str:
+    """SHA-256 (hex) over every section of the ELF file ``data`` but its notes, by name and
+    contents (a section without contents: its size): a cubin's code, constants and kernel
+    attributes, without the note that records the compiler's command line (warnings as
+    errors or not, say), so two compiles of the same code with other such options agree."""
+    h = hashlib.sha256()
+    for sec in _sections(data):
+        if sec.type == _SHT_NOTE:
+            continue
+        h.update(sec.name.encode() + b"\0")
+        h.update(str(sec.size).encode() if sec.type == _SHT_NOBITS else
+                 data[sec.offset:sec.offset + sec.size])
+    return h.hexdigest()
 
 
 def pointer_targets(data: bytes, array: str) -> list[str]:
