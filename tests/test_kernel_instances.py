@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import doctest
 import hashlib
 import json
 import logging
@@ -500,6 +501,12 @@ def test_the_image_the_driver_runs(cc, driver, arch):
             (None, "PTX needs driver 13.2 or later (this one: 13.0)")
 
 
+def test_the_examples_of_fatbins_run():
+    """(tests/test_doctests.py lists the modules of the public API; this one is the loader's)"""
+    result = doctest.testmod(fatbins)
+    assert result.failed == 0 and result.attempted >= 4
+
+
 # -- the committed fatbins match the sources (CI: rebuilt with python -m dspk.kernels.build) ------
 REBUILD = "rebuild with `python -m dspk.kernels.build --stale` (nvcc 12.8 or later) and commit"
 
@@ -552,3 +559,39 @@ def test_declarations_are_checked():
         kernels.declare_instances("nope.cu", lambda props: [])
     with pytest.raises(ValueError, match="declared twice"):
         kernels.declare_instances("skinny.cu", lambda props: [])
+
+
+# -- dspk tune --compile ------------------------------------------------------------------------
+def test_tune_compile_prepares_every_source_and_says_where_each_came_from(fake_cupy,
+                                                                         prebuilt_dir,
+                                                                         monkeypatch, capsys):
+    from dspk import cli
+
+    listed = sorted(_declared("traces.cu", H100))
+    write_prebuilt(prebuilt_dir, "traces.cu", {"sm_90": listed})
+    fake_cupy(mode="auto")
+    monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(cli, "cupy_module", kernels.cupy_module)
+    monkeypatch.setattr(cli, "device_name", lambda device_id: "H100 (fake)")
+    assert cli.main(["tune", "--compile"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels for H100 (fake) (DSPK_KERNELS=auto):" in out
+    assert f"traces.cu: {len(listed)} instances in " in out
+    assert "prebuilt SASS sm_90 (traces.fatbin)" in out
+    assert "ncc.cu: 47 instances" in out and "NVRTC (no prebuilt fatbin)" in out
+    assert "all kernels ready in" in out
+    files = set(kernels.declared_files())
+    assert len(_FakeModule.compiled) == len(files) - 1              # one NVRTC call each
+    assert sum(map(len, _FakeModule.compiled)) == \
+        sum(len(_declared(f, H100)) for f in files - {"traces.cu"})
+
+
+def test_tune_compile_needs_a_gpu_and_tune_needs_something_to_do(monkeypatch, capsys):
+    from dspk import cli
+
+    monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no CUDA device found")
+    assert cli.main(["tune", "--compile"]) == 2
+    assert "--compile prepares the GPU's kernels, but there is no GPU: no CUDA device found" \
+        in capsys.readouterr().err
+    assert cli.main(["tune"]) == 2
+    assert "give IN (a recording to tune for), or --compile" in capsys.readouterr().err

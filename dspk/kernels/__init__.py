@@ -130,7 +130,8 @@ def declared_files() -> tuple[str, ...]:
 def source(filename: str) -> str:
     """The text NVRTC compiles: the file with each ``#include "x.cuh"`` of this folder
     replaced by the header's text, so that NVRTC needs no include path and CuPy's compile
-    cache, keyed on the text, sees a changed header (nvcc compiles the files as they are)."""
+    cache, keyed on the text, sees a changed header (the prebuilt fatbins are built from this
+    text too, and their tables record its hash: `dspk.kernels.fatbins`)."""
     texts = shared(SOURCES, dict)
     text = texts.get(filename)
     if text is None:
