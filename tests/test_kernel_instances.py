@@ -434,6 +434,20 @@ def test_an_unusable_fatbin_leaves_every_instance_to_nvrtc(fake_cupy, prebuilt_d
         kernels.kernel("traces.cu", listed[0])
 
 
+@pytest.mark.parametrize("damage", ["{not json", '{"version": 1}', "[]"])
+def test_a_damaged_table_leaves_every_instance_to_nvrtc(fake_cupy, prebuilt_dir, caplog,
+                                                       damage):
+    listed = sorted(_declared("traces.cu", H100))
+    write_prebuilt(prebuilt_dir, "traces.cu", {"sm_90": listed})
+    (prebuilt_dir / "traces.json").write_text(damage)
+    fake_cupy(mode="auto")
+    with caplog.at_level(logging.WARNING, logger="dspk.kernels"):
+        assert kernels.kernel("traces.cu", listed[0])[:2] == ("kernel", listed[0])
+    assert _FakeModule.compiled == [listed] and not _FakeFatbin.loaded
+    assert "unreadable" in caplog.text
+    assert kernels.loaded_from("traces.cu").startswith("NVRTC (unreadable prebuilt table: ")
+
+
 def test_a_fatbin_the_driver_refuses_falls_back_to_nvrtc(fake_cupy, prebuilt_dir, caplog):
     listed = sorted(_declared("traces.cu", H100))
     write_prebuilt(prebuilt_dir, "traces.cu", {"sm_90": listed})

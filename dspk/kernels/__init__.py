@@ -186,15 +186,21 @@ def _prebuilt(cp: Any, device_id: int, filename: str) -> tuple[Any, dict, str]:
     """``filename``'s prebuilt module on ``device_id`` (loaded now, so a fatbin the driver
     refuses falls back here rather than at a launch), its instances' mangled names, and
     where the kernels come from; (None, {}, why NVRTC) when it is not usable."""
-    table = fatbins.read_table(filename, PREBUILT_DIR)
-    why = fatbins.stale(table, source(filename), PREBUILT_DIR)
-    if why is not None:
-        return None, {}, f"NVRTC ({why})"
     props = device_properties(device_id)
-    arch, which = fatbins.image_for(table, (int(props["major"]), int(props["minor"])),
-                                    int(cp.cuda.runtime.driverGetVersion()))
-    if arch is None:
-        return None, {}, f"NVRTC ({which})"
+    try:
+        table = fatbins.read_table(filename, PREBUILT_DIR)
+        why = fatbins.stale(table, source(filename), PREBUILT_DIR)
+        if why is not None:
+            return None, {}, f"NVRTC ({why})"
+        arch, which = fatbins.image_for(table, (int(props["major"]), int(props["minor"])),
+                                        int(cp.cuda.runtime.driverGetVersion()))
+        if arch is None:
+            return None, {}, f"NVRTC ({which})"
+        names = fatbins.names(table, arch)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged table
+        log.warning("dspk.kernels: the prebuilt table of %s is unreadable (%s: %s); NVRTC "
+                    "compiles its kernels", filename, type(exc).__name__, exc)
+        return None, {}, f"NVRTC (unreadable prebuilt table: {type(exc).__name__}: {exc})"
     path = PREBUILT_DIR / table["fatbin"]
     try:
         with cp.cuda.Device(device_id):
@@ -204,7 +210,7 @@ def _prebuilt(cp: Any, device_id: int, filename: str) -> tuple[Any, dict, str]:
         log.warning("dspk.kernels: the driver did not load %s (%s: %s); NVRTC compiles %s",
                     path, type(exc).__name__, exc, filename)
         return None, {}, f"NVRTC (the driver did not load {path.name}: {exc})"
-    return module, fatbins.names(table, arch), f"prebuilt {which} ({path.name})"
+    return module, names, f"prebuilt {which} ({path.name})"
 
 
 def _loaded(cp: Any, device_id: int, filename: str) -> _Loaded:
