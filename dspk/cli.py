@@ -7,6 +7,7 @@ commands:
   dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file
   dspk preprocess-many GLOB DIR   the same for many recordings on a Dask cluster
   dspk tune IN                    pre-tune the products and kernels a recording will need
+  dspk tune --compile             load or compile every GPU kernel for this machine's GPU
   dspk tune-cache show|clear      the tuned choices stored on disk
 
 IN is an HDF5/NWB file, a SpikeGLX .bin (with its .meta), an Open Ephys recording, or a flat
@@ -40,6 +41,8 @@ from .argnames import command_line_spelling
 from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
 from .io import open_recording, read_probe
 from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
+from .kernels import kernel_origin_mode, loaded_from, precompile
+from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .pipeline import JobInterrupted, Pipeline, registry
 
@@ -207,7 +210,14 @@ def _preprocess_many(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     """Fit the pipeline and push one chunk through it: every tuner decision the job will need
-    (products, FIR and reference implementations) is taken now and stored in the cache."""
+    (products, FIR and reference implementations) is taken now and stored in the cache. With
+    --compile, first load or compile every kernel for the current GPU (`_compile_kernels`)."""
+    if args.compile:
+        _compile_kernels()
+    if args.input is None:
+        if not args.compile:
+            raise ValueError("tune: give IN (a recording to tune for), or --compile")
+        return 0
     pipe = _pipeline(args)
     with _open(args) as rec:
         t0 = time.perf_counter()
@@ -216,6 +226,25 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"tuned for {rec.n_channels} channels, chunks of {chunk} samples in "
               f"{time.perf_counter() - t0:.2f} s; choices in {cache_path()}")
     return 0
+
+
+def _compile_kernels() -> None:
+    """Every declared kernel instance of every CUDA source, for the current GPU: from the
+    prebuilt fatbins where they are usable, else compiled by NVRTC (then cached on disk by
+    CuPy, so later processes load them); printed per source with where it came from and
+    how long it took."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"--compile prepares the GPU's kernels, but there is no GPU: {reason}")
+    device = cupy_module().cuda.runtime.getDevice()
+    print(f"kernels for {device_name(device)} (DSPK_KERNELS={kernel_origin_mode()}):")
+    t0 = time.perf_counter()
+    for name in declare_all():
+        t1 = time.perf_counter()
+        count = precompile([name])[name]
+        print(f"  {name}: {count} instances in {time.perf_counter() - t1:.2f} s, "
+              f"{loaded_from(name, device)}", flush=True)
+    print(f"all kernels ready in {time.perf_counter() - t0:.2f} s")
 
 
 #: how to open IN: which series, and what a flat binary does not say about itself (each
@@ -350,7 +379,12 @@ def parser() -> argparse.ArgumentParser:
     p_tune = command("tune", "pre-tune what preprocessing a recording needs",
                      "Fit the pipeline on IN and push a chunk through it, so that every "
                      "tuner decision a job will need is in the cache before it starts.")
-    p_tune.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
+    p_tune.add_argument("input", metavar="IN", nargs="?", default=None,
+                        help="the recording (see dspk --help); optional with --compile")
+    p_tune.add_argument("--compile", action="store_true",
+                        help="load or compile every GPU kernel for this GPU first (the prebuilt "
+                             "fatbins where usable, else NVRTC, cached on disk): a machine's "
+                             "first GPU call then compiles nothing")
     _pipeline_args(p_tune)
     p_tune.set_defaults(func=_tune)
     p_cache = command("tune-cache", "show or clear the tuner's stored choices")

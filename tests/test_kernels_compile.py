@@ -1,7 +1,12 @@
 """Every CUDA source compiles with nvcc for Hopper (sm_90) and Ampere consumer cards (sm_86)
-with every template instance dspk declares for it (dspk.kernels.declare_instances, as on an
-H100 and on an sm_86 card), so a syntax error or an instance that does not compile surfaces in
-CI without a GPU."""
+with every template instance dspk declares for it on those architectures' reference cards
+(`dspk.kernels.build`), warnings as errors, so a syntax error or an instance that does not
+compile surfaces in CI without a GPU. The sources are compiled as NVRTC gets them (headers
+pasted, away from the kernel folder), the way the prebuilt fatbins are built; and what the
+compile gives (each instance's mangled name, each architecture's cubin) is what the
+committed table of the source says (the cubins bit for bit when CI's nvcc is the one that
+built the fatbins; the code: warnings as errors change only the note that records the
+options): the prebuilt fatbins are rebuilt for two of their architectures."""
 
 import shutil
 import subprocess
@@ -9,72 +14,67 @@ from pathlib import Path
 
 import pytest
 
-import dspk  # noqa: F401 (imports the modules that declare the instances)
-import dspk.match  # noqa: F401
-from dspk.kernels import CUDA_SOURCES, KERNEL_DIR, declared_files, declared_instances, source
+from dspk.kernels import CUDA_SOURCES, KERNEL_DIR, build, elf, fatbins, source
 
 pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = tuple(CUDA_SOURCES) + tuple(sorted((ROOT / "benchmarks").glob("*.cu")))
+BENCH_SOURCES = tuple(sorted((ROOT / "benchmarks").glob("*.cu")))
 NVCC = shutil.which("nvcc")
-#: device properties the instance lists depend on, for the two architectures compiled
-H100 = {"name": "H100 (test)", "major": 9, "minor": 0, "multiProcessorCount": 132,
-        "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472,
-        "sharedMemPerBlock": 49152, "l2CacheSize": 52428800}
-SM86 = {"name": "RTX A6000 (test)", "major": 8, "minor": 6, "multiProcessorCount": 84,
-        "sharedMemPerBlockOptin": 101376, "sharedMemPerMultiprocessor": 102400,
-        "sharedMemPerBlock": 49152, "l2CacheSize": 6291456}
-#: each architecture with the properties of a card of it
-ARCHS = {"sm_90": H100, "sm_86": SM86}
-
-
-def instantiation_unit(path: Path, expressions: list[str]) -> str:
-    """A translation unit that includes ``path`` and takes the address of each kernel
-    instance, so nvcc instantiates and compiles every one (as NVRTC's name expressions do)."""
-    lines = [f'#include "{path}"']
-    if expressions:
-        lines += ["extern void* const dspk_instances[];",
-                  "void* const dspk_instances[] = {",
-                  *(f"    (void*)&{e}," for e in expressions), "};"]
-    return "\n".join(lines) + "\n"
-
-
-def _nvcc_command(unit: Path, out: Path, arch: str) -> list[str]:
-    return [NVCC, "-std=c++17", f"-arch={arch}", "-Werror", "all-warnings", "-c", str(unit),
-            "-o", str(out)]
-
-
-def _compile_all(units: dict[str, Path], tmp: Path) -> dict[str, str]:
-    """Compile each architecture's unit, the architectures at once (two cores); the errors
-    of those that failed."""
-    runs = {arch: subprocess.Popen(_nvcc_command(unit, tmp / f"{arch}.o", arch),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for arch, unit in units.items()}
-    errors = {}
-    for arch, run in runs.items():
-        _, err = run.communicate()
-        if run.returncode:
-            errors[arch] = err[-4000:]
-    return errors
+#: the architectures compiled here (two cores: one each)
+ARCHS = ("sm_86", "sm_90")
+WERROR = ("-Werror", "all-warnings")
 
 
 def test_sources_exist_and_every_one_is_declared():
     names = {p.name for p in CUDA_SOURCES}
     assert {"gather.cu", "skinny.cu", "intpack.cu", "ncc.cu"} <= names
-    assert set(declared_files()) == names, "a source of dspk/kernels without its instances"
+    assert set(build.declare_all()) == names, "a source of dspk/kernels without its instances"
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
-def test_compiles_with_nvcc_with_every_instance(path, tmp_path):
-    units = {}
-    for arch, props in ARCHS.items():
-        instances = declared_instances(path.name, props) if path.parent == KERNEL_DIR else []
-        assert path.parent != KERNEL_DIR or instances, f"{path.name}: no instances declared"
-        units[arch] = tmp_path / f"{arch}_{path.name}"
-        units[arch].write_text(instantiation_unit(path, instances))
-    errors = _compile_all(units, tmp_path)
+@pytest.mark.parametrize("name", [p.name for p in CUDA_SOURCES])
+def test_compiles_with_nvcc_with_every_instance_as_its_table_says(name, tmp_path):
+    build.declare_all()
+    by_arch = build.instances_by_arch(name, ARCHS, ptx=None)
+    assert all(by_arch.values()), f"{name}: no instances declared"
+    names, _, cubins, _ = build.compile_file(name, tmp_path, by_arch, NVCC, ptx=None,
+                                             threads=len(ARCHS), extra=WERROR)
+    table = fatbins.read_table(name)
+    assert table is not None, f"{name}: no prebuilt table (python -m dspk.kernels.build)"
+    assert {e: table["names"].get(e) for e in names} == names
+    for arch in ARCHS:
+        assert set(table["archs"][arch]) == set(by_arch[arch]), arch
+    if table["nvcc"] == ".".join(map(str, build.nvcc_version(NVCC))):
+        for arch in ARCHS:
+            assert elf.code_hash(cubins[arch].read_bytes()) == \
+                table["images"][arch]["code_sha256"], f"{name}: the {arch} code differs"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+@pytest.mark.parametrize("path", BENCH_SOURCES, ids=lambda p: p.name)
+def test_benchmark_sources_compile_with_nvcc(path, tmp_path):
+    runs = [subprocess.Popen([NVCC, *fatbins.NVCC_OPTIONS, f"-arch={arch}", *WERROR, "-c",
+                              str(path), "-o", str(tmp_path / f"{arch}.o")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for arch in ARCHS]
+    errors = [run.communicate()[1][-4000:] for run in runs if run.wait()]
     assert not errors, errors
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_a_small_source_builds_to_the_committed_fatbin(tmp_path):
+    """The whole build (every architecture, the PTX, the table) of the smallest source gives
+    the committed table: the same names and instances, and with the same nvcc the same
+    cubins and fatbin bit for bit."""
+    build.declare_all()
+    got = build.build_file("gather.cu", tmp_path, NVCC, threads=2)
+    table = fatbins.read_table("gather.cu")
+    for key in ("source_sha256", "nvcc_options", "archs", "names", "devices"):
+        assert got[key] == table[key], key
+    if got["nvcc"] == table["nvcc"]:
+        assert got["images"] == table["images"]
+        assert got["fatbin_sha256"] == table["fatbin_sha256"]
+    assert not build.problems("gather.cu", tmp_path)
 
 
 def test_headers_are_pasted_into_the_text_nvrtc_compiles():
@@ -90,16 +90,3 @@ def test_headers_are_pasted_into_the_text_nvrtc_compiles():
         assert '#include "common.cuh"' not in text and text.count(common) == 1
     assert '#include "launch.cuh"' not in source("ncc.cu") and launch in source("ncc.cu")
     assert source("gather.cu") == (KERNEL_DIR / "gather.cu").read_text()
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["skinny.cu", "wx_tile.cu", "spatial.cu", "ncc.cu"])
-def test_pasted_text_compiles_away_from_the_kernel_folder(name, tmp_path):
-    """The text NVRTC gets, with a few of its instances, compiles with no include path."""
-    src = tmp_path / name
-    src.write_text(source(name))
-    unit = tmp_path / f"some_{name}"
-    unit.write_text(instantiation_unit(src, declared_instances(name, H100)[:3]))
-    res = subprocess.run(_nvcc_command(unit, tmp_path / "k.o", "sm_90"), capture_output=True,
-                         text=True)
-    assert res.returncode == 0, res.stderr[-4000:]

@@ -1,23 +1,30 @@
 """Every CUDA source of dspk (``*.cu`` in this folder, shipped as package data), and loading and
 launching their kernels.
 
-Each source is compiled by NVRTC (through ``cupy.RawModule``, cached on disk by CuPy) once per
-device, the first time one of its kernels is asked for, with every template instance dspk
-takes from it in the same call: the module that launches a file's kernels declares their list
-(`declare_instances`), so a first tuning run, which tries many instances of one file, compiles
-the file once rather than once per instance. An instance missing from its file's list still
-compiles on demand, on its own, with a logged warning (the list is incomplete: a bug).
+The module that launches a file's kernels declares every template instance dspk takes from it
+(`declare_instances`). A declared source's kernels come, where possible, from its prebuilt
+fatbin (``prebuilt/<name>.fatbin``, built by nvcc for the common architectures with the same
+options as NVRTC's: `dspk.kernels.fatbins`, ``python -m dspk.kernels.build``), loaded once
+per device: no compile in a user's first call. NVRTC (through ``cupy.RawModule``, cached on
+disk by CuPy) compiles what the fatbin cannot give: all of a file's declared instances in one
+call at the first request of one, when the fatbin is missing, older than the sources, has no
+image for the device or the driver is too old for it (or DSPK_KERNELS=nvrtc), or just those
+instances it lacks (the device declares one its architecture's image was not built with). An
+instance missing from its file's list still compiles on demand, on its own, with a logged
+warning (the list is incomplete: a bug). `loaded_from` says which happened, as the log does.
 
 Nothing here runs at import time but reading launch.cuh: CuPy is imported, and a kernel
-compiled, the first time a kernel is asked for.
+loaded or compiled, the first time a kernel is asked for.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import re
 import threading
+import time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
@@ -26,6 +33,8 @@ import numpy as np
 
 from ..backend import cupy_module, device_properties
 from ..caches import shared
+from . import fatbins
+from .fatbins import NVRTC_OPTIONS, PREBUILT_DIR, paste_headers
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +54,6 @@ def ctype(dtype: Any) -> str:
     return CTYPES[np.dtype(dtype)]
 
 
-#: a source's include of a header of this folder: ``#include "name.cuh"``
-_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
 #: a line of launch.cuh: ``constexpr int NAME = 123;`` (a comment may follow)
 _CONSTANT = re.compile(r"^constexpr int ([A-Z][A-Z0-9_]*) = ([0-9]+);[ \t]*(//.*)?$")
 
@@ -79,7 +86,7 @@ SOURCES = "cuda_sources"
 MODULES = "cuda_modules"
 KERNELS = "cuda_kernels"
 #: NVRTC's options for every source
-OPTIONS = ("-std=c++17",)
+OPTIONS = NVRTC_OPTIONS
 
 #: file -> instances(device properties) -> the template instances dspk takes from it. Filled
 #: at import by the modules that launch each file's kernels (`declare_instances`) and never
@@ -123,71 +130,167 @@ def declared_files() -> tuple[str, ...]:
 def source(filename: str) -> str:
     """The text NVRTC compiles: the file with each ``#include "x.cuh"`` of this folder
     replaced by the header's text, so that NVRTC needs no include path and CuPy's compile
-    cache, keyed on the text, sees a changed header (nvcc compiles the files as they are)."""
+    cache, keyed on the text, sees a changed header (the prebuilt fatbins are built from this
+    text too, and their tables record its hash: `dspk.kernels.fatbins`)."""
     texts = shared(SOURCES, dict)
     text = texts.get(filename)
     if text is None:
         path = Path(filename)
-        text = texts[filename] = _paste_headers(
-            (path if path.is_absolute() else KERNEL_DIR / filename).read_text(), set())
+        text = texts[filename] = paste_headers(
+            (path if path.is_absolute() else KERNEL_DIR / filename).read_text())
     return text
 
 
-def _paste_headers(text: str, pasted: set) -> str:
-    """``text`` with each include of a header of this folder replaced by the header's own text
-    (its includes pasted too), each header once."""
-    def paste(m: re.Match) -> str:
-        name = m.group(1)
-        if name in pasted:
-            return ""
-        pasted.add(name)
-        return _paste_headers((KERNEL_DIR / name).read_text(), pasted)
+#: where a source's kernels come from: DSPK_KERNELS = ``auto`` (the prebuilt fatbin where it
+#: is usable, else NVRTC), ``prebuilt`` (the prebuilt fatbin or an error: for checking that
+#: it is used) or ``nvrtc`` (NVRTC for everything, as without prebuilt kernels)
+KERNELS_ENV = "DSPK_KERNELS"
+KERNEL_ORIGINS = ("auto", "prebuilt", "nvrtc")
 
-    return _INCLUDE.sub(paste, text)
+
+def kernel_origin_mode() -> str:
+    """The value of DSPK_KERNELS (`KERNEL_ORIGINS`; ``auto`` when unset or empty)."""
+    mode = (os.environ.get(KERNELS_ENV, "auto") or "auto").strip().lower()
+    if mode not in KERNEL_ORIGINS:
+        raise ValueError(f"{KERNELS_ENV}={mode!r}: expected one of {', '.join(KERNEL_ORIGINS)}")
+    return mode
+
+
+class _Loaded:
+    """A source's kernels on one device: the prebuilt module (None if not usable: ``origin``
+    says why) and the mangled names of its instances; the declared instances; NVRTC's
+    module of the declared instances the prebuilt one lacks (every one without it),
+    compiled in one call at the first request of one of them."""
+
+    def __init__(self, mode: str, declared: frozenset, prebuilt: Any, names: dict,
+                 origin: str) -> None:
+        self.mode = mode
+        self.declared = declared
+        self.prebuilt = prebuilt
+        self.names = names
+        self.origin = origin
+        self.nvrtc: Any = None
+        self.nvrtc_names: frozenset = frozenset()
+        self.compiled = False
 
 
 class _Modules(dict):
-    """(device, file) -> (module, its instances); its lock makes one compile of each."""
+    """(device, file) -> `_Loaded`; its lock makes one load and one compile of each."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lock = threading.Lock()
 
 
-def _module(device_id: int, filename: str) -> tuple[Any, frozenset]:
-    """The module of ``filename`` on ``device_id`` with every declared instance (compiled
-    on first use), and those instances; (None, empty) for an undeclared file."""
+def _prebuilt(cp: Any, device_id: int, filename: str) -> tuple[Any, dict, str]:
+    """``filename``'s prebuilt module on ``device_id`` (loaded now, so a fatbin the driver
+    refuses falls back here rather than at a launch), its instances' mangled names, and
+    where the kernels come from; (None, {}, why NVRTC) when it is not usable."""
+    props = device_properties(device_id)
+    try:
+        table = fatbins.read_table(filename, PREBUILT_DIR)
+        why = fatbins.stale(table, source(filename), PREBUILT_DIR)
+        if why is not None:
+            return None, {}, f"NVRTC ({why})"
+        arch, which = fatbins.image_for(table, (int(props["major"]), int(props["minor"])),
+                                        int(cp.cuda.runtime.driverGetVersion()))
+        if arch is None:
+            return None, {}, f"NVRTC ({which})"
+        names = fatbins.names(table, arch)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged table
+        log.warning("dspk.kernels: the prebuilt table of %s is unreadable (%s: %s); NVRTC "
+                    "compiles its kernels", filename, type(exc).__name__, exc)
+        return None, {}, f"NVRTC (unreadable prebuilt table: {type(exc).__name__}: {exc})"
+    path = PREBUILT_DIR / table["fatbin"]
+    try:
+        with cp.cuda.Device(device_id):
+            module = cp.RawModule(path=str(path))
+            module.module  # noqa: B018 (loads the fatbin now)
+    except Exception as exc:  # noqa: BLE001 (NVRTC compiles the kernels instead)
+        log.warning("dspk.kernels: the driver did not load %s (%s: %s); NVRTC compiles %s",
+                    path, type(exc).__name__, exc, filename)
+        return None, {}, f"NVRTC (the driver did not load {path.name}: {exc})"
+    return module, names, f"prebuilt {which} ({path.name})"
+
+
+def _loaded(cp: Any, device_id: int, filename: str) -> _Loaded:
+    """The `_Loaded` of ``filename`` on ``device_id``, made on first use: the prebuilt
+    fatbin of a declared source of this folder where it is usable and allowed."""
     modules = shared(MODULES, _Modules)
     key = (device_id, filename)
     hit = modules.get(key)
     if hit is not None:
         return hit
-    cp = cupy_module()
     with modules.lock:
         hit = modules.get(key)
         if hit is None:
-            names = declared_instances(filename, device_properties(device_id))
+            mode = kernel_origin_mode()
+            declared = frozenset(declared_instances(filename, device_properties(device_id))
+                                 or ())
+            module, names, origin = None, {}, "NVRTC (no declared instances)"
+            if filename in _DECLARED and mode == "nvrtc":
+                origin = f"NVRTC ({KERNELS_ENV}=nvrtc)"
+            elif filename in _DECLARED:
+                module, names, origin = _prebuilt(cp, device_id, filename)
+                if module is None and mode == "prebuilt":
+                    raise RuntimeError(f"{filename}: {KERNELS_ENV}=prebuilt, but {origin}")
+            log.info("dspk.kernels: %s on device %d: %s", filename, device_id, origin)
+            hit = modules[key] = _Loaded(mode, declared, module, names, origin)
+    return hit
+
+
+def _nvrtc(cp: Any, device_id: int, filename: str, loaded: _Loaded) -> tuple[Any, frozenset]:
+    """NVRTC's module of the declared instances of ``filename`` the prebuilt module lacks,
+    compiled in one call on first use, and those instances (none if they did not compile
+    together: each is then compiled on its own when asked for)."""
+    if loaded.compiled:
+        return loaded.nvrtc, loaded.nvrtc_names
+    with shared(MODULES, _Modules).lock:
+        if not loaded.compiled:
+            names = sorted(loaded.declared - set(loaded.names))
             module = None
             if names:
+                t0 = time.perf_counter()
                 try:
                     with cp.cuda.Device(device_id):
                         module = cp.RawModule(code=source(filename), options=OPTIONS,
                                               name_expressions=names)
                         module.compile()
+                    log.info("dspk.kernels: NVRTC compiled %d instances of %s in %.1f s; "
+                             "%s", len(names), filename, time.perf_counter() - t0,
+                             loaded.origin)
                 except Exception as exc:  # noqa: BLE001 (each instance is then tried alone)
                     log.warning("dspk.kernels: %s did not compile with its %d instances "
                                 "(%s: %s); each is compiled on its own when asked for",
                                 filename, len(names), type(exc).__name__, exc)
-                    module, names = None, None
-            hit = modules[key] = (module, frozenset(names or ()))
-    return hit
+                    module, names = None, []
+            loaded.nvrtc, loaded.nvrtc_names = module, frozenset(names)
+            loaded.compiled = True
+    return loaded.nvrtc, loaded.nvrtc_names
+
+
+def loaded_from(filename: str, device_id: int | None = None) -> str | None:
+    """Where the kernels of ``filename`` on ``device_id`` (default: the current device) come
+    from, or None before the first request of one there: ``"prebuilt SASS sm_90
+    (ncc.fatbin)"``, with ``"; NVRTC for 3 instances"`` when NVRTC compiled those the
+    prebuilt image lacks, or ``"NVRTC (why)"`` (no usable prebuilt fatbin, or
+    DSPK_KERNELS=nvrtc). Also logged (INFO) at the first request."""
+    if device_id is None:
+        device_id = cupy_module().cuda.runtime.getDevice()
+    loaded = shared(MODULES, _Modules).get((device_id, filename))
+    if loaded is None:
+        return None
+    if loaded.prebuilt is not None and loaded.compiled and loaded.nvrtc_names:
+        return f"{loaded.origin}; NVRTC for {len(loaded.nvrtc_names)} instances"
+    return loaded.origin
 
 
 def precompile(filenames: Iterable[str] | None = None) -> dict[str, int]:
-    """Compile the declared instances of ``filenames`` (every declared file by default) for
-    the current device now, rather than at the first request: for a warm-up before work
-    that is timed, or ahead of a job (``dspk tune``). NVRTC's results are cached on disk by
-    CuPy, so a later process loads them.
+    """Load (from the prebuilt fatbin) or compile (NVRTC) every declared instance of
+    ``filenames`` (every declared file by default) for the current device now, rather than
+    at the first request: for a warm-up before work that is timed, or ahead of a job
+    (``dspk tune --compile``). NVRTC's results are cached on disk by CuPy, so a later
+    process loads them; `loaded_from` says where each file's kernels came from.
 
     Parameters
     ----------
@@ -197,11 +300,17 @@ def precompile(filenames: Iterable[str] | None = None) -> dict[str, int]:
     Returns
     -------
     dict
-        File -> instances compiled together (0 where the list did not compile as a whole:
-        its instances compile one by one when asked for, as a logged warning says).
+        File -> its declared instances on this device, each now loaded.
     """
-    device_id = cupy_module().cuda.runtime.getDevice()
-    return {f: len(_module(device_id, f)[1]) for f in (filenames or declared_files())}
+    cp = cupy_module()
+    device_id = cp.cuda.runtime.getDevice()
+    found = {}
+    for f in (filenames or declared_files()):
+        names = declared_instances(f, device_properties(device_id)) or []
+        for expression in names:
+            _kernel(cp, device_id, f, expression)
+        found[f] = len(names)
+    return found
 
 
 def kernel(filename: str, expression: str) -> Any:
@@ -209,25 +318,47 @@ def kernel(filename: str, expression: str) -> Any:
     ``"gram_small<float, float, 4, true>"``) from ``filename`` (in this folder, or an absolute
     path, e.g. a benchmark's own source) for the current device.
 
-    The first request of a declared file compiles all its instances (`declare_instances`);
-    an instance not in the list, or one of an undeclared file, is compiled on its own."""
+    A declared source's kernels come from its prebuilt fatbin where that is usable (see
+    `dspk.kernels.fatbins`; DSPK_KERNELS chooses, `KERNEL_ORIGINS`); otherwise the first
+    request compiles all its declared instances the fatbin lacks in one NVRTC call
+    (`declare_instances`). An instance not in the list, or one of an undeclared file, is
+    compiled on its own."""
     cp = cupy_module()
-    device_id = cp.cuda.runtime.getDevice()
+    return _kernel(cp, cp.cuda.runtime.getDevice(), filename, expression)
+
+
+def _kernel(cp: Any, device_id: int, filename: str, expression: str) -> Any:
     functions = shared(KERNELS, dict)
     key = (device_id, filename, expression)
     fn = functions.get(key)
     if fn is not None:
         return fn
-    module, names = _module(device_id, filename)
-    if expression not in names:
-        if filename in _DECLARED and names:
-            log.warning("dspk.kernels: %s is not among the instances declared for %s; "
-                        "compiled on its own", expression, filename)
+    loaded = _loaded(cp, device_id, filename)
+    mangled = loaded.names.get(expression)
+    if mangled is not None:
+        try:
+            with cp.cuda.Device(device_id):
+                fn = loaded.prebuilt.get_function(mangled)
+        except Exception as exc:  # noqa: BLE001 (NVRTC compiles it instead)
+            if loaded.mode == "prebuilt":
+                raise
+            log.warning("dspk.kernels: %s (%s) not loaded from %s (%s: %s); NVRTC compiles "
+                        "it", expression, mangled, loaded.origin, type(exc).__name__, exc)
+    if fn is None:
+        if loaded.mode == "prebuilt" and filename in _DECLARED:
+            raise RuntimeError(f"{filename}: {expression} is not in its prebuilt image "
+                               f"({loaded.origin}) and {KERNELS_ENV}=prebuilt")
+        module, names = _nvrtc(cp, device_id, filename, loaded)
+        if expression not in names:
+            if filename in _DECLARED and loaded.declared and \
+                    expression not in loaded.declared:
+                log.warning("dspk.kernels: %s is not among the instances declared for %s; "
+                            "compiled on its own", expression, filename)
+            with cp.cuda.Device(device_id):
+                module = cp.RawModule(code=source(filename), options=OPTIONS,
+                                      name_expressions=[expression])
         with cp.cuda.Device(device_id):
-            module = cp.RawModule(code=source(filename), options=OPTIONS,
-                                  name_expressions=[expression])
-    with cp.cuda.Device(device_id):
-        fn = module.get_function(expression)
+            fn = module.get_function(expression)
     return functions.setdefault(key, fn)
 
 
