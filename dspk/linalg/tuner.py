@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -106,7 +107,7 @@ SLICE_ALIGN = 64
 #: dimensions to this many (grown where the candidate cannot run it); the GPU's is the slice
 PROBE_MIN = 64
 #: the probe's values: a block of this many (a prime: consecutive rows differ) repeated
-PROBE_BLOCK = 65521
+PROBE_BLOCK = 4093
 #: candidates whose estimate is within CLOSE of the best get extra samples (up to
 #: MAX_SAMPLES) while the budget lasts; a result check of the whole product (and each slice)
 #: looks at SAMPLED_COLS columns of its sampled rows
@@ -209,6 +210,19 @@ def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
     return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
                   entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
                   entry.get("untimed", {}))
+
+
+@dataclass
+class _FirstUse:
+    """A first use's tuning of ``p`` (started at ``t0``): its trials, samplers and probes by
+    geometry, and which candidate's result ``p.out`` holds (None: a slice's, or nothing)."""
+
+    p: Problem
+    t0: float
+    trials: dict = field(default_factory=dict)
+    samplers: dict = field(default_factory=dict)
+    probes: dict = field(default_factory=dict)
+    wrote: str | None = None
 
 
 @dataclass
@@ -476,7 +490,8 @@ class Tuner:
                 if bad:
                     rejected[c.name] = bad
                     continue
-                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu) * 1e3
+                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu,
+                                               clock=self.clock) * 1e3
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
                 _warn_failed(c.name, self.key_str(key), exc)
@@ -502,20 +517,25 @@ class Tuner:
             slices = [(c, _slice_for(p, dim, target, c)) for c in usable]
         # cheapest slices first: the best estimate is known before a large slice is weighed
         order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
-        smallest = min(_macs(q) for _, q in slices)
-        samplers: dict[tuple, _Sampler] = {}
-        probes: dict[tuple, tuple[Problem, _Sampler]] = {}
-        trials: dict[str, _Trial] = {}
+        smallest = _macs(slices[order[0]][1])
+        state = _FirstUse(p, t0)
         untimed: dict[str, str] = {}
-        wrote_p = [None]                          # the candidate whose result p.out holds
+        deferred = []
         for i in order:
             c, q = slices[i]
+            missing = [m for m in c.first_use_imports if m not in sys.modules]
+            if missing and len(usable) > 1:
+                untimed[c.name] = (f"not timed on first use: its first run would import "
+                                   f"{', '.join(missing)}, which costs more than the product; "
+                                   f"a thorough tuning (dspk tune) times it")
+                deferred.append((c, q))
+                continue
             share = _macs(q) / work
-            if trials and _macs(q) > smallest:
+            if state.trials and _macs(q) > smallest:
                 # a slice grown beyond the target (for the candidate to run it at all) is
                 # timed only within the budget; those of the target's size always are (they
                 # cost about 1/SLICE_SHARE of the product together)
-                best = min(t.estimate for t in trials.values())
+                best = min(t.estimate for t in state.trials.values())
                 allowed = SKIP_RATIO * tuning_budget(best, gpu)
                 if clock() - t0 + best * share > allowed:
                     untimed[c.name] = (f"not timed on first use: its smallest slice "
@@ -523,42 +543,21 @@ class Tuner:
                                        f"(~{allowed * 1e3:.3g} ms); a thorough tuning (dspk "
                                        f"tune) times it")
                     continue
-            try:
-                # the precision probe first: it also warms the candidate up (imports, kernels
-                # loaded, plans made), so that the timed run below is not its very first
-                probe, probe_sampler = _probe_for(q, c, probes)
-                bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
-                if bad:
-                    rejected[c.name] = bad
-                    continue
-                sampler = samplers.get(_shape(q))
-                if sampler is None:
-                    sampler = samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
-                call = prepared(c, q)
-                sampler.poison()
-                seconds = self._time(call, gpu)
-                wrote_p[0] = c.name if q is p else None
-                bad = sampler.check_result()
-                if bad:
-                    where = "" if q is p else f" on the slice {_shape(q)}"
-                    rejected[c.name] = f"wrong result{where}: {bad}"
-                    continue
-                trials[c.name] = _Trial(c, q, share, call, seconds)
-                log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
-                          "into the tuning", c.name, _shape(q), seconds * 1e3,
-                          seconds / share * 1e3, _shape(p), (clock() - t0) * 1e3)
-            except Exception as exc:  # a candidate that breaks is rejected, not fatal
-                rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(c.name, self.key_str(key), exc)
+            self._first_trial(c, q, state, rejected, key)
+        if not state.trials:                      # nothing else could: those deferred, then
+            for c, q in deferred:
+                untimed.pop(c.name)
+                self._first_trial(c, q, state, rejected, key)
+        trials = state.trials
         if not trials:
             raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        self._more_samples(trials, gpu, t0, p, wrote_p)
+        self._more_samples(trials, gpu, state)
         ranking = sorted(trials, key=lambda n: trials[n].estimate)
         log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
                   (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
         done = False
         if run:
-            ranking, done = self._run_checked(p, ranking, trials, rejected, wrote_p[0], key)
+            ranking, done = self._run_checked(p, ranking, trials, rejected, state.wrote, key)
         timings = {n: trials[n].estimate * 1e3 for n in ranking}
         how = TUNED_SLICE if any(t.q is not p for t in trials.values()) else TUNED_BRIEF
         entry = _entry(timings, rejected, how, ranking)
@@ -568,8 +567,41 @@ class Tuner:
             entry["untimed"] = untimed
         return entry, done
 
-    def _more_samples(self, trials: dict[str, _Trial], gpu: bool, t0: float, p: Problem,
-                      wrote_p: list) -> None:
+    def _first_trial(self, c: Candidate, q: Problem, state: "_FirstUse",
+                     rejected: dict[str, str], key: tuple) -> None:
+        """``c``'s precision probe (which also warms it up: imports, kernels loaded, plans
+        made, so that the timed run is not its very first), then one timed run on its slice
+        ``q``, checked on sampled entries: a `_Trial` in ``state``, or a reason in
+        ``rejected``."""
+        p = state.p
+        try:
+            probe, probe_sampler = _probe_for(q, c, state.probes)
+            bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
+            if bad:
+                rejected[c.name] = bad
+                return
+            sampler = state.samplers.get(_shape(q))
+            if sampler is None:
+                sampler = state.samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
+            call = prepared(c, q)
+            sampler.poison()
+            seconds = self._time(call, p.gpu)
+            state.wrote = c.name if q is p else None
+            bad = sampler.check_result()
+            if bad:
+                where = "" if q is p else f" on the slice {_shape(q)}"
+                rejected[c.name] = f"wrong result{where}: {bad}"
+                return
+            share = _macs(q) / _macs(p)
+            state.trials[c.name] = _Trial(c, q, share, call, seconds)
+            log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
+                      "into the tuning", c.name, _shape(q), seconds * 1e3,
+                      seconds / share * 1e3, _shape(p), (self.clock() - state.t0) * 1e3)
+        except Exception as exc:  # a candidate that breaks is rejected, not fatal
+            rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
+            _warn_failed(c.name, self.key_str(key), exc)
+
+    def _more_samples(self, trials: dict[str, _Trial], gpu: bool, state: "_FirstUse") -> None:
         """More samples while the budget lasts, each trial keeping its best (the minimum is
         what a loaded machine's noise leaves least biased): a second one for every candidate
         (a first sample can be spoilt by another process's burst), then rounds over those
@@ -592,11 +624,11 @@ class Tuner:
                     calls[name] = (t.call if len(sets) == 1 else _cycling(t.candidate, sets),
                                    reps)
                 call, reps = calls[name]
-                if self.clock() - t0 + t.seconds * reps > budget:
+                if self.clock() - state.t0 + t.seconds * reps > budget:
                     return
                 t.seconds = min(t.seconds, self._time(call, gpu, reps))
                 t.samples += 1
-                wrote_p[0] = name if t.q is p else None
+                state.wrote = name if t.q is state.p else None
 
     def _run_checked(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
                      rejected: dict[str, str], wrote: str | None,
@@ -754,7 +786,7 @@ class Tuner:
                 if bad:
                     rejected[name] = bad
                     continue
-                timings[name] = _median_time(run, gpu) * 1e3
+                timings[name] = _median_time(run, gpu, clock=self.clock) * 1e3
             except Exception as exc:  # a broken implementation is rejected, not fatal
                 rejected[name] = f"failed: {type(exc).__name__}: {exc}"
                 _warn_failed(name, self.key_str(key), exc)
@@ -1417,8 +1449,10 @@ def _cycling(c: Candidate, sets: list[Problem]) -> Callable[[], None]:
     return run
 
 
-def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> float:
-    """Median seconds per call of ``fn`` after a warm-up."""
+def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds per call of ``fn`` after a warm-up (CUDA events on the GPU, ``clock``
+    on the host)."""
     if gpu:
         cp = cupy_module()
         start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -1432,10 +1466,10 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> f
             return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / n
     else:
         def timed(n: int) -> float:
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 fn()
-            return (time.perf_counter() - t0) / n
+            return (clock() - t0) / n
 
     fn()
     one = max(timed(1), 1e-7)
