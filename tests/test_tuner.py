@@ -626,7 +626,7 @@ def test_choose_on_slices_runs_only_the_winner_on_the_whole(fresh_cache):
         return small
 
     name, why, _ = t.choose_run(("op", 4), whole, False, same, sliced=sliced)
-    assert name == "quick" and fractions == [1 / (tuner_mod.SLICE_SHARE * 2)]
+    assert name == "quick" and fractions == [1 / (2 * tuner_mod.SLICE_SHARE * 2)]
     assert (whole["ref"].calls, whole["quick"].calls) == (0, 1)
     assert small["ref"].calls >= 2 and small["quick"].calls >= 2
     assert clock.now - 0.6 <= tuner_mod.BUDGET_RATIO * 0.6 + 0.6 * fractions[0]

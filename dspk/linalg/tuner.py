@@ -88,7 +88,7 @@ TUNED_SLICE, TUNED_BRIEF, TUNED_THOROUGH = "slice", "brief", "thorough"
 #: class (False: CPU, True: GPU). The checks and one timed slice run per candidate are always
 #: made; the budget decides the extra samples and whether a candidate whose smallest slice is
 #: large is timed at all (not when it would take the tuning beyond SKIP_RATIO x the budget).
-BUDGET_RATIO = 1.0
+BUDGET_RATIO = 0.5
 BUDGET_FLOOR_S = {False: 0.003, True: 0.03}
 BUDGET_CAP_S = {False: math.inf, True: 0.2}
 SKIP_RATIO = 1.5
@@ -842,6 +842,8 @@ class Tuner:
         if not seconds:
             raise RuntimeError(f"every implementation failed: {rejected}")
         self._resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1)
+        log.debug("dspk tuner: %s: %s ms after %.3g ms", self.key_str(key),
+                  {n: round(t * 1e3, 3) for n, t in seconds.items()}, (self.clock() - t0) * 1e3)
         entry = _entry({n: t * 1e3 for n, t in seconds.items()}, rejected, TUNED_BRIEF)
         if kept_name != entry["ranking"][0]:
             kept = _NOT_RUN                       # overtaken by a later sample
@@ -870,7 +872,7 @@ class Tuner:
         checked against the first one's result, then a timed run), close ones again while
         the budget lasts; runners without a sliced version are not timed."""
         t0 = self.clock()
-        fraction = 1.0 / (SLICE_SHARE * len(runners))
+        fraction = 1.0 / (2 * SLICE_SHARE * len(runners))   # two runs each
         small = sliced(fraction)
         seconds: dict[str, float] = {}
         rejected: dict[str, str] = {}
@@ -899,6 +901,9 @@ class Tuner:
             raise RuntimeError(f"every implementation failed: {rejected}")
         ref = None
         self._resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2)
+        log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
+                  self.key_str(key), fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
+                  (self.clock() - t0) * 1e3)
         entry = _entry({n: t / fraction * 1e3 for n, t in seconds.items()}, rejected,
                        TUNED_SLICE)
         entry["slice_fraction"] = fraction
@@ -1168,8 +1173,17 @@ class _Sampler:
         # a small product: one BLAS thread (waking BLAS's threads on a loaded machine took
         # 0.04-0.6 s for 3 x 30 000 x 32 float64 on 2 cores)
         with single_threaded_blas() if xp is np else nullcontext():
-            self.ref = np.matmul(a, b) if self.exact else xp.matmul(a, b)
-            self.absprod = None if self.exact else xp.matmul(xp.abs(a), xp.abs(b))
+            if not self.exact:
+                self.ref = xp.matmul(a, b)
+                self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
+            else:
+                self.absprod = None
+                bound = p.k * int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
+                if bound < 2**53:  # every float64 partial sum is an exact integer: BLAS
+                    self.ref = np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64))
+                                       ).astype(np.int64)
+                else:              # NumPy's int64 loop (no BLAS: ~30x slower)
+                    self.ref = np.matmul(a, b)
         self._rows, self._cols = rows, cols
 
     def _out_rows(self) -> Any:
