@@ -384,8 +384,8 @@ def test_first_use_stays_within_its_budget_and_runs_the_whole_product_once(fresh
     than BUDGET_RATIO x the winner's time on the whole product, and only the winner computes
     the whole product, once; a candidate whose smallest slice is the whole is not timed."""
     clock = FakeClock()
-    fast, mid = Costed("fast", clock, 1e-9), Costed("mid", clock, 2e-9)
-    slow = Costed("slow", clock, 3e-9, fixed=0.05)               # a setup cost per run
+    fast, mid, slow = (Costed(n, clock, c) for n, c in (("fast", 1e-9), ("mid", 2e-9),
+                                                         ("slow", 3e-9)))
     whole_only = Costed("whole_only", clock, 0.5e-9, min_n=16000)
     t = clocked([slow, mid, whole_only, fast], clock)
     a, b = wide()
@@ -409,6 +409,23 @@ def test_first_use_stays_within_its_budget_and_runs_the_whole_product_once(fresh
     assert set(entry["untimed"]) == {"whole_only"}
     # estimates for the whole product from the slices: the fake costs are linear, so exact
     assert entry["timings_ms"]["mid"] == pytest.approx(2 * whole_time * 1e3, rel=1e-6)
+
+
+def test_a_candidate_costing_far_more_than_its_work_ends_the_first_use(fresh_cache):
+    """A setup cost of 0.2 s per run (the product: 0.33 s) takes the tuning beyond its
+    budget: the candidates after it are not timed, and the entry says why."""
+    clock = FakeClock()
+    fast, mid = Costed("fast", clock, 1e-9), Costed("mid", clock, 2e-9)
+    hog = Costed("hog", clock, 1e-9, fixed=0.2)
+    t = clocked([fast, hog, mid], clock)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    whole_time = 1e-9 * 64 * 20000 * 256
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "fast" and mid.runs == []
+    assert "beyond its budget" in choice.untimed["mid"] and len(hog.runs) == 2
+    cap = tuner_mod.SKIP_RATIO * tuner_mod.BUDGET_RATIO * whole_time
+    assert clock.now - whole_time <= cap + 2 * 0.2
 
 
 def test_a_slice_tuned_choice_is_persisted_and_used_without_timing(fresh_cache):

@@ -85,9 +85,9 @@ TUNED_SLICE, TUNED_BRIEF, TUNED_THOROUGH = "slice", "brief", "thorough"
 #: on the whole product (or operation) — the product's own cost — but at least BUDGET_FLOOR_S
 #: (below that no timing means anything, and a key is tuned once per machine), and on the GPU
 #: at most BUDGET_CAP_S (the goal there: a first call within 0.3 s of a warm one), by device
-#: class (False: CPU, True: GPU). The checks and one timed slice run per candidate are always
-#: made; the budget decides the extra samples and whether a candidate whose smallest slice is
-#: large is timed at all (not when it would take the tuning beyond SKIP_RATIO x the budget).
+#: class (False: CPU, True: GPU). The budget decides the extra samples; a candidate is not
+#: timed at all when its slice would take the tuning beyond SKIP_RATIO x the budget (a slice
+#: grown for the candidate to run it, or candidates before it that cost more than their work).
 BUDGET_RATIO = 0.5
 BUDGET_FLOOR_S = {False: 0.003, True: 0.03}
 BUDGET_CAP_S = {False: math.inf, True: 0.2}
@@ -517,7 +517,6 @@ class Tuner:
             slices = [(c, _slice_for(p, dim, target, c)) for c in usable]
         # cheapest slices first: the best estimate is known before a large slice is weighed
         order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
-        smallest = _macs(slices[order[0]][1])
         state = _FirstUse(p, t0)
         untimed: dict[str, str] = {}
         deferred = []
@@ -531,10 +530,12 @@ class Tuner:
                 deferred.append((c, q))
                 continue
             share = _macs(q) / work
-            if state.trials and _macs(q) > smallest:
-                # a slice grown beyond the target (for the candidate to run it at all) is
-                # timed only within the budget; those of the target's size always are (they
-                # cost about 1/SLICE_SHARE of the product together)
+            if state.trials:
+                # timed only while the tuning stays within SKIP_RATIO x its budget, counting
+                # this candidate's slice at the best one's speed: the slices of the target's
+                # size cost about 1/SLICE_SHARE of the product together, and pass unless the
+                # candidates before them cost far more than their work (setup costs, cold
+                # runs); one grown beyond the target (to run at all) is what this rule weighs
                 best = min(t.estimate for t in state.trials.values())
                 allowed = SKIP_RATIO * tuning_budget(best, gpu)
                 if clock() - t0 + best * share > allowed:
