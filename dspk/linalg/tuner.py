@@ -518,6 +518,7 @@ class Tuner:
         # cheapest slices first: the best estimate is known before a large slice is weighed
         order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
         state = _FirstUse(p, t0)
+        smallest = _macs(slices[order[0]][1])
         untimed: dict[str, str] = {}
         deferred = []
         for i in order:
@@ -529,26 +530,21 @@ class Tuner:
                                    f"a thorough tuning (dspk tune) times it")
                 deferred.append((c, q))
                 continue
-            share = _macs(q) / work
-            if state.trials:
-                # timed only while the tuning stays within SKIP_RATIO x its budget, counting
-                # this candidate's slice at the best one's speed: the slices of the target's
-                # size cost about 1/SLICE_SHARE of the product together, and pass unless the
-                # candidates before them cost far more than their work (setup costs, cold
-                # runs); one grown beyond the target (to run at all) is what this rule weighs
-                best = min(t.estimate for t in state.trials.values())
-                allowed = SKIP_RATIO * tuning_budget(best, gpu)
-                if clock() - t0 + best * share > allowed:
-                    untimed[c.name] = (f"not timed on first use: its smallest slice "
-                                       f"{_shape(q)} would take the tuning beyond its budget "
-                                       f"(~{allowed * 1e3:.3g} ms); a thorough tuning (dspk "
-                                       f"tune) times it")
-                    continue
-            self._first_trial(c, q, state, rejected, key)
+            # Every candidate after the first is timed only while the tuning stays within
+            # SKIP_RATIO x its budget, counting its slice at the best one's speed: slices of
+            # the target's size cost about 1/SLICE_SHARE of the product together, and pass
+            # unless the candidates before them cost far more than their work (setup costs,
+            # cold runs, a loaded machine). On the GPU, where products take a fraction of a
+            # millisecond and the tuning's own Python is most of its cost, only a slice grown
+            # beyond the target (for the candidate to run it at all) is weighed.
+            weigh = bool(state.trials) and (not gpu or _macs(q) > smallest)
+            reason = self._first_trial(c, q, state, rejected, key, weigh)
+            if reason:
+                untimed[c.name] = reason
         if not state.trials:                      # nothing else could: those deferred, then
             for c, q in deferred:
                 untimed.pop(c.name)
-                self._first_trial(c, q, state, rejected, key)
+                self._first_trial(c, q, state, rejected, key, False)
         trials = state.trials
         if not trials:
             raise RuntimeError(f"every candidate failed for this product: {rejected}")
@@ -569,18 +565,32 @@ class Tuner:
         return entry, done
 
     def _first_trial(self, c: Candidate, q: Problem, state: "_FirstUse",
-                     rejected: dict[str, str], key: tuple) -> None:
+                     rejected: dict[str, str], key: tuple, weigh: bool) -> str | None:
         """``c``'s precision probe (which also warms it up: imports, kernels loaded, plans
         made, so that the timed run is not its very first), then one timed run on its slice
         ``q``, checked on sampled entries: a `_Trial` in ``state``, or a reason in
-        ``rejected``."""
+        ``rejected``. With ``weigh``, each of the two runs is made only if the tuning would
+        stay within its cap (SKIP_RATIO x the budget) with this slice at the best speed so
+        far; returns why it was not timed, or None."""
         p = state.p
+        share = _macs(q) / _macs(p)
         try:
-            probe, probe_sampler = _probe_for(q, c, state.probes)
-            bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
-            if bad:
-                rejected[c.name] = bad
-                return
+            for step in ("probe", "run"):
+                if weigh:
+                    best = min(t.estimate for t in state.trials.values())
+                    cap = SKIP_RATIO * tuning_budget(best, p.gpu)
+                    if self.clock() - state.t0 + best * share > cap:
+                        what = "its slice" if step == "probe" else "its slice, after its probe,"
+                        return (f"not timed on first use: {what} {_shape(q)} would take the "
+                                f"tuning beyond its budget (~{cap * 1e3:.3g} ms); a thorough "
+                                f"tuning (dspk tune) times it")
+                if step == "run":
+                    break
+                probe, probe_sampler = _probe_for(q, c, state.probes)
+                bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
+                if bad:
+                    rejected[c.name] = bad
+                    return None
             sampler = state.samplers.get(_shape(q))
             if sampler is None:
                 sampler = state.samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
@@ -592,8 +602,7 @@ class Tuner:
             if bad:
                 where = "" if q is p else f" on the slice {_shape(q)}"
                 rejected[c.name] = f"wrong result{where}: {bad}"
-                return
-            share = _macs(q) / _macs(p)
+                return None
             state.trials[c.name] = _Trial(c, q, share, call, seconds)
             log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
                       "into the tuning", c.name, _shape(q), seconds * 1e3,
@@ -601,6 +610,7 @@ class Tuner:
         except Exception as exc:  # a candidate that breaks is rejected, not fatal
             rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
             _warn_failed(c.name, self.key_str(key), exc)
+        return None
 
     def _more_samples(self, trials: dict[str, _Trial], gpu: bool, state: "_FirstUse") -> None:
         """More samples while the budget lasts, each trial keeping its best (the minimum is
