@@ -685,3 +685,29 @@ def test_tuner_doctests():
 
     result = doctest.testmod(tuner_mod, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh_cache):
+    clock = FakeClock()
+    t = clocked([], clock)
+    ref, own, other = Op(clock, 1.0), Op(clock, 0.5), Op(clock, 0.7)
+    imports = {"ref": ("dspk_test_module_never_imported",)}
+    name, _, _ = t.choose_run(("op", 6), {"ref": ref, "own": own, "other": other}, False,
+                              same, imports=imports)
+    assert name == "own" and ref.calls == 0 and (own.calls, other.calls) == (1, 1)
+    entry = json.loads(cache_path().read_text())["entries"]["op|6"]
+    assert "would import dspk_test_module_never_imported" in entry["untimed"]["ref"]
+    # left alone, a runner is chosen without a run (choose_run runs it once)
+    alone, lone = Op(clock, 1.0), Op(clock, 0.5)
+    assert t.choose_run(("op", 7), {"ref": alone, "own": lone}, False, same,
+                        imports=imports)[0] == "own"
+    assert (alone.calls, lone.calls) == (0, 1)
+    # every runner needing one: none is left out
+    both = {"ref": Op(clock, 1.0), "own": Op(clock, 0.5)}
+    t.choose(("op", 8), both, False, same, imports={n: imports["ref"] for n in both})
+    assert [r.calls for r in both.values()] == [1, 1]
+    # thorough: timed
+    with t.thorough():
+        t.choose(("op", 6), {"ref": ref, "own": own, "other": other}, False, same,
+                 imports=imports)
+    assert ref.calls > 1

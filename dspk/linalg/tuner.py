@@ -509,27 +509,30 @@ class Tuner:
         clock = self.clock
         t0 = clock()
         work = _macs(p)
-        target = max(MIN_SLICE_MACS[gpu], work // (SLICE_SHARE * len(usable)))
+        untimed: dict[str, str] = {}
+        # a candidate whose first run would import a module nothing has imported yet is left
+        # for a thorough tuning (when another one can run the product)
+        deferred = [c for c in usable if any(m not in sys.modules for m in c.first_use_imports)]
+        if len(deferred) == len(usable):
+            deferred = []
+        for c in deferred:
+            missing = ", ".join(m for m in c.first_use_imports if m not in sys.modules)
+            untimed[c.name] = (f"not timed on first use: its first run would import {missing}, "
+                               f"which costs more than the product; a thorough tuning (dspk "
+                               f"tune) times it")
+        timed = [c for c in usable if c not in deferred]
+        target = max(MIN_SLICE_MACS[gpu], work // (SLICE_SHARE * len(timed)))
         dim = _cut_dim(p)
-        if len(usable) == 1 or dim is None or work <= MIN_SLICE_MACS[gpu]:
-            slices = [(c, p) for c in usable]
+        if len(timed) == 1 or dim is None or work <= MIN_SLICE_MACS[gpu]:
+            slices = [(c, p) for c in timed]      # (one candidate: nothing to rank)
         else:
-            slices = [(c, _slice_for(p, dim, target, c)) for c in usable]
+            slices = [(c, _slice_for(p, dim, target, c)) for c in timed]
         # cheapest slices first: the best estimate is known before a large slice is weighed
         order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
         state = _FirstUse(p, t0)
         smallest = _macs(slices[order[0]][1])
-        untimed: dict[str, str] = {}
-        deferred = []
         for i in order:
             c, q = slices[i]
-            missing = [m for m in c.first_use_imports if m not in sys.modules]
-            if missing and len(usable) > 1:
-                untimed[c.name] = (f"not timed on first use: its first run would import "
-                                   f"{', '.join(missing)}, which costs more than the product; "
-                                   f"a thorough tuning (dspk tune) times it")
-                deferred.append((c, q))
-                continue
             # Every candidate after the first is timed only while the tuning stays within
             # SKIP_RATIO x its budget, counting its slice at the best one's speed: slices of
             # the target's size cost about 1/SLICE_SHARE of the product together, and pass
@@ -542,9 +545,9 @@ class Tuner:
             if reason:
                 untimed[c.name] = reason
         if not state.trials:                      # nothing else could: those deferred, then
-            for c, q in deferred:
+            for c in deferred:
                 untimed.pop(c.name)
-                self._first_trial(c, q, state, rejected, key, False)
+                self._first_trial(c, p, state, rejected, key, False)
         trials = state.trials
         if not trials:
             raise RuntimeError(f"every candidate failed for this product: {rejected}")
@@ -688,8 +691,8 @@ class Tuner:
     # -- generic choices (operations above the product engine) ------------------------------
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                agree: Callable[[Any, Any], str | None],
-               sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None
-               ) -> tuple[str, str]:
+               sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
+               imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str]:
         """Pick among whole-operation implementations (an NCC bank, say) the way `select` picks
         among product candidates: the cached ranking, else each runner is run, its result
         checked against the first runner's (the reference) with ``agree`` (None, or why not),
@@ -717,29 +720,50 @@ class Tuner:
             about that of one run (`BUDGET_RATIO`). Without it each runner runs once on the
             whole problem (more samples only when runs are short against the budget).
             A thorough tuning (`thorough`) always times the whole ``runners``.
+        imports : dict, optional
+            Name -> modules its first run imports when nothing has yet (``scipy.signal``:
+            about 2 s on 2 cores): a first use leaves such a runner for a thorough tuning
+            while another one can run (the first runner left is then the reference; one left
+            alone is chosen without a run).
 
         Returns
         -------
         tuple
             (name, why): why is ``"cache"``, ``"tuned now"`` or the mode's reason.
         """
-        name, why, _ = self._choose(key, runners, gpu, agree, sliced, keep=False)
+        name, why, _ = self._choose(key, runners, gpu, agree, sliced, imports, keep=False)
         return name, why
 
     def choose_run(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                    agree: Callable[[Any, Any], str | None],
-                   sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None
+                   sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
+                   imports: dict[str, tuple[str, ...]] | None = None
                    ) -> tuple[str, str, Any]:
         """`choose`, and the chosen runner's result: (name, why, result). On first use without
         ``sliced`` the result is the one the tuning computed (no further run); otherwise the
-        chosen runner runs once more, on the whole problem."""
-        name, why, result = self._choose(key, runners, gpu, agree, sliced, keep=True)
+        chosen runner runs once more, on the whole problem.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from dspk.linalg.tuner import Tuner
+        >>> t = Tuner(lambda gpu: [], cache_dir=tempfile.mkdtemp(), mode="on")
+        >>> x = np.arange(6.0)
+        >>> runners = {"sum": lambda: x.sum(), "dot": lambda: x @ np.ones(6)}
+        >>> name, why, total = t.choose_run(("total", 6), runners, False,
+        ...                                 lambda got, ref: None if got == ref else "differs")
+        >>> name in runners, why, float(total)
+        (True, 'tuned now', 15.0)
+        >>> t.choose_run(("total", 6), runners, False, lambda got, ref: None)[1]
+        'cache'
+        """
+        name, why, result = self._choose(key, runners, gpu, agree, sliced, imports, keep=True)
         if result is _NOT_RUN:
             result = runners[name]()
         return name, why, result
 
     def _choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                agree: Callable[[Any, Any], str | None], sliced: Any,
+                agree: Callable[[Any, Any], str | None], sliced: Any, imports: Any,
                 keep: bool) -> tuple[str, str, Any]:
         mode = self.mode
         names = list(runners)
@@ -756,7 +780,7 @@ class Tuner:
             name = self._cached_name(key, runners, thorough, None)
             if name is not None:
                 return name, "cache", _NOT_RUN
-            return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough)
+            return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough, imports)
 
     def _cached_name(self, key: tuple, runners: dict, thorough: bool,
                      entry: dict | None) -> str | None:
@@ -770,14 +794,32 @@ class Tuner:
 
     def _choose_now(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                     agree: Callable[[Any, Any], str | None], sliced: Any = None,
-                    keep: bool = False, thorough: bool = False) -> tuple[str, str, Any]:
+                    keep: bool = False, thorough: bool = False,
+                    imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str, Any]:
         self._tunings += 1
+        untimed = {}
+        if not thorough and imports:
+            deferred = {n: ", ".join(m for m in imports.get(n, ()) if m not in sys.modules)
+                        for n in runners}
+            deferred = {n: m for n, m in deferred.items() if m}
+            if len(deferred) < len(runners):
+                untimed = {n: f"not timed on first use: its first run would import {m}, which "
+                              f"costs more than the operation; a thorough tuning (dspk tune) "
+                              f"times it" for n, m in deferred.items()}
+                runners = {n: r for n, r in runners.items() if n not in deferred}
+                if sliced is not None:
+                    sliced = _only(sliced, set(runners))
         if thorough:
             entry, result = self._choose_whole(key, runners, gpu, agree), _NOT_RUN
+        elif len(runners) == 1:                   # nothing to rank (nor to check against)
+            name = next(iter(runners))
+            entry, result = _entry({}, {}, TUNED_BRIEF, [name]), _NOT_RUN
         elif sliced is not None:
             entry, result = self._choose_sliced(key, runners, gpu, agree, sliced), _NOT_RUN
         else:
             entry, result = self._choose_brief(key, runners, gpu, agree, keep)
+        if untimed:
+            entry["untimed"] = {**entry.get("untimed", {}), **untimed}
         saved = self._save(key, entry)
         ranking = [n for n in saved["ranking"] if n in runners] or entry["ranking"]
         if saved is not entry and ranking[0] != entry["ranking"][0]:
@@ -966,6 +1008,14 @@ class Tuner:
     def entries_in_memory(self) -> int:
         """Choices held in memory (those looked up or tuned, and the file's last reading)."""
         return len(self._memory) + len(self._file_entries)
+
+
+def _only(sliced: Callable[[float], dict], names: set) -> Callable[[float], dict]:
+    """``sliced`` keeping only the runners in ``names``."""
+    def only(fraction: float) -> dict:
+        return {n: r for n, r in sliced(fraction).items() if n in names}
+
+    return only
 
 
 def _entry(timings_ms: dict[str, float], rejected: dict[str, str], how: str,
