@@ -12,25 +12,31 @@ another process has changed it, and tuning holds the file's lock, so a process t
 key another one is tuning waits and takes its ranking (a candidate's rounding may differ from
 another's: a shared choice is what keeps outputs bit-identical).
 
-Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*, within
-a budget of about the product's own time (`BUDGET_RATIO`; at least `BUDGET_FLOOR_S`, on the
-GPU at most `BUDGET_CAP_S`): every candidate is timed on a slice of the product (the longest
-dimension cut, other dimensions, layouts and strides as they are, the slice about
-1/(`SLICE_SHARE` · candidates) of the product, grown where a candidate cannot run a smaller
-one), checked there, and its precision verified on a small probe of the slice's reduction
-length; only candidates close to the best get more samples, while the budget lasts, and one
-whose smallest slice would overrun it is not timed (the entry says so). The fastest then
-computes the whole product, checked once more on sampled entries (one that fails there is
-rejected and the next one runs). The entry records how it was tuned (``"tuned": "slice"``).
-A *thorough* tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`, what ``dspk tune`` and
-`dspk.Pipeline.tune` run) times every candidate on the whole product (warm-up, then the median
-of several samples) and replaces a choice tuned on first use; nothing else ever replaces a
-stored choice, so a job's chunks, and the processes that share a cache, run one candidate.
+Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
+within a budget of a fraction of the product's own time (`BUDGET_RATIO`, at least
+`BUDGET_FLOOR_S`; on the GPU at most `BUDGET_CAP_S`): each candidate is timed on a slice of
+the product — the longest dimension cut, the other dimensions, layouts and strides as they
+are, about 1/(`SLICE_SHARE` · candidates) of the product, grown where a candidate cannot run
+less (split-K needs K of 4 chunks) — after its precision probe (a small product of the
+slice's K, which also warms the candidate up), and its slice's result is checked; then, while
+the budget lasts, a second sample for each and more for those close to the best (each keeps
+its best sample: a loaded machine's bursts only ever slow a run down). A candidate that would
+take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would import a
+module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
+timed; the entry says so. The fastest then computes the whole product, checked once more on
+sampled entries (one that fails there is rejected and the next one runs). The entry records
+how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole). A *thorough*
+tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
+`dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
+median of several samples) and replaces a choice tuned on first use; nothing else ever
+replaces a stored choice, so a job's chunks, and the processes that share a cache, run one
+candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
 the same way: each runs once on the whole problem within the budget, or, when the caller can
 give runners on a slice of the problem (``sliced=``), each is checked and timed on the slice
-and only the winner computes the whole (`Tuner.choose_run` hands its result back).
+and only the winner computes the whole (`Tuner.choose_run` hands its result back, saving the
+caller a run).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
