@@ -139,7 +139,8 @@ class Engine:
         timed by the median of several samples, and a choice a first use made on a slice is
         replaced (`dspk.linalg.tuner.Tuner.thorough`). The engine's bound plans and prepared
         stores are dropped on entry, so that calls in the block reach the tuner again rather
-        than a plan bound to a first use's choice.
+        than a plan bound to a first use's choice. The engine is the one in use inside the
+        block (as in ``with engine:``).
 
         A thorough tuning may change a stored choice, and with it the last bits of what
         follows: run it before jobs, not between a killed job and its resumption.
@@ -150,13 +151,13 @@ class Engine:
         >>> from dspk.linalg import Engine, explain, matmul
         >>> x = np.random.default_rng(0).standard_normal((4, 3000))
         >>> engine = Engine(cache_dir=tempfile.mkdtemp(), mode="on")
-        >>> with engine, engine.thorough():
+        >>> with engine.thorough():
         ...     c = matmul(x, x.T)
         ...     explain(x, x.T).choice.tuned
         'thorough'
         """
         self._drop_bound()
-        with self.tuner.thorough():
+        with self, self.tuner.thorough():
             yield self
 
     def _drop_bound(self) -> None:
