@@ -927,38 +927,51 @@ class Tuner:
     def _choose_sliced(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                        agree: Callable[[Any, Any], str | None],
                        sliced: Callable[[float], dict[str, Callable[[], Any]]]) -> dict:
-        """First use with slices: each sliced runner runs twice on its slice (a warm-up
-        checked against the first one's result, then a timed run), close ones again while
-        the budget lasts; runners without a sliced version are not timed."""
+        """First use with slices: each sliced runner runs on its slice as a warm-up checked
+        against the first one's result (its time a first sample, unless a tuning ran inside
+        it), then a timed run — fastest warm-up first; after the first, only while the tuning
+        stays within SKIP_RATIO x its budget — then close ones again while the budget lasts.
+        Runners without a sliced version are not timed."""
         t0 = self.clock()
         fraction = 1.0 / (2 * SLICE_SHARE * len(runners))   # two runs each
         small = sliced(fraction)
         seconds: dict[str, float] = {}
+        clean: dict[str, bool] = {}
         rejected: dict[str, str] = {}
         untimed = {n: "not timed on first use: no sliced runner (a thorough tuning times it)"
                    for n in runners if n not in small}
         ref = _NOT_RUN
         for name in (n for n in runners if n in small):
-            run = small[name]
             try:
-                result = run()
+                result, seconds[name], clean[name] = self._sample(small[name], gpu)
                 if ref is _NOT_RUN:
                     ref = result
                 else:
                     bad = agree(result, ref)
                     if bad:
                         rejected[name] = f"on a slice: {bad}"
-                        continue
-                del result
-                _, seconds[name], _ = self._sample(run, gpu)
+                        del seconds[name]
+                result = None
             except Exception as exc:  # a broken implementation is rejected, not fatal
                 if ref is _NOT_RUN:
                     raise                         # no reference: the operation itself fails
+                seconds.pop(name, None)
                 rejected[name] = f"failed on a slice: {type(exc).__name__}: {exc}"
                 _warn_failed(name, self.key_str(key), exc)
+        ref = None
         if not seconds:
             raise RuntimeError(f"every implementation failed: {rejected}")
-        ref = None
+        # the timed runs: a warm-up spoilt by a tuning inside it first (it says nothing), then
+        # the fastest; the others while the tuning stays within its cap
+        order = sorted(seconds, key=lambda n: (clean[n], seconds[n]))
+        for i, name in enumerate(order):
+            best = min(seconds[n] for n in seconds if clean[n] or n == name)
+            cap = SKIP_RATIO * tuning_budget(best / fraction, gpu)
+            if i and clean[name] and self.clock() - t0 + seconds[name] > cap:
+                continue                          # its warm-up sample stands
+            _, t, _ = self._sample(small[name], gpu)
+            seconds[name] = t if not clean[name] else min(seconds[name], t)
+            clean[name] = True
         self._resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2)
         log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
                   self.key_str(key), fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
