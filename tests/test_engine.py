@@ -179,3 +179,26 @@ def test_environment_is_read_when_used(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPK_TUNE", "off")
     assert t.mode == "off"
     assert os.environ["DSPK_CACHE_DIR"] == str(tmp_path)
+
+
+def test_a_thorough_block_drops_the_bound_plans_and_tunes_again(tmp_path):
+    """What `dspk tune` runs: inside `Engine.thorough` a call reaches the tuner again (the
+    plan bound to a first use's choice is dropped) and its key is tuned on the whole product;
+    the stored choice is then the thorough one."""
+    x = np.random.default_rng(5).standard_normal((96, 40000)).astype(np.float32)
+    with Engine(cache_dir=tmp_path) as engine:
+        c = dspk.matmul(x, x.T)
+        assert len(engine.plans["matmul"]) == 1
+        (entry,) = json.loads((tmp_path / "tuner-v1.json").read_text())["entries"].values()
+        assert entry["tuned"] == "slice"
+        with engine.thorough() as same:
+            assert same is engine and not engine.plans["matmul"]
+            assert engine.tuner.tuning_thoroughly
+            c2 = dspk.matmul(x, x.T)
+            assert dspk.explain(x, x.T).choice.tuned == "thorough"
+        assert not engine.tuner.tuning_thoroughly
+    (entry,) = json.loads((tmp_path / "tuner-v1.json").read_text())["entries"].values()
+    assert entry["tuned"] == "thorough" and "timed_on" not in entry
+    ref = x.astype(np.float64) @ x.T.astype(np.float64)
+    for got in (c, c2):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-2)

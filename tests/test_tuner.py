@@ -322,3 +322,392 @@ def test_a_choice_tuned_before_a_candidate_existed_is_tuned_again(fresh_cache, m
     assert Tuner(lambda gpu: [NumpyMatmul()]).select(p).source == "cache (file)"
     assert set(json.loads(cache_path().read_text())["entries"][key]["timings_ms"]) == \
         {"numpy", "fake_new_exact"}
+
+
+# -- first use: tuning on slices within a budget; thorough tuning on request ------------------
+tuner_mod = importlib.import_module("dspk.linalg.tuner")
+
+
+class FakeClock:
+    """The tuner's host clock, advanced only by the candidates' modelled costs: budgets and
+    rankings that do not depend on the machine's load."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class Costed(Candidate):
+    """np.matmul whose run costs ``fixed + per_mac * multiply-adds`` seconds on a fake clock;
+    records the [batches, M, N, K] of every run. ``min_n``: unavailable on fewer columns;
+    ``wrong_beyond_n``: garbage when N exceeds it (correct on slices, wrong on the whole)."""
+
+    def __init__(self, name, clock, per_mac, fixed=0.0, min_n=0, wrong_beyond_n=None,
+                 imports=()):
+        self.name, self.clock, self.per_mac, self.fixed = name, clock, per_mac, fixed
+        self.min_n, self.wrong_beyond_n = min_n, wrong_beyond_n
+        self.first_use_imports = tuple(imports)
+        self.summary = f"fake, {per_mac:g} s per multiply-add"
+        self.runs = []
+
+    def unavailable(self, p):
+        return f"N < {self.min_n}" if p.n < self.min_n else None
+
+    def run(self, p):
+        shape = (p.batches, p.m, p.n, p.k)
+        self.runs.append(shape)
+        self.clock.now += self.fixed + self.per_mac * np.prod(shape, dtype=np.float64)
+        out = p.out.to_array()
+        out[...] = np.matmul(p.a.to_array(), p.b.to_array())
+        if self.wrong_beyond_n is not None and p.n > self.wrong_beyond_n:
+            out[..., -1] += 1.0
+
+
+def clocked(cands, clock, **kw):
+    t = Tuner(lambda gpu: cands, **kw)
+    t.clock = clock
+    return t
+
+
+def wide(m=64, k=256, n=20000, seed=3):
+    """W·X large enough to be tuned on slices of its columns (N)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b
+
+
+def test_first_use_stays_within_its_budget_and_runs_the_whole_product_once(fresh_cache):
+    """Counted on a fake clock: every candidate is timed on a slice, the tuning costs no more
+    than BUDGET_RATIO x the winner's time on the whole product, and only the winner computes
+    the whole product, once; a candidate whose smallest slice is the whole is not timed."""
+    clock = FakeClock()
+    fast, mid, slow = (Costed(n, clock, c) for n, c in (("fast", 1e-9), ("mid", 2e-9),
+                                                         ("slow", 3e-9)))
+    whole_only = Costed("whole_only", clock, 0.5e-9, min_n=16000)
+    t = clocked([slow, mid, whole_only, fast], clock)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    full = (1, 64, 20000, 256)
+    whole_time = 1e-9 * np.prod(full, dtype=np.float64)
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "fast" and choice.tuned == "slice"
+    assert choice.ranking == ["fast", "mid", "slow"]
+    for c in (slow, mid):
+        assert full not in c.runs and len(c.runs) >= 2          # probe and slice, at least
+    assert fast.runs[-1] == full and fast.runs.count(full) == 1
+    assert whole_only.runs == [] and "not timed on first use" in choice.untimed["whole_only"]
+    tuning = clock.now - whole_time
+    assert 0 < tuning <= tuner_mod.BUDGET_RATIO * whole_time
+    ref = a.astype(np.float64) @ b
+    assert np.abs(p.out.to_array()[0] - ref).max() < 1e-3
+    entry = json.loads(cache_path().read_text())["entries"][choice.key]
+    assert entry["tuned"] == "slice" and entry["ranking"] == ["fast", "mid", "slow"]
+    assert entry["timed_on"]["fast"][:3] == [1, 64, 64 * -(-entry["timed_on"]["fast"][2] // 64)]
+    assert set(entry["untimed"]) == {"whole_only"}
+    # estimates for the whole product from the slices: the fake costs are linear, so exact
+    assert entry["timings_ms"]["mid"] == pytest.approx(2 * whole_time * 1e3, rel=1e-6)
+
+
+def test_a_candidate_costing_far_more_than_its_work_ends_the_first_use(fresh_cache):
+    """A setup cost of 0.2 s per run (the product: 0.33 s) takes the tuning beyond its
+    budget with its probe: neither it nor the candidates after it are timed, and the entry
+    says why."""
+    clock = FakeClock()
+    fast, mid = Costed("fast", clock, 1e-9), Costed("mid", clock, 2e-9)
+    hog = Costed("hog", clock, 1e-9, fixed=0.2)
+    t = clocked([fast, hog, mid], clock)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    whole_time = 1e-9 * 64 * 20000 * 256
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "fast" and mid.runs == []
+    assert "beyond its budget" in choice.untimed["mid"] and len(hog.runs) == 1
+    assert "after its probe" in choice.untimed["hog"]
+    cap = tuner_mod.SKIP_RATIO * tuner_mod.BUDGET_RATIO * whole_time
+    assert clock.now - whole_time <= cap + 0.2
+
+
+def test_a_slice_tuned_choice_is_persisted_and_used_without_timing(fresh_cache):
+    clock = FakeClock()
+    fast, slow = Costed("fast", clock, 1e-9), Costed("slow", clock, 2e-9)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    assert clocked([slow, fast], clock).select(p, run=True).candidate.name == "fast"
+    runs = len(slow.runs), len(fast.runs)
+    again = clocked([slow, fast], clock).select(p, run=True)      # a fresh tuner: the file
+    assert again.source == "cache (file)" and again.candidate.name == "fast"
+    assert again.tuned == "slice" and (len(slow.runs), len(fast.runs)) == (runs[0], runs[1] + 1)
+
+
+def test_the_whole_product_check_rejects_a_candidate_right_only_on_slices(fresh_cache):
+    clock = FakeClock()
+    sneaky = Costed("sneaky", clock, 0.5e-9, wrong_beyond_n=10000)
+    honest = Costed("honest", clock, 1e-9)
+    t = clocked([sneaky, honest], clock)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "honest" and choice.ranking == ["honest"]
+    assert "wrong result on the whole product" in choice.rejected["sneaky"]
+    np.testing.assert_allclose(p.out.to_array()[0], a.astype(np.float64) @ b, rtol=1e-4,
+                               atol=1e-3)
+
+
+def test_slice_checks_reject_tf32_and_wrong_results(fresh_cache):
+    """The precision probe and the result check run on slices and still catch both."""
+    a, b = wide(48, 1024, 12000)
+    t = Tuner(lambda gpu: [RoundsToTF32(), Wrong(), NumpyMatmul()])
+    p, _ = engine.as_problem(a, b, None)
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "numpy" and choice.tuned == "slice"
+    assert choice.timed_on["numpy"][2] < 12000                   # timed on a slice of N
+    assert "precision check failed" in choice.rejected["fake_tf32"]
+    assert "wrong result" in choice.rejected["fake_wrong"]
+    ref = a.astype(np.float64) @ b
+    assert np.linalg.norm(p.out.to_array()[0] - ref) / np.linalg.norm(ref) < 1e-6
+
+
+class IntThroughFloat32(Candidate):
+    """Integer products through float32 BLAS: exact for small values only."""
+
+    name = "fake_int_f32"
+    kinds = "iu"
+    summary = "float32 BLAS without the 2^24 guard (must be rejected)"
+
+    def unavailable(self, p):
+        return None
+
+    def run(self, p):
+        a = p.a.to_array().astype(np.float32)
+        b = p.b.to_array().astype(np.float32)
+        p.out.to_array()[...] = np.rint(np.matmul(a, b)).astype(np.int64)
+
+
+def test_integer_candidates_must_be_exact_on_a_full_range_slice_probe(fresh_cache):
+    from dspk.linalg.candidates_int import IntViaFloat64
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(-100, 100, (32, 2048), dtype=np.int16)   # float32-exact on these values
+    b = rng.integers(-100, 100, (2048, 8000), dtype=np.int16)
+    p, _ = engine.as_problem(a, b, None, allowed=(np.dtype(np.int16),),
+                             result_dtype=np.int64)
+    t = Tuner(lambda gpu: [IntThroughFloat32(), IntViaFloat64()])
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "int_f64blas" and choice.tuned == "slice"
+    assert "not bit-exact on a full-range probe" in choice.rejected["fake_int_f32"]
+    assert np.array_equal(p.out.to_array()[0], a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_a_thorough_tuning_replaces_a_slice_tuned_choice(fresh_cache):
+    """A candidate with a fixed cost per run loses on slices and wins on the whole product:
+    the first use keeps the slice's winner (and the file says so); a thorough tuning times
+    both on the whole product, replaces the entry, and a later first use takes it as is."""
+    clock = FakeClock()
+    lean = Costed("lean", clock, 1e-9)
+    setup = Costed("setup", clock, 0.5e-9, fixed=0.05)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    first = clocked([lean, setup], clock).select(p, run=True)
+    assert first.candidate.name == "lean" and first.tuned == "slice"
+    t = clocked([lean, setup], clock)
+    with t.thorough():
+        assert t.tuning_thoroughly
+        full = len(setup.runs)
+        deep = t.select(p, run=True)
+        assert deep.source == "tuned now" and deep.candidate.name == "setup"
+        assert deep.tuned == "thorough" and setup.runs[full:].count((1, 64, 20000, 256)) >= 4
+        assert t.select(p).source == "cache (memory)"          # tuned once per key
+    assert not t.tuning_thoroughly
+    entry = json.loads(cache_path().read_text())["entries"][deep.key]
+    assert entry["tuned"] == "thorough" and entry["ranking"][0] == "setup"
+    later = clocked([lean, setup], clock).select(p, run=True)
+    assert later.source == "cache (file)" and later.candidate.name == "setup"
+    # a first use's entry never replaces a thorough one (another process's, stored first)
+    assert not tuner_mod._replaces(first_entry := {"ranking": ["lean"], "timings_ms": {
+        "lean": 1.0, "setup": 2.0}, "rejected": {}, "tuned": "slice"}, entry)
+    assert tuner_mod._replaces(entry, first_entry)
+
+
+def test_thorough_does_nothing_readonly_or_off(fresh_cache, monkeypatch):
+    clock = FakeClock()
+    lean = Costed("lean", clock, 1e-9)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    clocked([lean], clock).select(p, run=True)
+    before = cache_path().read_text()
+    for mode in ("readonly", "off"):
+        monkeypatch.setenv("DSPK_TUNE", mode)
+        t = clocked([lean], clock)
+        with t.thorough():
+            assert not t.tuning_thoroughly
+            choice = t.select(p, run=True)
+        assert choice.tuned in ("brief", "") and not choice.source.startswith("tuned")
+    assert cache_path().read_text() == before
+
+
+def test_a_candidate_needing_a_slow_import_is_not_timed_on_first_use(fresh_cache):
+    clock = FakeClock()
+    heavy = Costed("heavy", clock, 0.5e-9, imports=("dspk_test_module_never_imported",))
+    lean = Costed("lean", clock, 1e-9)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    choice = clocked([heavy, lean], clock).select(p, run=True)
+    assert choice.candidate.name == "lean" and heavy.runs == []
+    assert "would import dspk_test_module_never_imported" in choice.untimed["heavy"]
+    engine.forget()
+    alone = clocked([heavy], clock).select(p, run=True)          # the only one: timed anyway
+    assert alone.candidate.name == "heavy" and heavy.runs
+
+
+def test_explain_says_a_choice_was_tuned_on_slices(fresh_cache):
+    x = np.random.default_rng(7).standard_normal((96, 40000)).astype(np.float32)
+    text = str(explain(x, x.T))
+    assert "because: tuned now" in text and "tuned: on first use, on slices" in text
+    assert "estimated for the whole product" in text
+    engine.forget()
+    text = str(explain(x, x.T, tune=False))
+    assert "because: cache (file)" in text and "tuned: on first use, on slices" in text
+
+
+def test_a_slice_tuned_choice_is_shared_with_another_process(fresh_cache):
+    x = np.random.default_rng(0).standard_normal((48, 20000)).astype(np.float32)
+    mine = explain(x, x.T)
+    assert mine.choice.tuned == "slice"
+    code = ("import numpy as np, dspk\n"
+            "from dspk.linalg import explain\n"
+            "x = np.random.default_rng(0).standard_normal((48, 20000)).astype(np.float32)\n"
+            "e = explain(x, x.T, tune=False)\n"
+            "print(e.candidate, e.choice.source.replace(' ', '_'), e.choice.tuned)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         timeout=300).stdout.split()
+    assert out == [mine.candidate, "cache_(file)", "slice"]
+
+
+# -- Tuner.choose: whole operations ---------------------------------------------------------
+class Op:
+    """A runner of a whole operation: each call costs ``cost`` seconds on the fake clock and
+    returns ``value``; counts its calls."""
+
+    def __init__(self, clock, cost, value=1.0):
+        self.clock, self.cost, self.value, self.calls = clock, cost, value, 0
+
+    def __call__(self):
+        self.calls += 1
+        self.clock.now += self.cost
+        return np.full(4, self.value)
+
+
+def same(got, ref):
+    return None if np.array_equal(got, ref) else "differs"
+
+
+def test_choose_runs_each_long_implementation_once_and_keeps_the_winners_result(fresh_cache):
+    clock = FakeClock()
+    t = clocked([], clock)
+    ref, quick, off = Op(clock, 1.0), Op(clock, 0.5), Op(clock, 0.1, value=2.0)
+    name, why, result = t.choose_run(("op", 1), {"ref": ref, "quick": quick, "off": off},
+                                     False, same)
+    assert (name, why) == ("quick", "tuned now") and np.array_equal(result, np.ones(4))
+    assert (ref.calls, quick.calls, off.calls) == (1, 1, 1)      # no re-run of the winner
+    entry = json.loads(cache_path().read_text())["entries"]["op|1"]
+    assert entry["tuned"] == "brief" and entry["rejected"] == {"off": "differs"}
+    # the plain `choose` (the caller runs the winner) runs each once too
+    refs = Op(clock, 1.0), Op(clock, 0.5)
+    assert t.choose(("op", 2), dict(zip(("ref", "quick"), refs)), False, same) == \
+        ("quick", "tuned now")
+    assert [r.calls for r in refs] == [1, 1]
+    assert t.choose(("op", 2), dict(zip(("ref", "quick"), refs)), False, same) == \
+        ("quick", "cache")
+
+
+def test_choose_samples_short_implementations_again_within_the_budget(fresh_cache):
+    clock = FakeClock()
+    t = clocked([], clock)
+    a, b = Op(clock, 1e-4), Op(clock, 1.1e-4)
+    t.choose(("op", 3), {"a": a, "b": b}, False, same)
+    assert a.calls > 1 and b.calls > 1
+    assert clock.now <= tuner_mod.BUDGET_FLOOR_S[False] + 2.2e-4
+
+
+def test_choose_on_slices_runs_only_the_winner_on_the_whole(fresh_cache):
+    clock = FakeClock()
+    t = clocked([], clock)
+    whole = {"ref": Op(clock, 1.0), "quick": Op(clock, 0.6)}
+    fractions, small = [], {}
+
+    def sliced(fraction):
+        fractions.append(fraction)
+        small.update(ref=Op(clock, 1.0 * fraction), quick=Op(clock, 0.6 * fraction))
+        return small
+
+    name, why, _ = t.choose_run(("op", 4), whole, False, same, sliced=sliced)
+    assert name == "quick" and fractions == [1 / (2 * tuner_mod.SLICE_SHARE * 2)]
+    assert (whole["ref"].calls, whole["quick"].calls) == (0, 1)
+    assert small["ref"].calls >= 2 and small["quick"].calls >= 2
+    assert clock.now - 0.6 <= tuner_mod.BUDGET_RATIO * 0.6 + 0.6 * fractions[0]
+    entry = json.loads(cache_path().read_text())["entries"]["op|4"]
+    assert entry["tuned"] == "slice"
+    # thorough: both timed on the whole problem, the entry replaced
+    with t.thorough():
+        assert t.choose(("op", 4), whole, False, same, sliced=sliced)[1] == "tuned now"
+        assert whole["ref"].calls >= 4
+    assert json.loads(cache_path().read_text())["entries"]["op|4"]["tuned"] == "thorough"
+
+
+def test_choose_times_again_a_run_that_tuned_a_product_inside(fresh_cache):
+    """The first run of an operation built on matmul tunes the product: that run is no
+    measure of the operation, and is timed again."""
+    from dspk.linalg import Engine
+
+    clock = FakeClock()
+    with Engine(cache_dir=fresh_cache / "e") as eng:
+        eng.tuner.clock = clock
+        x = np.ones((3, 50), np.float32)
+        calls = []
+
+        def dense():
+            calls.append(1)
+            matmul(x, x.T)                       # tunes once, inside the first call
+            clock.now += 10.0 if len(calls) == 1 else 1.0
+            return np.ones(4)
+
+        name, _ = eng.tuner.choose(("op", 5), {"dense": dense, "other": Op(clock, 2.0)},
+                                   False, same)
+    assert name == "dense" and len(calls) == 2
+
+
+def test_tuner_doctests():
+    import doctest
+
+    result = doctest.testmod(tuner_mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh_cache):
+    clock = FakeClock()
+    t = clocked([], clock)
+    ref, own, other = Op(clock, 1.0), Op(clock, 0.5), Op(clock, 0.7)
+    imports = {"ref": ("dspk_test_module_never_imported",)}
+    name, _, _ = t.choose_run(("op", 6), {"ref": ref, "own": own, "other": other}, False,
+                              same, imports=imports)
+    assert name == "own" and ref.calls == 0 and (own.calls, other.calls) == (1, 1)
+    entry = json.loads(cache_path().read_text())["entries"]["op|6"]
+    assert "would import dspk_test_module_never_imported" in entry["untimed"]["ref"]
+    # left alone, a runner is chosen without a run (choose_run runs it once)
+    alone, lone = Op(clock, 1.0), Op(clock, 0.5)
+    assert t.choose_run(("op", 7), {"ref": alone, "own": lone}, False, same,
+                        imports=imports)[0] == "own"
+    assert (alone.calls, lone.calls) == (0, 1)
+    # every runner needing one: none is left out
+    both = {"ref": Op(clock, 1.0), "own": Op(clock, 0.5)}
+    t.choose(("op", 8), both, False, same, imports={n: imports["ref"] for n in both})
+    assert [r.calls for r in both.values()] == [1, 1]
+    # thorough: timed
+    with t.thorough():
+        t.choose(("op", 6), {"ref": ref, "own": own, "other": other}, False, same,
+                 imports=imports)
+    assert ref.calls > 1

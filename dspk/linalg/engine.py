@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..caches import forget_shared, shared_sizes
 from .candidates_cpu import cpu_candidates
@@ -127,14 +128,46 @@ class Engine:
         resources, plans by geometry), which every engine shares. The cache file is kept, and
         read again; what is dropped is made again when next needed, and gives the same
         results."""
+        self._drop_bound()
+        self.tuner.forget()
+        forget_shared()
+
+    @contextmanager
+    def thorough(self) -> Iterator["Engine"]:
+        """Tune thoroughly inside the block (what ``dspk tune`` and `dspk.Pipeline.tune`
+        are for): every key met is tuned on the whole product (or operation), every candidate
+        timed by the median of several samples, and a choice a first use made on a slice is
+        replaced (`dspk.linalg.tuner.Tuner.thorough`). The engine's bound plans and prepared
+        stores are dropped on entry, so that calls in the block reach the tuner again rather
+        than a plan bound to a first use's choice. The engine is the one in use inside the
+        block (as in ``with engine:``).
+
+        A thorough tuning may change a stored choice, and with it the last bits of what
+        follows: run it before jobs, not between a killed job and its resumption.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from dspk.linalg import Engine, explain, matmul
+        >>> x = np.random.default_rng(0).standard_normal((4, 3000))
+        >>> engine = Engine(cache_dir=tempfile.mkdtemp(), mode="on")
+        >>> with engine.thorough():
+        ...     c = matmul(x, x.T)
+        ...     explain(x, x.T).choice.tuned
+        'thorough'
+        """
+        self._drop_bound()
+        with self, self.tuner.thorough():
+            yield self
+
+    def _drop_bound(self) -> None:
+        """Drop the bound plans and the prepared stores (not the tuner's choices)."""
         with self._lock:
             for plans in self.plans.values():
                 plans.clear()
             stores = list(self._prepared.values())
         for store in stores:
             store.clear()
-        self.tuner.forget()
-        forget_shared()
 
     def cache_sizes(self) -> dict[str, int]:
         """Entries held by everything `forget` clears: ``"plans:<table>"``, ``"tuner"``,

@@ -337,8 +337,12 @@ class Explanation:
                  f"key: {c.key}",
                  f"DSPK_TUNE={self.mode}; runs: {c.candidate.name} ({c.candidate.summary})",
                  f"because: {c.source}"]
+        if c.tuned:
+            lines.append("tuned: " + _HOW_TUNED[c.tuned](c))
         if c.timings_ms:
-            lines.append("measured (median ms per call): " + ", ".join(
+            what = ("measured (median ms per call)" if c.tuned in ("thorough", "brief") else
+                    "estimated for the whole product from the best sample on each slice (ms)")
+            lines.append(f"{what}: " + ", ".join(
                 f"{n} {t:.4g}" for n, t in sorted(c.timings_ms.items(), key=lambda kv: kv[1])))
         for name, why in self.available.items():
             if why != "available":
@@ -346,7 +350,29 @@ class Explanation:
         for name, why in c.rejected.items():
             if not why.startswith("unavailable"):
                 lines.append(f"  {name}: rejected: {why}")
+        for name, why in c.untimed.items():
+            lines.append(f"  {name}: {why}")
         return "\n".join(lines)
+
+
+def _slices(c: Choice) -> str:
+    """The slices a first use timed, grouped: "numpy, blas_syrk on [1, 384, 384, 1536]"."""
+    by_shape: dict[tuple, list[str]] = {}
+    for name, shape in c.timed_on.items():
+        by_shape.setdefault(tuple(shape), []).append(name)
+    return "; ".join(f"{', '.join(names)} on {list(shape)}" for shape, names in by_shape.items())
+
+
+#: how a choice was tuned, in words (`Choice.tuned`)
+_HOW_TUNED = {
+    "slice": lambda c: (f"on first use, on slices of the product within a budget of about its "
+                        f"own time ({_slices(c)}); a thorough tuning (dspk tune, "
+                        f"Engine.thorough) times every candidate on the whole product"),
+    "brief": lambda c: ("on first use, on the whole product with few samples (within a budget "
+                        "of about its own time); a thorough tuning (dspk tune, "
+                        "Engine.thorough) takes more"),
+    "thorough": lambda c: "thoroughly: every candidate on the whole product, median of samples",
+}
 
 
 def _any_problem(a: Any, b: Any, out: Any) -> tuple:

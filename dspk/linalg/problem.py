@@ -74,6 +74,10 @@ class Candidate:
     kinds: str = "f"
     #: one line for explain(): what the candidate is
     summary: str = ""
+    #: modules a first run imports when nothing has yet (scipy.linalg: 0.2-0.4 s on 2 cores):
+    #: a first use's tuning does not time the candidate while one of them is missing from
+    #: ``sys.modules`` (that import would cost more than the product); a thorough one does
+    first_use_imports: tuple[str, ...] = ()
 
     def unavailable(self, p: Problem) -> str | None:  # pragma: no cover - interface
         raise NotImplementedError

@@ -1,35 +1,63 @@
 """The autotuner: one place decides how a product runs.
 
 A key is (device, dtype, layout of each operand and of the output, power-of-two size class of
-batches, M, N and K, symmetric or not). For an unseen key every available candidate runs on the
-real operands: its result is checked against a float64 reference of sampled rows, its precision
-is verified on a zero-mean probe of the same shape (TF32 or any demotion errs ~3e-4 there and is
-rejected), and it is timed (warm-up, then the median of several samples, CUDA events on the GPU).
-The ranking of the correct candidates is kept in memory and in a versioned JSON cache
-(``$DSPK_CACHE_DIR``, default ``~/.cache/dspk``), written atomically under a file lock so that
-several processes can tune at once. Processes that share the file make the same choices: a miss
-re-reads the file when another process has changed it, and tuning holds the file's lock, so a
-process that needs a key another one is tuning waits and takes its ranking (a candidate's
-rounding may differ from another's: a shared choice is what keeps outputs bit-identical).
+batches, M, N and K, symmetric or not). Each candidate's result is checked against a float64
+reference of sampled rows, its precision is verified on a zero-mean probe (TF32 or any demotion
+errs ~3e-4 there and is rejected; integer candidates must be bit-exact on a probe spanning the
+dtype's full range), and the correct candidates are ranked by their measured time. The ranking
+is kept in memory and in a versioned JSON cache (``$DSPK_CACHE_DIR``, default
+``~/.cache/dspk``), written atomically under a file lock so that several processes can tune at
+once. Processes that share the file make the same choices: a miss re-reads the file when
+another process has changed it, and tuning holds the file's lock, so a process that needs a
+key another one is tuning waits and takes its ranking (a candidate's rounding may differ from
+another's: a shared choice is what keeps outputs bit-identical).
+
+Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
+within a budget of a fraction of the product's own time (`BUDGET_RATIO`, at least
+`BUDGET_FLOOR_S`; on the GPU at most `BUDGET_CAP_S`): each candidate is timed on a slice of
+the product — the longest dimension cut, the other dimensions, layouts and strides as they
+are, about 1/(`SLICE_SHARE` · candidates) of the product, grown where a candidate cannot run
+less (split-K needs K of 4 chunks) — after its precision probe (a small product of the
+slice's K, which also warms the candidate up), and its slice's result is checked; then, while
+the budget lasts, a second sample for each and more for those close to the best (each keeps
+its best sample: a loaded machine's bursts only ever slow a run down). A candidate that would
+take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would import a
+module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
+timed; the entry says so. The fastest then computes the whole product, checked once more on
+sampled entries (one that fails there is rejected and the next one runs). The entry records
+how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole). A *thorough*
+tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
+`dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
+median of several samples) and replaces a choice tuned on first use; nothing else ever
+replaces a stored choice, so a job's chunks, and the processes that share a cache, run one
+candidate.
+
+`Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
+the same way: each runs once on the whole problem within the budget, or, when the caller can
+give runners on a slice of the problem (``sliced=``), each is checked and timed on the slice
+and only the winner computes the whole (`Tuner.choose_run` hands its result back, saving the
+caller a run).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
 must not pass unnoticed).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
-fixed order; ``readonly`` uses the cache but never times or writes.
+fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import sys
 import tempfile
 import threading
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -40,6 +68,7 @@ from .._version import __version__
 from ..backend import cupy_module, device_name
 from ..caches import shared
 from .problem import Candidate, Problem, prepared
+from .threads import single_threaded_blas
 from .view import MatrixView
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
@@ -50,6 +79,50 @@ log = logging.getLogger(__name__)
 TUNE_MODES = ("on", "off", "readonly")
 CACHE_FORMAT = "dspk-tuner"
 CACHE_SCHEMA = 1
+
+#: How an entry was tuned (its ``"tuned"`` field; entries written before it existed were
+#: tuned on the whole product: thorough): on slices of the product on first use, on the whole
+#: problem with few samples on first use (`Tuner.choose` without slices, products too small to
+#: slice), or thoroughly (every candidate on the whole problem, median of several samples).
+TUNED_SLICE, TUNED_BRIEF, TUNED_THOROUGH = "slice", "brief", "thorough"
+
+# -- first-use tuning: what it may cost ------------------------------------------------------------
+#: A first use's tuning may take BUDGET_RATIO times the estimated time of the fastest candidate
+#: on the whole product (or operation) — the product's own cost — but at least BUDGET_FLOOR_S
+#: (below that no timing means anything, and a key is tuned once per machine), and on the GPU
+#: at most BUDGET_CAP_S (the goal there: a first call within 0.3 s of a warm one), by device
+#: class (False: CPU, True: GPU). The budget decides the extra samples; a candidate is not
+#: timed at all when its slice would take the tuning beyond SKIP_RATIO x the budget (a slice
+#: grown for the candidate to run it, or candidates before it that cost more than their work).
+BUDGET_RATIO = 0.5
+BUDGET_FLOOR_S = {False: 0.003, True: 0.03}
+BUDGET_CAP_S = {False: math.inf, True: 0.2}
+SKIP_RATIO = 1.5
+#: Each candidate is timed on about 1/(SLICE_SHARE · candidates) of the product: the timed
+#: runs together cost about 1/SLICE_SHARE of one product, which leaves most of the budget to
+#: the checks, the cold first runs and extra samples of close contenders. A product of fewer
+#: multiply-adds than MIN_SLICE_MACS (CPU: ~0.1-0.3 ms on 2 cores; GPU: a fraction of a ms,
+#: where a smaller grid would no longer fill the device) is timed whole, and so is a slice
+#: grown to more than 3/4 of its product.
+SLICE_SHARE = 4
+MIN_SLICE_MACS = {False: 1 << 23, True: 1 << 31}
+#: slices are cut to multiples of this many rows, columns or K (batches: any count), which
+#: keeps the alignment of what follows the cut (16 and 256 bytes)
+SLICE_ALIGN = 64
+#: the CPU's precision probe keeps the slice's reduction length (K) and cuts the other
+#: dimensions to this many (grown where the candidate cannot run it); the GPU's is the slice
+PROBE_MIN = 64
+#: the probe's values: a block of this many (a prime: consecutive rows differ) repeated
+PROBE_BLOCK = 4093
+#: candidates whose estimate is within CLOSE of the best get extra samples (up to
+#: MAX_SAMPLES) while the budget lasts; a result check of the whole product (and each slice)
+#: looks at SAMPLED_COLS columns of its sampled rows
+CLOSE = 1.3
+MAX_SAMPLES = 5
+SAMPLED_COLS = 32
+
+#: what `Tuner.choose` returns as the result when it computed nothing the caller can keep
+_NOT_RUN = object()
 
 
 def tune_mode() -> str:
@@ -73,6 +146,12 @@ def precision_tolerance(dtype: Any, k: int) -> float:
     if np.dtype(dtype) == np.float32:
         return min(1e-4, max(2e-5, 1.2e-7 * np.sqrt(k)))
     return max(1e-12, 1e-15 * np.sqrt(k))
+
+
+def tuning_budget(best_s: float, gpu: bool) -> float:
+    """Seconds a first use may spend tuning a product (or an operation) whose fastest
+    candidate is estimated to take ``best_s`` seconds (see `BUDGET_RATIO`)."""
+    return min(BUDGET_CAP_S[gpu], max(BUDGET_FLOOR_S[gpu], BUDGET_RATIO * best_s))
 
 
 def _size_class(n: int) -> int:
@@ -108,9 +187,19 @@ def _gpu_stamp(device_id: int) -> str:
     return s
 
 
+def _how(entry: dict) -> str:
+    """How a cache entry was tuned (`TUNED_SLICE`, `TUNED_BRIEF` or `TUNED_THOROUGH`)."""
+    return entry.get("tuned", TUNED_THOROUGH)
+
+
 @dataclass
 class Choice:
-    """What runs for a key, and why."""
+    """What runs for a key, and why.
+
+    ``timings_ms`` are the whole product's milliseconds: measured (median) when ``tuned`` is
+    ``"thorough"``, else estimated from the best sample on each candidate's slice (its shape
+    in ``timed_on``: [batches, M, N, K]). ``untimed``: candidates a first use did not time
+    (a thorough tuning does), with the reason."""
 
     candidate: Candidate
     key: str
@@ -118,10 +207,66 @@ class Choice:
     ranking: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
+    tuned: str = ""  # "slice", "brief", "thorough", or "" when nothing was tuned
+    timed_on: dict[str, list] = field(default_factory=dict)
+    untimed: dict[str, str] = field(default_factory=dict)
+
+
+def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
+    return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
+                  entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
+                  entry.get("untimed", {}))
+
+
+@dataclass
+class _FirstUse:
+    """A first use's tuning of ``p`` (started at ``t0``): its trials, samplers and probes by
+    geometry, and which candidate's result ``p.out`` holds (None: a slice's, or nothing)."""
+
+    p: Problem
+    t0: float
+    trials: dict = field(default_factory=dict)
+    samplers: dict = field(default_factory=dict)
+    probes: dict = field(default_factory=dict)
+    wrote: str | None = None
+
+
+@dataclass
+class _Trial:
+    """A candidate being timed on its slice ``q`` (``share`` of the product's work)."""
+
+    candidate: Candidate
+    q: Problem
+    share: float
+    call: Callable[[], Any]
+    seconds: float               # best sample on the slice
+    samples: int = 1
+
+    @property
+    def estimate(self) -> float:
+        """Seconds for the whole product, from the slice."""
+        return self.seconds / self.share
 
 
 class Tuner:
-    """Chooses a candidate per key; see the module docstring."""
+    """Chooses a candidate per key; see the module docstring.
+
+    Parameters
+    ----------
+    candidates : callable
+        ``candidates(gpu)``: every candidate of a device class, in the order used when tuning
+        is off.
+    cache_dir : str or os.PathLike, optional
+        Folder of the JSON cache; default ``DSPK_CACHE_DIR`` (read when used).
+    mode : {"on", "off", "readonly"}, optional
+        Default ``DSPK_TUNE`` (read when used).
+
+    Attributes
+    ----------
+    clock : callable
+        The host clock first-use tuning times CPU runs and its budget with
+        (`time.perf_counter`; tests give a fake one).
+    """
 
     def __init__(self, candidates: Callable[[bool], list[Candidate]],
                  cache_dir: str | os.PathLike | None = None, mode: str | None = None):
@@ -136,6 +281,10 @@ class Tuner:
         self._file_seen: tuple | None = None   # (path, stat signature) of the file last read
         self._file_entries: dict[str, dict] = {}
         self._warned_write = False
+        self._thorough = 0                     # depth of `thorough` blocks (any thread)
+        self._state_lock = threading.Lock()
+        self._tunings = 0                      # tunings started (a nested one spoils a timing)
+        self.clock: Callable[[], float] = time.perf_counter
 
     @property
     def mode(self) -> str:
@@ -148,6 +297,47 @@ class Tuner:
         if self._cache_dir is not None:
             return self._cache_dir / f"tuner-v{CACHE_SCHEMA}.json"
         return cache_path()
+
+    # -- thorough tuning -----------------------------------------------------------------------
+    @contextmanager
+    def thorough(self) -> Iterator["Tuner"]:
+        """Within the block (in every thread that uses this tuner), keys are tuned thoroughly:
+        every candidate timed on the whole product (warm-up, then the median of several
+        samples), checked on the whole product; a choice a first use tuned on a slice (or
+        briefly) is tuned again that way and replaced in the cache file, for this process and
+        every process that reads the file later (a process that already holds the old choice
+        keeps it until it `forget`s). Keys tuned thoroughly before are kept. Nothing happens
+        in modes ``"off"`` and ``"readonly"``.
+
+        Bound plans above the tuner (`matmul`'s, per geometry) skip it: use
+        `dspk.linalg.Engine.thorough`, which drops them first.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from dspk.linalg import Engine, explain
+        >>> x = np.random.default_rng(0).standard_normal((4, 3000))
+        >>> engine = Engine(cache_dir=tempfile.mkdtemp(), mode="on")
+        >>> with engine:
+        ...     explain(x, x.T).choice.tuned in ("slice", "brief")
+        ...     with engine.tuner.thorough():
+        ...         explain(x, x.T).choice.tuned
+        True
+        'thorough'
+        """
+        with self._state_lock:
+            self._thorough += 1
+        try:
+            yield self
+        finally:
+            with self._state_lock:
+                self._thorough -= 1
+
+    @property
+    def tuning_thoroughly(self) -> bool:
+        """Whether unseen (or first-use-tuned) keys are tuned thoroughly now: inside a
+        `thorough` block, in mode ``"on"``."""
+        return self._thorough > 0 and self.mode == "on"
 
     # -- keys ----------------------------------------------------------------------------------
     @staticmethod
@@ -182,7 +372,8 @@ class Tuner:
         if mode == "off":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=off: first available "
                                                                  "candidate in fixed order", run)
-        choice = self.cached(p, key)
+        thorough = self.tuning_thoroughly
+        choice = self._cached_for(p, key, thorough)
         if choice is not None:
             if run:
                 choice.candidate.run(p)
@@ -191,11 +382,23 @@ class Tuner:
             return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
                                          "choice: first available candidate", run)
         with _cache_lock(self.cache_file):
-            choice = self.cached(p, key)          # another process may have tuned it meanwhile
+            # another process may have tuned it meanwhile
+            choice = self._cached_for(p, key, thorough)
             if choice is not None:
-                choice.candidate.run(p)
+                if run:
+                    choice.candidate.run(p)
                 return choice
-            return self._tune(p, key, names)
+            return self._tune(p, key, names, run, thorough)
+
+    def _cached_for(self, p: Problem, key: tuple, thorough: bool) -> Choice | None:
+        """`cached`, but while tuning thoroughly a choice tuned on first use is a miss unless
+        the file now holds a thorough one (another process's)."""
+        choice = self.cached(p, key)
+        if choice is None or not thorough or choice.tuned == TUNED_THOROUGH:
+            return choice
+        self._memory.pop(key, None)
+        choice = self.cached(p, key)              # the file's entry, read again if it changed
+        return choice if choice is not None and choice.tuned == TUNED_THOROUGH else None
 
     def cached(self, p: Problem, key: tuple | None = None) -> Choice | None:
         """The cached choice for ``p`` (memory, then the file), or None; never times anything."""
@@ -216,8 +419,7 @@ class Tuner:
         for name in entry["ranking"]:
             c = names.get(name)
             if c is not None and c.unavailable(p) is None:
-                return Choice(c, self.key_str(key), source, entry["ranking"],
-                              entry.get("timings_ms", {}), entry.get("rejected", {}))
+                return _choice(c, self.key_str(key), source, entry)
         return None
 
     def first_available(self, p: Problem, why: str) -> Choice:
@@ -237,7 +439,11 @@ class Tuner:
         raise RuntimeError(f"no candidate can compute this product: {rejected}")
 
     # -- tuning --------------------------------------------------------------------------------
-    def _tune(self, p: Problem, key: tuple, names: dict[str, Candidate]) -> Choice:
+    def _tune(self, p: Problem, key: tuple, names: dict[str, Candidate], run: bool = True,
+              thorough: bool = False) -> Choice:
+        """Tune ``key`` on ``p`` (on first use, or thoroughly), store the ranking, and (with
+        ``run``) leave the chosen candidate's product in ``p.out``."""
+        self._tunings += 1
         rejected: dict[str, str] = {}
         usable = []
         for c in names.values():
@@ -248,12 +454,35 @@ class Tuner:
                 rejected[c.name] = f"unavailable: {reason}"
         if not usable:
             raise RuntimeError(f"no candidate can compute this product: {rejected}")
+        if thorough:
+            entry, done = self._tune_whole(p, usable, rejected, key)
+        else:
+            entry, done = self._tune_first_use(p, usable, rejected, key, run)
+        saved = self._save(key, entry)
+        if saved is entry:
+            best = names[entry["ranking"][0]]
+            if run and not done:
+                best.run(p)  # leave the winner's result in p.out
+            return _choice(best, self.key_str(key), "tuned now", entry)
+        # another process stored this key first: its ranking is the choice (outputs agree)
+        choice = self.cached(p, key)
+        if choice is None:  # pragma: no cover - theirs names no candidate available here
+            choice = _choice(names[entry["ranking"][0]], self.key_str(key), "tuned now", entry)
+        if run:
+            choice.candidate.run(p)
+        choice.source = "tuned now"
+        return choice
+
+    def _tune_whole(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
+                    key: tuple) -> tuple[dict, bool]:
+        """Thorough: every candidate on the whole product, checked on sampled rows (every
+        column), precision on a probe of the whole geometry, timed with a warm-up and the
+        median of several samples. Returns (entry, whether p.out holds the winner's result:
+        never)."""
         sampler = _Sampler(p)
         rotation = _rotation(p)
         probe = _make_probe(p)
         probe_sampler = _Sampler(probe)
-        exact = p.dtype.kind in "iu"
-        tol = 0.0 if exact else precision_tolerance(p.dtype, p.k)
         timings: dict[str, float] = {}
         for c in usable:
             try:
@@ -263,62 +492,350 @@ class Tuner:
                 if bad:
                     rejected[c.name] = f"wrong result: {bad}"
                     continue
-                probe_sampler.poison()
-                c.run(probe)
-                if exact:
-                    bad = probe_sampler.check_result()
-                    if bad:
-                        rejected[c.name] = f"not bit-exact on a full-range probe: {bad}"
-                        continue
-                else:
-                    err = probe_sampler.relative_error()
-                    if not err <= tol:
-                        rejected[c.name] = (f"precision check failed: relative error {err:.2e} "
-                                            f"> {tol:.1e} on a zero-mean probe (not computed in "
-                                            f"{p.dtype.name}?)")
-                        continue
-                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu) * 1e3
+                bad = _precision(c.run, probe, probe_sampler, p.dtype)
+                if bad:
+                    rejected[c.name] = bad
+                    continue
+                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu,
+                                               clock=self.clock) * 1e3
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
                 _warn_failed(c.name, self.key_str(key), exc)
         if not timings:
             raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        ranking = sorted(timings, key=timings.get)
-        entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
-                 "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        entry = self._save(key, entry)
-        ranking = [n for n in entry["ranking"] if n in timings] or ranking
-        best = names[ranking[0]]
-        best.run(p)  # leave the winner's result in p.out
-        return Choice(best, self.key_str(key), "tuned now", ranking, entry["timings_ms"], rejected)
+        return _entry(timings, rejected, TUNED_THOROUGH), False
+
+    def _tune_first_use(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
+                        key: tuple, run: bool) -> tuple[dict, bool]:
+        """First use: each candidate checked and timed on its slice within the budget (module
+        docstring), then (with ``run``) the fastest computes ``p``, checked on sampled entries;
+        one that fails there is rejected and the next one runs. Returns (entry, whether p.out
+        holds the winner's checked result)."""
+        gpu = p.gpu
+        clock = self.clock
+        t0 = clock()
+        work = _macs(p)
+        untimed: dict[str, str] = {}
+        # a candidate whose first run would import a module nothing has imported yet is left
+        # for a thorough tuning (when another one can run the product)
+        deferred = [c for c in usable if any(m not in sys.modules for m in c.first_use_imports)]
+        if len(deferred) == len(usable):
+            deferred = []
+        for c in deferred:
+            missing = ", ".join(m for m in c.first_use_imports if m not in sys.modules)
+            untimed[c.name] = (f"not timed on first use: its first run would import {missing}, "
+                               f"which costs more than the product; a thorough tuning (dspk "
+                               f"tune) times it")
+        timed = [c for c in usable if c not in deferred]
+        target = max(MIN_SLICE_MACS[gpu], work // (SLICE_SHARE * len(timed)))
+        dim = _cut_dim(p)
+        if len(timed) == 1 or dim is None or work <= MIN_SLICE_MACS[gpu]:
+            slices = [(c, p) for c in timed]      # (one candidate: nothing to rank)
+        else:
+            slices = [(c, _slice_for(p, dim, target, c)) for c in timed]
+        # cheapest slices first: the best estimate is known before a large slice is weighed
+        order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
+        state = _FirstUse(p, t0)
+        smallest = _macs(slices[order[0]][1])
+        for i in order:
+            c, q = slices[i]
+            # Every candidate after the first is timed only while the tuning stays within
+            # SKIP_RATIO x its budget, counting its slice at the best one's speed: slices of
+            # the target's size cost about 1/SLICE_SHARE of the product together, and pass
+            # unless the candidates before them cost far more than their work (setup costs,
+            # cold runs, a loaded machine). On the GPU, where products take a fraction of a
+            # millisecond and the tuning's own Python is most of its cost, only a slice grown
+            # beyond the target (for the candidate to run it at all) is weighed.
+            weigh = bool(state.trials) and (not gpu or _macs(q) > smallest)
+            reason = self._first_trial(c, q, state, rejected, key, weigh)
+            if reason:
+                untimed[c.name] = reason
+        if not state.trials:                      # nothing else could: those deferred, then
+            for c in deferred:
+                untimed.pop(c.name)
+                self._first_trial(c, p, state, rejected, key, False)
+        trials = state.trials
+        if not trials:
+            raise RuntimeError(f"every candidate failed for this product: {rejected}")
+        self._more_samples(trials, gpu, state)
+        ranking = sorted(trials, key=lambda n: trials[n].estimate)
+        log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
+                  (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
+        done = False
+        if run:
+            ranking, done = self._run_checked(p, ranking, trials, rejected, state.wrote, key)
+        timings = {n: trials[n].estimate * 1e3 for n in ranking}
+        how = TUNED_SLICE if any(t.q is not p for t in trials.values()) else TUNED_BRIEF
+        entry = _entry(timings, rejected, how, ranking)
+        if how == TUNED_SLICE:
+            entry["timed_on"] = {n: list(_shape(trials[n].q)) for n in ranking}
+        if untimed:
+            entry["untimed"] = untimed
+        return entry, done
+
+    def _first_trial(self, c: Candidate, q: Problem, state: "_FirstUse",
+                     rejected: dict[str, str], key: tuple, weigh: bool) -> str | None:
+        """``c``'s precision probe (which also warms it up: imports, kernels loaded, plans
+        made, so that the timed run is not its very first), then one timed run on its slice
+        ``q``, checked on sampled entries: a `_Trial` in ``state``, or a reason in
+        ``rejected``. With ``weigh``, each of the two runs is made only if the tuning would
+        stay within its cap (SKIP_RATIO x the budget) with this slice at the best speed so
+        far; returns why it was not timed, or None."""
+        p = state.p
+        share = _macs(q) / _macs(p)
+        try:
+            for step in ("probe", "run"):
+                if weigh:
+                    best = min(t.estimate for t in state.trials.values())
+                    cap = SKIP_RATIO * tuning_budget(best, p.gpu)
+                    if self.clock() - state.t0 + best * share > cap:
+                        what = "its slice" if step == "probe" else "its slice, after its probe,"
+                        return (f"not timed on first use: {what} {_shape(q)} would take the "
+                                f"tuning beyond its budget (~{cap * 1e3:.3g} ms); a thorough "
+                                f"tuning (dspk tune) times it")
+                if step == "run":
+                    break
+                probe, probe_sampler = _probe_for(q, c, state.probes)
+                bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
+                if bad:
+                    rejected[c.name] = bad
+                    return None
+            sampler = state.samplers.get(_shape(q))
+            if sampler is None:
+                sampler = state.samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
+            call = prepared(c, q)
+            sampler.poison()
+            seconds = self._time(call, p.gpu)
+            state.wrote = c.name if q is p else None
+            bad = sampler.check_result()
+            if bad:
+                where = "" if q is p else f" on the slice {_shape(q)}"
+                rejected[c.name] = f"wrong result{where}: {bad}"
+                return None
+            state.trials[c.name] = _Trial(c, q, share, call, seconds)
+            log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
+                      "into the tuning", c.name, _shape(q), seconds * 1e3,
+                      seconds / share * 1e3, _shape(p), (self.clock() - state.t0) * 1e3)
+        except Exception as exc:  # a candidate that breaks is rejected, not fatal
+            rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
+            _warn_failed(c.name, self.key_str(key), exc)
+        return None
+
+    def _more_samples(self, trials: dict[str, _Trial], gpu: bool, state: "_FirstUse") -> None:
+        """More samples while the budget lasts, each trial keeping its best (the minimum is
+        what a loaded machine's noise leaves least biased): a second one for every candidate
+        (a first sample can be spoilt by another process's burst), then rounds over those
+        within `CLOSE` of the best. Cheaper samples first. On the GPU a sample repeats a
+        short run to 0.2 ms and cycles through copies of small operands (`_rotation`)."""
+        if len(trials) < 2:
+            return
+        calls: dict[str, tuple[Callable[[], Any], int]] = {}
+        for round_ in range(MAX_SAMPLES - 1):
+            best = min(t.estimate for t in trials.values())
+            budget = tuning_budget(best, gpu)
+            names = [n for n, t in trials.items() if round_ == 0 or t.estimate <= CLOSE * best]
+            if len(names) < 2:
+                return
+            for name in sorted(names, key=lambda n: trials[n].seconds):
+                t = trials[name]
+                if name not in calls:
+                    reps = max(1, min(200, int(2e-4 / max(t.seconds, 1e-7)))) if gpu else 1
+                    sets = _rotation(t.q) if gpu else [t.q]
+                    calls[name] = (t.call if len(sets) == 1 else _cycling(t.candidate, sets),
+                                   reps)
+                call, reps = calls[name]
+                if self.clock() - state.t0 + t.seconds * reps > budget:
+                    return
+                t.seconds = min(t.seconds, self._time(call, gpu, reps))
+                t.samples += 1
+                state.wrote = name if t.q is state.p else None
+
+    def _run_checked(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
+                     rejected: dict[str, str], wrote: str | None,
+                     key: tuple) -> tuple[list[str], bool]:
+        """The best candidate computes ``p``, its result checked on sampled entries; one
+        that fails is rejected and the next one runs. Returns (the ranking without those
+        rejected, True)."""
+        sampler = None
+        ranking = list(ranking)
+        while ranking:
+            name = ranking[0]
+            if wrote == name:
+                return ranking, True              # its checked result is in p.out already
+            if sampler is None:
+                sampler = _Sampler(p, SAMPLED_COLS)
+            try:
+                sampler.poison()
+                prepared(trials[name].candidate, p)()
+                bad = sampler.check_result()
+            except Exception as exc:  # a candidate that breaks is rejected, not fatal
+                bad = f"failed: {type(exc).__name__}: {exc}"
+                _warn_failed(name, self.key_str(key), exc)
+            if not bad:
+                return ranking, True
+            rejected[name] = f"wrong result on the whole product: {bad}"
+            ranking.pop(0)
+        raise RuntimeError(f"every candidate failed for this product: {rejected}")
+
+    def _time(self, fn: Callable[[], Any], gpu: bool, reps: int = 1) -> float:
+        """Seconds per call of ``fn`` over ``reps`` calls: CUDA events on the GPU (the
+        device's time), `clock` on the host."""
+        if gpu:
+            cp = cupy_module()
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            for _ in range(reps):
+                fn()
+            stop.record()
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / reps
+        t0 = self.clock()
+        for _ in range(reps):
+            fn()
+        return (self.clock() - t0) / reps
 
     # -- generic choices (operations above the product engine) ------------------------------
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-               agree: Callable[[Any, Any], str | None]) -> tuple[str, str]:
+               agree: Callable[[Any, Any], str | None],
+               sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
+               imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str]:
         """Pick among whole-operation implementations (an NCC bank, say) the way `select` picks
-        among product candidates: cached ranking, else each runner is run, its result checked
-        against the first runner's (the reference) with ``agree`` (None, or why not), timed,
-        and the ranking stored under ``key``. Returns (name, why)."""
+        among product candidates: the cached ranking, else each runner is run, its result
+        checked against the first runner's (the reference) with ``agree`` (None, or why not),
+        timed, and the ranking stored under ``key``. Returns (name, why); the caller runs
+        ``runners[name]`` (`choose_run` runs it, and saves a run on first use).
+
+        Parameters
+        ----------
+        key : tuple
+            The cache key (operation, `stamp`, dtype, size classes...).
+        runners : dict
+            Name -> zero-argument call computing the whole operation; the first is the
+            reference (and what runs with ``DSPK_TUNE=off``).
+        gpu : bool
+            Time with CUDA events (the runners' work is on the current device).
+        agree : callable
+            ``agree(result, reference)``: None, or why the result is wrong.
+        sliced : callable, optional
+            ``sliced(fraction)``: runners with the same names computing the same operation on
+            about ``fraction`` of the problem (that fraction of the channels, say: cut where
+            the cost per element is that of the whole), each returning its result. A first
+            use then checks and times those (each runs twice: a warm-up checked against the
+            first one's result, then timed; more samples for close ones while the budget
+            lasts), and only the winner computes the whole problem: the cost of tuning stays
+            about that of one run (`BUDGET_RATIO`). Without it each runner runs once on the
+            whole problem (more samples only when runs are short against the budget).
+            A thorough tuning (`thorough`) always times the whole ``runners``.
+        imports : dict, optional
+            Name -> modules its first run imports when nothing has yet (``scipy.signal``:
+            about 2 s on 2 cores): a first use leaves such a runner for a thorough tuning
+            while another one can run (the first runner left is then the reference; one left
+            alone is chosen without a run).
+
+        Returns
+        -------
+        tuple
+            (name, why): why is ``"cache"``, ``"tuned now"`` or the mode's reason.
+        """
+        name, why, _ = self._choose(key, runners, gpu, agree, sliced, imports, keep=False)
+        return name, why
+
+    def choose_run(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                   agree: Callable[[Any, Any], str | None],
+                   sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
+                   imports: dict[str, tuple[str, ...]] | None = None
+                   ) -> tuple[str, str, Any]:
+        """`choose`, and the chosen runner's result: (name, why, result). On first use without
+        ``sliced`` the result is the one the tuning computed (no further run); otherwise the
+        chosen runner runs once more, on the whole problem.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from dspk.linalg.tuner import Tuner
+        >>> t = Tuner(lambda gpu: [], cache_dir=tempfile.mkdtemp(), mode="on")
+        >>> x = np.arange(6.0)
+        >>> runners = {"sum": lambda: x.sum(), "dot": lambda: x @ np.ones(6)}
+        >>> name, why, total = t.choose_run(("total", 6), runners, False,
+        ...                                 lambda got, ref: None if got == ref else "differs")
+        >>> name in runners, why, float(total)
+        (True, 'tuned now', 15.0)
+        >>> t.choose_run(("total", 6), runners, False, lambda got, ref: None)[1]
+        'cache'
+        """
+        name, why, result = self._choose(key, runners, gpu, agree, sliced, imports, keep=True)
+        if result is _NOT_RUN:
+            result = runners[name]()
+        return name, why, result
+
+    def _choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                agree: Callable[[Any, Any], str | None], sliced: Any, imports: Any,
+                keep: bool) -> tuple[str, str, Any]:
         mode = self.mode
         names = list(runners)
         if mode == "off":
-            return names[0], "DSPK_TUNE=off: first implementation"
-        entry = self._memory.get(key) or self._from_file(key)
-        if entry is not None:
-            for name in entry["ranking"]:
-                if name in runners:
-                    return name, "cache"
+            return names[0], "DSPK_TUNE=off: first implementation", _NOT_RUN
+        thorough = self.tuning_thoroughly
+        name = self._cached_name(key, runners, thorough, self._memory.get(key))
+        if name is not None:
+            return name, "cache", _NOT_RUN
         if mode == "readonly":
-            return names[0], "DSPK_TUNE=readonly and no cached choice"
+            return names[0], "DSPK_TUNE=readonly and no cached choice", _NOT_RUN
         with _cache_lock(self.cache_file):
-            entry = self._from_file(key)          # another process may have tuned it meanwhile
-            for name in (entry or {}).get("ranking", []):
-                if name in runners:
-                    return name, "cache"
-            return self._choose_now(key, runners, gpu, agree)
+            # another process may have tuned it meanwhile
+            name = self._cached_name(key, runners, thorough, None)
+            if name is not None:
+                return name, "cache", _NOT_RUN
+            return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough, imports)
+
+    def _cached_name(self, key: tuple, runners: dict, thorough: bool,
+                     entry: dict | None) -> str | None:
+        """The first name of the cached ranking that is in ``runners`` (``entry``, else the
+        file's); while tuning thoroughly only a thorough entry counts."""
+        if entry is None or (thorough and _how(entry) != TUNED_THOROUGH):
+            entry = self._from_file(key)
+        if entry is None or (thorough and _how(entry) != TUNED_THOROUGH):
+            return None
+        return next((n for n in entry["ranking"] if n in runners), None)
 
     def _choose_now(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                    agree: Callable[[Any, Any], str | None]) -> tuple[str, str]:
+                    agree: Callable[[Any, Any], str | None], sliced: Any = None,
+                    keep: bool = False, thorough: bool = False,
+                    imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str, Any]:
+        self._tunings += 1
+        untimed = {}
+        if not thorough and imports:
+            deferred = {n: ", ".join(m for m in imports.get(n, ()) if m not in sys.modules)
+                        for n in runners}
+            deferred = {n: m for n, m in deferred.items() if m}
+            if len(deferred) < len(runners):
+                untimed = {n: f"not timed on first use: its first run would import {m}, which "
+                              f"costs more than the operation; a thorough tuning (dspk tune) "
+                              f"times it" for n, m in deferred.items()}
+                runners = {n: r for n, r in runners.items() if n not in deferred}
+                if sliced is not None:
+                    sliced = _only(sliced, set(runners))
+        if thorough:
+            entry, result = self._choose_whole(key, runners, gpu, agree), _NOT_RUN
+        elif len(runners) == 1:                   # nothing to rank (nor to check against)
+            name = next(iter(runners))
+            entry, result = _entry({}, {}, TUNED_BRIEF, [name]), _NOT_RUN
+        elif sliced is not None:
+            entry, result = self._choose_sliced(key, runners, gpu, agree, sliced), _NOT_RUN
+        else:
+            entry, result = self._choose_brief(key, runners, gpu, agree, keep)
+        if untimed:
+            entry["untimed"] = {**entry.get("untimed", {}), **untimed}
+        saved = self._save(key, entry)
+        ranking = [n for n in saved["ranking"] if n in runners] or entry["ranking"]
+        if saved is not entry and ranking[0] != entry["ranking"][0]:
+            result = _NOT_RUN                     # another process's choice: run theirs
+        return ranking[0], "tuned now", result
+
+    def _choose_whole(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                      agree: Callable[[Any, Any], str | None]) -> dict:
+        """Thorough: each runner checked, then timed with a warm-up and the median of several
+        samples, on the whole problem."""
         ref = runners[next(iter(runners))]()
         timings: dict[str, float] = {}
         rejected: dict[str, str] = {}
@@ -328,18 +845,143 @@ class Tuner:
                 if bad:
                     rejected[name] = bad
                     continue
-                timings[name] = _median_time(run, gpu) * 1e3
+                timings[name] = _median_time(run, gpu, clock=self.clock) * 1e3
             except Exception as exc:  # a broken implementation is rejected, not fatal
                 rejected[name] = f"failed: {type(exc).__name__}: {exc}"
                 _warn_failed(name, self.key_str(key), exc)
-        ranking = sorted(timings, key=timings.get)
-        if not ranking:
+        if not timings:
             raise RuntimeError(f"every implementation failed: {rejected}")
-        entry = {"ranking": ranking, "timings_ms": {k: round(v, 6) for k, v in timings.items()},
-                 "rejected": rejected, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        entry = self._save(key, entry)
-        ranking = [n for n in entry["ranking"] if n in timings] or ranking
-        return ranking[0], "tuned now"
+        return _entry(timings, rejected, TUNED_THOROUGH)
+
+    def _sample(self, run: Callable[[], Any], gpu: bool) -> tuple[Any, float, bool]:
+        """(result, seconds, whether the run was clean: no tuning started inside it — a
+        nested tuning's time is no measure of the runner)."""
+        before = self._tunings
+        box = [None]
+
+        def call() -> None:
+            box[0] = run()
+
+        seconds = self._time(call, gpu)
+        return box[0], seconds, self._tunings == before
+
+    def _choose_brief(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                      agree: Callable[[Any, Any], str | None], keep: bool) -> tuple[dict, Any]:
+        """First use without slices: each runner once on the whole problem (the first one's
+        run is the reference and its first sample; a run inside which a nested tuning ran is
+        repeated for a clean sample), more samples of close ones while the budget lasts.
+        Returns (entry, the winner's result when ``keep`` and it was kept, else `_NOT_RUN`)."""
+        t0 = self.clock()
+        seconds: dict[str, float] = {}
+        rejected: dict[str, str] = {}
+        kept_name, kept = None, _NOT_RUN
+        ref = _NOT_RUN
+        for name, run in runners.items():
+            try:
+                result, t, clean = self._sample(run, gpu)
+                if ref is _NOT_RUN:
+                    ref = result
+                else:
+                    bad = agree(result, ref)
+                    if bad:
+                        rejected[name] = bad
+                        continue
+                if not clean:
+                    result, t, _ = self._sample(run, gpu)
+                if keep and (kept_name is None or t < seconds[kept_name]):
+                    kept_name, kept = name, result   # the fastest so far: its result is kept
+                seconds[name] = t
+                result = None
+            except Exception as exc:  # a broken implementation is rejected, not fatal
+                if ref is _NOT_RUN:
+                    raise                         # no reference: the operation itself fails
+                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
+                _warn_failed(name, self.key_str(key), exc)
+        ref = None
+        if not seconds:
+            raise RuntimeError(f"every implementation failed: {rejected}")
+        self._resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1)
+        log.debug("dspk tuner: %s: %s ms after %.3g ms", self.key_str(key),
+                  {n: round(t * 1e3, 3) for n, t in seconds.items()}, (self.clock() - t0) * 1e3)
+        entry = _entry({n: t * 1e3 for n, t in seconds.items()}, rejected, TUNED_BRIEF)
+        if kept_name != entry["ranking"][0]:
+            kept = _NOT_RUN                       # overtaken by a later sample
+        return entry, kept
+
+    def _resample(self, seconds: dict[str, float], runs: dict[str, Callable[[], Any]],
+                  gpu: bool, t0: float, fraction: float, rounds: int) -> None:
+        """Up to ``rounds`` more samples of the runners within `CLOSE` of the best, round by
+        round, while the budget of the whole operation (the best time / ``fraction``) lasts;
+        each keeps its best sample."""
+        for _ in range(rounds):
+            best = min(seconds.values())
+            close = sorted((n for n in seconds if seconds[n] <= CLOSE * best), key=seconds.get)
+            if len(close) < 2:
+                return
+            for name in close:
+                if self.clock() - t0 + seconds[name] > tuning_budget(best / fraction, gpu):
+                    return
+                _, t, _ = self._sample(runs[name], gpu)
+                seconds[name] = min(seconds[name], t)
+
+    def _choose_sliced(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                       agree: Callable[[Any, Any], str | None],
+                       sliced: Callable[[float], dict[str, Callable[[], Any]]]) -> dict:
+        """First use with slices: each sliced runner runs on its slice as a warm-up checked
+        against the first one's result (its time a first sample, unless a tuning ran inside
+        it), then a timed run — fastest warm-up first; after the first, only while the tuning
+        stays within SKIP_RATIO x its budget — then close ones again while the budget lasts.
+        Runners without a sliced version are not timed."""
+        t0 = self.clock()
+        fraction = 1.0 / (2 * SLICE_SHARE * len(runners))   # two runs each
+        small = sliced(fraction)
+        seconds: dict[str, float] = {}
+        clean: dict[str, bool] = {}
+        rejected: dict[str, str] = {}
+        untimed = {n: "not timed on first use: no sliced runner (a thorough tuning times it)"
+                   for n in runners if n not in small}
+        ref = _NOT_RUN
+        for name in (n for n in runners if n in small):
+            try:
+                result, seconds[name], clean[name] = self._sample(small[name], gpu)
+                if ref is _NOT_RUN:
+                    ref = result
+                else:
+                    bad = agree(result, ref)
+                    if bad:
+                        rejected[name] = f"on a slice: {bad}"
+                        del seconds[name]
+                result = None
+            except Exception as exc:  # a broken implementation is rejected, not fatal
+                if ref is _NOT_RUN:
+                    raise                         # no reference: the operation itself fails
+                seconds.pop(name, None)
+                rejected[name] = f"failed on a slice: {type(exc).__name__}: {exc}"
+                _warn_failed(name, self.key_str(key), exc)
+        ref = None
+        if not seconds:
+            raise RuntimeError(f"every implementation failed: {rejected}")
+        # the timed runs: a warm-up spoilt by a tuning inside it first (it says nothing), then
+        # the fastest; the others while the tuning stays within its cap
+        order = sorted(seconds, key=lambda n: (clean[n], seconds[n]))
+        for i, name in enumerate(order):
+            best = min(seconds[n] for n in seconds if clean[n] or n == name)
+            cap = SKIP_RATIO * tuning_budget(best / fraction, gpu)
+            if i and clean[name] and self.clock() - t0 + seconds[name] > cap:
+                continue                          # its warm-up sample stands
+            _, t, _ = self._sample(small[name], gpu)
+            seconds[name] = t if not clean[name] else min(seconds[name], t)
+            clean[name] = True
+        self._resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2)
+        log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
+                  self.key_str(key), fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
+                  (self.clock() - t0) * 1e3)
+        entry = _entry({n: t / fraction * 1e3 for n, t in seconds.items()}, rejected,
+                       TUNED_SLICE)
+        entry["slice_fraction"] = fraction
+        if untimed:
+            entry["untimed"] = untimed
+        return entry
 
     def stamp(self, gpu: bool, device_id: int | None) -> str:
         """The device/version stamp keys start with."""
@@ -387,6 +1029,25 @@ class Tuner:
         return len(self._memory) + len(self._file_entries)
 
 
+def _only(sliced: Callable[[float], dict], names: set) -> Callable[[float], dict]:
+    """``sliced`` keeping only the runners in ``names``."""
+    def only(fraction: float) -> dict:
+        return {n: r for n, r in sliced(fraction).items() if n in names}
+
+    return only
+
+
+def _entry(timings_ms: dict[str, float], rejected: dict[str, str], how: str,
+           ranking: list[str] | None = None) -> dict:
+    """A cache entry: the ranking (fastest first, unless given), its timings (ms), the
+    candidates rejected and why, how it was tuned, when."""
+    if ranking is None:
+        ranking = sorted(timings_ms, key=timings_ms.get)
+    return {"ranking": list(ranking),
+            "timings_ms": {k: round(v, 6) for k, v in timings_ms.items()},
+            "rejected": rejected, "tuned": how, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 def _signature(path: Path) -> tuple | None:
     try:
         st = path.stat()
@@ -409,7 +1070,9 @@ def _valid_cache(doc: Any) -> bool:
 
 def read_cache(path: str | os.PathLike | None = None, warn: bool = True) -> dict[str, dict]:
     """The tuned choices stored in a cache file: key -> entry (``ranking``, ``timings_ms``,
-    ``rejected``, ``when``).
+    ``rejected``, ``when``; ``tuned``: ``"slice"``, ``"brief"`` or ``"thorough"`` (entries
+    without it were tuned thoroughly), and for first uses ``timed_on`` (each candidate's
+    slice) and ``untimed`` (candidates not timed, and why)).
 
     Parameters
     ----------
@@ -509,8 +1172,10 @@ def _cache_lock(path: Path) -> Iterator[None]:
 
 
 def _known(entry: dict) -> set:
-    """The candidates an entry's tuning considered (timed or rejected, with the reason)."""
-    return set(entry.get("timings_ms", {})) | set(entry.get("rejected", {}))
+    """The candidates an entry's tuning considered (timed, rejected or left untimed, with the
+    reason)."""
+    return set(entry.get("timings_ms", {})) | set(entry.get("rejected", {})) | \
+        set(entry.get("untimed", {}))
 
 
 def _stale(entry: dict, names: dict, p: Problem) -> bool:
@@ -521,16 +1186,23 @@ def _stale(entry: dict, names: dict, p: Problem) -> bool:
     return any(name not in known and c.unavailable(p) is None for name, c in names.items())
 
 
+def _replaces(new: dict, old: dict) -> bool:
+    """Whether ``new`` replaces ``old`` for one key: when ``old`` missed a candidate ``new``
+    considered, or when ``new`` is thorough and ``old`` was tuned on first use (an explicit
+    thorough tuning); never otherwise (another process stored it first)."""
+    return not _known(old) >= _known(new) or \
+        (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
+
+
 def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
-    """Add ``entry`` under ``key`` unless the file already holds that key from a tuning that
-    considered every candidate this one did (another process stored it first: its entry is
-    returned and kept); an entry missing candidates is replaced. Read-merge-write under the
-    cache lock; the write is a rename, so a reader never sees a half-written file and two
-    tuning processes never lose each other's entries."""
+    """Add ``entry`` under ``key`` unless the file already holds that key and ``entry`` does
+    not replace it (`_replaces`: another process stored it first: its entry is returned and
+    kept). Read-merge-write under the cache lock; the write is a rename, so a reader never
+    sees a half-written file and two tuning processes never lose each other's entries."""
     with _cache_lock(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = read_cache(path, warn=False)
-        if key in entries and _known(entries[key]) >= _known(entry):
+        if key in entries and not _replaces(entry, entries[key]):
             return entries[key]
         entries[key] = entry
         doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
@@ -553,33 +1225,62 @@ def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
 
 # -- checking and timing ------------------------------------------------------------------------
 class _Sampler:
-    """Sampled rows of a product and their float64 reference."""
+    """Sampled entries of a product and their float64 (int64) reference: up to MAX_ROWS rows
+    of the first, middle and last batch, every column or up to ``max_cols`` of them (the first
+    and last included). Only those rows of ``a`` and columns of ``b`` are read."""
 
     MAX_ROWS = 8
 
-    def __init__(self, p: Problem):
+    def __init__(self, p: Problem, max_cols: int | None = None):
         self.p = p
-        B, M = p.batches, p.m
+        B, M, N = p.batches, p.m, p.n
         self.batches = sorted({0, B // 2, B - 1})
         self.rows = sorted({int(r) for r in np.linspace(0, M - 1, min(M, self.MAX_ROWS))})
+        self.cols = None if max_cols is None or N <= max_cols else \
+            sorted({int(c) for c in np.linspace(0, N - 1, max_cols)})
         xp = p.a.xp
+        self.xp = xp
         self.exact = p.dtype.kind in "iu"
         ref_t = np.int64 if self.exact else np.float64
-        a = p.a.to_array()[self.batches][:, self.rows, :].astype(ref_t)
-        b = p.b.to_array()[self.batches].astype(ref_t)
+        rows = xp.asarray(self.rows)
+        cols = None if self.cols is None else xp.asarray(self.cols)
+        av, bv = p.a.to_array(), p.b.to_array()
+        a = xp.stack([av[i][rows] for i in self.batches]).astype(ref_t)
+        b = xp.stack([bv[i] if cols is None else bv[i][:, cols]
+                      for i in self.batches]).astype(ref_t)
         if self.exact and xp is not np:  # the int64 reference on the host: certainly exact
             a, b = a.get(), b.get()
-        self.ref = np.matmul(a, b) if self.exact else xp.matmul(a, b)
-        self.absprod = None if self.exact else xp.matmul(xp.abs(a), xp.abs(b))
-        self.xp = xp
+        # a small product: one BLAS thread (waking BLAS's threads on a loaded machine took
+        # 0.04-0.6 s for 3 x 30 000 x 32 float64 on 2 cores)
+        with single_threaded_blas() if xp is np else nullcontext():
+            if not self.exact:
+                self.ref = xp.matmul(a, b)
+                self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
+            else:
+                self.absprod = None
+                bound = p.k * int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
+                if bound < 2**53:  # every float64 partial sum is an exact integer: BLAS
+                    self.ref = np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64))
+                                       ).astype(np.int64)
+                else:              # NumPy's int64 loop (no BLAS: ~30x slower)
+                    self.ref = np.matmul(a, b)
+        self._rows, self._cols = rows, cols
 
     def _out_rows(self) -> Any:
-        return self.p.out.to_array()[self.batches][:, self.rows, :]
+        out = self.p.out.to_array()
+        got = [out[i][self._rows] for i in self.batches]
+        if self._cols is not None:
+            got = [g[:, self._cols] for g in got]
+        return self.xp.stack(got)
 
     def poison(self) -> None:
         out = self.p.out.to_array()
+        value = np.iinfo(np.int64).min if self.exact else np.nan
         for bi in self.batches:
-            out[bi, self.rows, :] = np.iinfo(np.int64).min if self.exact else np.nan
+            if self._cols is None:
+                out[bi, self.rows, :] = value
+            else:
+                out[bi][self.xp.ix_(self._rows, self._cols)] = value
 
     def relative_error(self) -> float:
         xp = self.xp
@@ -607,34 +1308,173 @@ class _Sampler:
                 f"(worst {worst:.3g}x the bound; NaN means an output was not written)")
 
 
+def _precision(run: Callable[[Problem], Any], probe: Problem, sampler: _Sampler,
+               dtype: Any) -> str | None:
+    """Run a candidate on the precision probe: None, or why it is rejected (an integer
+    candidate not bit-exact over the full range; a float one beyond `precision_tolerance`)."""
+    sampler.poison()
+    run(probe)
+    if sampler.exact:
+        bad = sampler.check_result()
+        return None if not bad else f"not bit-exact on a full-range probe: {bad}"
+    err = sampler.relative_error()
+    tol = precision_tolerance(dtype, probe.k)
+    if err <= tol:
+        return None
+    if not err <= 1e-2:  # no rounding errs this much (NaN: an output not written)
+        return (f"wrong result on the precision probe: relative error {err:.2e} against the "
+                f"float64 reference")
+    return (f"precision check failed: relative error {err:.2e} > {tol:.1e} on a zero-mean probe "
+            f"(not computed in {np.dtype(dtype).name}?)")
+
+
+def _probe_values(xp: Any, shape: tuple, dtype: Any) -> Any:
+    """Probe values for an operand of ``shape``: a fixed block of PROBE_BLOCK zero-mean normal
+    values (integers: the dtype's full range, both extremes included, which exercises every
+    correction) repeated — as hard on precision as fresh values, and cheap for large probes."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(12345)
+    n = int(np.prod(shape))
+    size = min(n, PROBE_BLOCK)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        block = rng.integers(info.min, int(info.max) + 1, size, dtype=dtype)
+        block[:2] = (info.min, info.max)[:size]
+    else:
+        block = rng.standard_normal(size, dtype=dtype)
+    block = xp.asarray(block)
+    if n > size:
+        block = xp.tile(block, -(-n // size))[:n]
+    return block.reshape(shape)
+
+
 def _make_probe(p: Problem) -> Problem:
-    """Operands of the same geometry filled with zero-mean normal values."""
+    """``p``'s geometry — strides, and addresses modulo 256 bytes (alignment decides some
+    kernels) — over new buffers no larger than the views reach (views over the same memory,
+    X and X.T, share one), the operands filled with `_probe_values`, the output not."""
     xp = p.a.xp
-    rng = xp.random.default_rng(12345)
-    new: dict[tuple, Any] = {}
+    views = (p.a, p.b, p.out)
+    reach: dict[int, list[int]] = {}
+    for v in views:
+        lo, hi = v.extent()
+        span = reach.setdefault(_base(v), [lo, hi])
+        span[0], span[1] = min(span[0], lo), max(span[1], hi)
+    buffers: dict[int, tuple[Any, int]] = {}
+    for base, (lo, hi) in reach.items():
+        item = p.a.itemsize if base in (_base(p.a), _base(p.b)) else p.out.itemsize
+        dtype = p.a.dtype if base in (_base(p.a), _base(p.b)) else p.out.dtype
+        shift = ((base + lo * item) % 256) // item
+        buffers[base] = (xp.empty(shift + hi - lo + 1, dtype=dtype), shift - lo)
 
-    def clone(v: MatrixView, fill: bool) -> MatrixView:
-        # Views over the same memory (X and X.T) get the same probe buffer.
-        base = v.buffer.data.ptr if v.is_gpu else v.buffer.ctypes.data
-        ident = (base, v.buffer.size, fill)
-        buf = new.get(ident)
-        if buf is None:
-            if not fill:
-                buf = xp.empty(v.buffer.size, dtype=v.dtype)
-            elif v.dtype.kind in "iu":  # the full range: extremes exercise every correction
-                info = np.iinfo(v.dtype)
-                host = np.random.default_rng(12345).integers(info.min, int(info.max) + 1,
-                                                             v.buffer.size, dtype=v.dtype)
-                buf = xp.asarray(host)
-            else:
-                buf = rng.standard_normal(v.buffer.size, dtype=v.dtype)
-            new[ident] = buf
-        return MatrixView(buf, v.shape, v.strides, v.offset, v.name)
+    def clone(v: MatrixView) -> MatrixView:
+        buf, delta = buffers[_base(v)]
+        return MatrixView(buf, v.shape, v.strides, v.offset + delta, v.name)
 
-    a = clone(p.a, True)
-    b = clone(p.b, True)
-    out = clone(p.out, False)
+    a, b, out = (clone(v) for v in views)
+    for v in (a, b):
+        v.to_array()[...] = _probe_values(xp, v.shape, v.dtype)
     return Problem(a, b, out, p.symmetric)
+
+
+def _base(v: MatrixView) -> int:
+    return v.buffer.data.ptr if v.is_gpu else v.buffer.ctypes.data
+
+
+def _macs(p: Problem) -> int:
+    """Multiply-adds of a product."""
+    return p.batches * p.m * p.n * p.k
+
+
+def _shape(p: Problem) -> tuple:
+    return (p.batches, p.m, p.n, p.k)
+
+
+def _dim_size(p: Problem, dim: str) -> int:
+    return {"b": p.batches, "m": p.m, "n": p.n, "k": p.k, "mn": p.m}[dim]
+
+
+def _cut_dim(p: Problem) -> str | None:
+    """The dimension a slice cuts: the longest (ties: N, K, M, batches), the one whose cost per
+    element the others fix — the samples of W·X, the reduction of X·Xᵀ. X·Xᵀ keeps b = aᵀ, so
+    its rows and columns are cut together (``"mn"``) or K. None when none is worth cutting."""
+    dims = [("k", p.k), ("mn", p.m), ("b", p.batches)] if p.symmetric else \
+        [("n", p.n), ("k", p.k), ("m", p.m), ("b", p.batches)]
+    dim, size = max(dims, key=lambda d: d[1])
+    return dim if size > (1 if dim == "b" else SLICE_ALIGN) else None
+
+
+def _cut(p: Problem, dim: str, size: int) -> Problem:
+    """``p`` on the first ``size`` batches, rows, columns, K or (X·Xᵀ) rows and columns:
+    views into its operands and output, nothing copied."""
+    a, b, out = p.a, p.b, p.out
+    if dim == "b":
+        a, b, out = a.batch(0, size), b.batch(0, size), out.batch(0, size)
+    elif dim == "m":
+        a, out = a.rows(0, size), out.rows(0, size)
+    elif dim == "n":
+        b, out = b.cols(0, size), out.cols(0, size)
+    elif dim == "k":
+        a, b = a.cols(0, size), b.rows(0, size)
+    else:  # "mn"
+        a, b, out = a.rows(0, size), b.cols(0, size), out.rows(0, size).cols(0, size)
+    return Problem(a, b, out, p.symmetric)
+
+
+def _aligned(size: float, dim: str, full: int) -> int:
+    step = 1 if dim == "b" else SLICE_ALIGN
+    return min(full, max(step, -(-math.ceil(size) // step) * step))
+
+
+def _slice_for(p: Problem, dim: str, target: int, c: Candidate) -> Problem:
+    """The smallest slice of ``p`` along ``dim`` of at least ``target`` multiply-adds that
+    ``c`` can run (a split-K candidate needs K of 4 chunks, say), or ``p`` itself when that
+    is 3/4 of it or more: doubling from the target until ``c`` can run it, then bisecting
+    back (availability grows with the size)."""
+    full = _dim_size(p, dim)
+    frac = target / _macs(p)
+    size = _aligned(full * (math.sqrt(frac) if dim == "mn" else frac), dim, full)
+    step = 1 if dim == "b" else SLICE_ALIGN
+    low = None                                   # the largest size known unavailable
+    while size < full and c.unavailable(_cut(p, dim, size)) is not None:
+        low, size = size, _aligned(2 * size, dim, full)
+    if low is not None:
+        hi = size                                # available (or the whole)
+        while hi - low > step:
+            mid = _aligned((low + hi) / 2, dim, full)
+            if mid >= hi:
+                break
+            if c.unavailable(_cut(p, dim, mid)) is None:
+                hi = mid
+            else:
+                low = mid
+        size = hi
+    return p if 4 * size >= 3 * full else _cut(p, dim, size)
+
+
+def _probe_for(q: Problem, c: Candidate,
+               made: dict[tuple, tuple[Problem, _Sampler]]) -> tuple[Problem, _Sampler]:
+    """The precision probe for ``c`` timed on slice ``q`` (and its sampler), made once per
+    geometry in ``made``: on the CPU ``q`` with its K and its other dimensions cut to
+    PROBE_MIN (doubled until ``c`` can run it), on the GPU ``q``'s own geometry."""
+    geometry = q
+    if not q.gpu:
+        dims = ("mn", "b") if q.symmetric else ("m", "n", "b")
+        size = PROBE_MIN
+        while True:
+            r = q
+            for d in dims:
+                if _dim_size(r, d) > size:
+                    r = _cut(r, d, size)
+            if r is q or c.unavailable(r) is None:
+                geometry = r
+                break
+            size *= 2
+    key = (_shape(geometry), geometry.a.strides, geometry.b.strides, geometry.out.strides)
+    found = made.get(key)
+    if found is None:
+        probe = _make_probe(geometry)
+        found = made[key] = (probe, _Sampler(probe))
+    return found
 
 
 #: Operand bytes the tuner's timing cycles through, in multiples of the GPU's L2 cache, and
@@ -703,8 +1543,10 @@ def _cycling(c: Candidate, sets: list[Problem]) -> Callable[[], None]:
     return run
 
 
-def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> float:
-    """Median seconds per call of ``fn`` after a warm-up."""
+def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds per call of ``fn`` after a warm-up (CUDA events on the GPU, ``clock``
+    on the host)."""
     if gpu:
         cp = cupy_module()
         start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -718,10 +1560,10 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25) -> f
             return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / n
     else:
         def timed(n: int) -> float:
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 fn()
-            return (time.perf_counter() - t0) / n
+            return (clock() - t0) / n
 
     fn()
     one = max(timed(1), 1e-7)
