@@ -36,6 +36,7 @@ from ..backend import array_module, resolve_backend
 from ..io import Recording
 from ..io.hdf5 import h5py_module
 from ..io.rawio import create_dataset
+from ..linalg import current_engine
 from . import registry
 from .errors import PipelineError
 from .job import Job, OnChunk, opened
@@ -516,10 +517,12 @@ class Pipeline:
 
     def tune(self, recording: Recording, chunk_s: float = 1.0) -> "Pipeline":
         """Take now every tuner decision a job on ``recording`` will need — fit (its chunks),
-        a full chunk and the last, shorter one through every stage, the sinks included — so
-        that they are in the tuner's cache file before any job starts: processes that share
-        the cache then make the same choices (the same bits; a resumed job's fitted matrices
-        match the killed one's).
+        a full chunk and the last, shorter one through every stage, the sinks included —
+        thoroughly (`dspk.linalg.Engine.thorough`: every candidate timed on the whole
+        problem, replacing a choice a first call made on a slice), so that they are in the
+        tuner's cache file before any job starts: processes that share the cache then make
+        the same choices (the same bits). Run it before jobs, not between a killed job and
+        its resumption (a thorough choice may round differently).
 
         Parameters
         ----------
@@ -541,8 +544,9 @@ class Pipeline:
         True
         """
         job = Job(self, recording, chunk_s=chunk_s)      # checks before any work
-        self.fit(recording)
-        job.rehearse()
+        with current_engine().thorough():     # every candidate timed on the whole problem
+            self.fit(recording)
+            job.rehearse()
         return self
 
     def check(self, recording: Recording) -> None:
