@@ -81,7 +81,16 @@ CASES = {
         "a = xp.asarray(rng.standard_normal((2000, 16)).astype(np.float32))",
         "dspk.pairwise_sqdist(a, a)"),
     "detect_spikes": ("", "dspk.detect_spikes(x, geom, FS)"),
-    "learn_templates": ("", "dspk.learn_templates(x, FS)"),
+    "learn_templates": (
+        # spikes of the default templates' shapes on a few channels each, 1500 in 1 s
+        "from dspk.detect import default_templates\n"
+        "w = default_templates(FS)\n"
+        "xs = rng.standard_normal((C, N)).astype(np.float32)\n"
+        "for t in range(100, N - 100, 20):\n"
+        "    c = int(rng.integers(1, C - 1)); k = int(rng.integers(0, len(w)))\n"
+        "    xs[c - 1:c + 2, t - 20:t + 41] += np.array([[6.0], [12.0], [6.0]]) * w[k] / -w[k].min()\n"
+        "xs = xp.asarray(xs)",
+        "dspk.learn_templates(xs, FS)"),
     "ncc 1024^2 x 32 templates": (
         "from dspk.match import ncc\n"
         "img = xp.asarray(rng.integers(0, 256, (1024, 1024), dtype=np.uint8))\n"
