@@ -19,6 +19,7 @@ from ..linalg.engine import current_engine
 from ._checks import traces
 from ._parallel import blocks
 from ._traces_gpu import fir_direct, fir_reason
+from .fir_cpu import toeplitz_correlate
 
 __all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank",
            "DEFAULT_HIGHPASS_HZ"]
@@ -215,10 +216,11 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
     host array), Σ_j weights[i, j]·x[t + j − taps//2], zero outside.
 
     The tuner chooses per size class, results checked against overlap-add before a choice is
-    kept: on the CPU between overlap-add in channel blocks (threads) and whole-row real FFTs
-    (scipy.fft workers); on the GPU between overlap-add (cupyx, one per filter) and the direct
-    kernel of dspk/kernels/traces.cu (all filters from one read of x; the better choice for
-    short filters, when few outputs share each input)."""
+    kept: on the CPU between overlap-add in channel blocks (threads), whole-row real FFTs
+    (scipy.fft workers) and blocked Toeplitz products (BLAS, `dspk.ops.fir_cpu`); on the GPU
+    between overlap-add (cupyx, one per filter) and the direct kernel of
+    dspk/kernels/traces.cu (all filters from one read of x; the better choice for short
+    filters, when few outputs share each input)."""
     k, taps = weights.shape
     C, n = x.shape
 
@@ -232,6 +234,7 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
     impls = {"oaconvolve": fft}
     if not gpu:
         impls["rfft_rows"] = lambda: _rfft_bank(x, weights)
+        impls["toeplitz_gemm"] = lambda: toeplitz_correlate(x, weights)
     elif fir_reason(x, k, taps) is None:
         impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
     if len(impls) == 1:
@@ -294,8 +297,9 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     -----
     The output is the convolution with ``taps`` centred on the middle tap:
     ``y[c, t] = Σ_j taps[j]·x[c, t + (len(taps) − 1)//2 − j]``, zero outside x. Implementations
-    (overlap-add in channel blocks, whole-row real FFTs; on the GPU also a direct kernel) are
-    chosen by the tuner, so results agree within float rounding, not to the bit.
+    (overlap-add in channel blocks, whole-row real FFTs, on the CPU blocked Toeplitz products
+    through BLAS, on the GPU a direct kernel) are chosen by the tuner, so results agree within
+    float rounding, not to the bit.
 
     Examples
     --------
