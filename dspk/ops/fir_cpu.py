@@ -29,13 +29,10 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..linalg.threads import gemm_batch, parallel_blocks, single_threaded_blas
+from ..linalg.threads import gemm_group, parallel_blocks, single_threaded_blas
 
 __all__ = ["toeplitz_correlate", "toeplitz_block"]
 
-#: OpenBLAS's batch runs members of M·N·K <= 100³ with its small-matrix kernels, whose batched
-#: use crashed in 0.3.31 (dspk.linalg.candidates_cpu): smaller members take numpy.matmul
-SMALL_MNK = 100 ** 3
 #: blocks of the stacked-view fallback handed to one thread at a time
 FALLBACK_BLOCKS = 16
 
@@ -150,23 +147,11 @@ def _interior(x: np.ndarray, h: np.ndarray, out: np.ndarray, nb: int, length: in
     c, n = x.shape
     it = x.itemsize
     lda, ldc = x.strides[0] // it, k * n
-    found = gemm_batch(x.dtype)
-    if found is not None and c * length * kk > SMALL_MNK:
-        fn, itype = found
-        blk = np.repeat(np.arange(nb), k)
-        flt = np.tile(np.arange(k), nb)
-        ptrs = np.stack([x.ctypes.data + blk * (length * it),
-                         h.ctypes.data + flt * h.strides[0],
-                         out.ctypes.data + (flt * n + half + blk * length) * it]
-                        ).astype(np.uintp)
-        ints = np.array([c, length, kk, lda, h.strides[1] // it, ldc, nb * k], dtype=itype)
-        flags = np.array([111, 111], dtype=np.int32)          # CblasNoTrans, CblasNoTrans
-        scal = np.array([1.0, 0.0], dtype=x.dtype)
-        i, s, p, f = ints.ctypes.data, scal.ctypes.data, ptrs.ctypes.data, flags.ctypes.data
-        isz, members = ints.itemsize, nb * k
-        psz = ptrs.itemsize * members
-        fn(101, f, f + 4, i, i + isz, i + 2 * isz, s, p, i + 3 * isz, p + psz,
-           i + 4 * isz, s + it, p + 2 * psz, i + 5 * isz, 1, i + 6 * isz)
+    blk = np.repeat(np.arange(nb), k)
+    flt = np.tile(np.arange(k), nb)
+    if gemm_group(x.dtype, c, length, kk, x.ctypes.data + blk * (length * it), lda,
+                  h.ctypes.data + flt * h.strides[0], h.strides[1] // it,
+                  out.ctypes.data + (flt * n + half + blk * length) * it, ldc):
         return
     # the same products on stacked views: window b is x[:, b·L : b·L + L + T − 1]
     a3 = as_strided(x, shape=(nb, c, kk), strides=(length * it, x.strides[0], it),
