@@ -254,9 +254,9 @@ def markdown(rows: list, notes: list, backend: str, env: dict) -> str:
     lines += ["", "wall s: the job's chunk loop (its fit in the fit column) for the in-process "
               "rows; the whole of fit and run for the fresh-process rows; from reading the file "
               "for the peer.", "", "read/compute/write overlap (reader and writer threads): "
-              "their sum can exceed the wall time. decompress: reading and inflating gzip chunks, summed "
-              "over the pool's threads (part of read); transfer: host-device copies (GPU), "
-              "not part of compute."]
+              "their sum can exceed the wall time. decompress: reading and inflating gzip "
+              "chunks, summed over the pool's threads (part of read); transfer: host-device "
+              "copies (GPU), not part of compute."]
     return finish(lines, notes)
 
 
