@@ -12,6 +12,7 @@ int32 accumulator can overflow (|sum| <= K * 128^2 < 2^31).
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..kernels import LAUNCH, FastLaunch, ctype, declare_instances, grid_1d, ker
 from . import cublaslt
 from .gpu_common import Workspace, stream_getter
 from .problem import Candidate, Problem, instances_of
+from .threads import parallel_blocks
 from .view import MatrixView
 
 if TYPE_CHECKING:                      # the tuner is handed in (`int_candidates`), not imported
@@ -90,17 +92,19 @@ GRAM_K_BLOCK = 4096
 class IntGramFloat64(Candidate):
     """X·Xᵀ of an integer X through float64 BLAS's symmetric product (NumPy sends
     ``x @ x.T`` of one buffer to ?syrk: half the multiply-adds of `IntViaFloat64`'s gemm, and
-    no float64 copy of Xᵀ), X converted ``GRAM_K_BLOCK`` samples at a time and the blocks'
-    products added in float64. Exact: every partial sum is an integer below
-    K·max|x|² < 2^53 (K is cut into `float64_k_chunk` pieces, each added into int64), so the
-    result does not depend on BLAS's summation order or thread count (BLAS keeps its threads).
+    no float64 copy of Xᵀ), X converted ``GRAM_K_BLOCK`` samples at a time. The blocks are
+    shared among the engine's threads (`dspk.linalg.threads.parallel_blocks`, BLAS on one
+    thread each: OpenBLAS's own threaded syrk scaled poorly on 2 cores), each thread adding
+    its blocks' products into an accumulator of its own. Exact: every partial sum is an
+    integer below K·max|x|² < 2^53 (K is cut into `float64_k_chunk` pieces, each added into
+    int64), so neither the order of the sums nor the thread count changes a bit.
     """
 
     name = "int_f64gram"
     gpu = False
     kinds = "iu"
-    summary = ("X·Xᵀ by float64 BLAS syrk over blocks of samples converted in cache, exact "
-               "while K·max|x|² < 2^53 (K chunked beyond)")
+    summary = ("X·Xᵀ by float64 BLAS syrk over blocks of samples converted in cache, shared "
+               "among threads, exact while K·max|x|² < 2^53 (K chunked beyond)")
 
     def unavailable(self, p: Problem) -> str | None:
         if not p.symmetric:
@@ -111,21 +115,25 @@ class IntGramFloat64(Candidate):
         a = p.a.to_array()
         out = p.out.to_array()
         chunk = float64_k_chunk(p.dtype)
-        k = p.k
+        k, m = p.k, p.m
         for bi in range(p.batches):
             x = a[bi if a.shape[0] > 1 else 0]
-            total = np.zeros((p.m, p.m), dtype=np.int64)
+            total = np.zeros((m, m), dtype=np.int64)
             for c0 in range(0, k, chunk):
                 c1 = min(k, c0 + chunk)
-                acc = None
-                for k0 in range(c0, c1, GRAM_K_BLOCK):
+                sums: dict[int, np.ndarray] = {}          # one float64 accumulator per thread
+
+                def block(k0: int, c1: int = c1, x: Any = x, sums: dict = sums) -> None:
                     xb = x[:, k0:min(c1, k0 + GRAM_K_BLOCK)].astype(np.float64)
                     part = xb @ xb.T                     # ?syrk: xb is both operands
-                    if acc is None:
-                        acc = part
+                    mine = sums.get(threading.get_ident())
+                    if mine is None:
+                        sums[threading.get_ident()] = part
                     else:
-                        acc += part                      # exact: integers below 2^53
-                if acc is not None:
+                        mine += part                     # exact: integers below 2^53
+
+                parallel_blocks(block, range(c0, c1, GRAM_K_BLOCK))
+                for acc in sums.values():
                     total += acc.astype(np.int64)
             out[bi] = total
 
