@@ -1,5 +1,5 @@
 """The CPU's blocked Toeplitz FIR candidate (`dspk.ops.fir_cpu`) against float64 references:
-shapes, strides, block edges, both BLAS routes, thread counts, chunk boundaries."""
+shapes, strides, block edges, thread counts, chunk boundaries."""
 
 from __future__ import annotations
 
@@ -60,9 +60,9 @@ def test_toeplitz_matches_float64_correlation(channels, n, taps, k, block, f64, 
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(200, 3000), taps=st.sampled_from([1, 2, 61, 64, 65, 199]),
        k=st.integers(1, 6), f64=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_toeplitz_grouped_batch_route_matches_float64(n, taps, k, f64, seed):
-    """Enough channels for OpenBLAS's grouped batch (members above its small-matrix size):
-    the route `fir_bank` takes for a probe's 384 channels."""
+def test_toeplitz_on_a_probe_matches_float64(n, taps, k, f64, seed):
+    """A probe's channels (hundreds of rows per product: BLAS's large-matrix kernels), more
+    windows than `fir_cpu.BLOCKS` groups."""
     rng = np.random.default_rng(seed)
     dtype = np.float64 if f64 else np.float32
     x = rng.standard_normal((300, n)).astype(dtype)
@@ -72,17 +72,14 @@ def test_toeplitz_grouped_batch_route_matches_float64(n, taps, k, f64, seed):
     check(got[sub], x[sub], w)
 
 
+@pytest.mark.blas_threads
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_both_blas_routes_and_every_thread_count_give_the_same_bits(dtype, monkeypatch):
+def test_every_thread_count_gives_the_same_bits(dtype):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((384, 2500)).astype(dtype)
     w = rng.standard_normal((6, 61))
     runs = []
-    for threads in (1, 2, 3):
-        with threadpool_limits(threads, user_api="blas"):
-            runs.append(toeplitz_correlate(x, w))
-    monkeypatch.setattr(fir_cpu, "gemm_group", lambda *args: False)   # stacked numpy.matmul
-    for threads in (1, 2):
+    for threads in (1, 2, 3, 4):
         with threadpool_limits(threads, user_api="blas"):
             runs.append(toeplitz_correlate(x, w))
     for r in runs[1:]:

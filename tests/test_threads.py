@@ -421,38 +421,3 @@ def test_symmetric_cpu_candidates_give_the_same_symmetric_bits_on_any_thread_cou
         assert err <= (1e-6 if dtype == np.float32 else 1e-14), f"{cand.name}: {err:.2g}"
     if m >= 96:
         assert {"numpy_symblock3"} <= set(names)
-
-
-@pytest.mark.blas_threads
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gemm_group_computes_every_member_on_any_thread_count(dtype):
-    """One grouped ?gemm_batch call: members at byte offsets of three buffers, leading
-    dimensions wider than the rows, the same bits on 1 to 3 threads; small members refused
-    (OpenBLAS's small-matrix kernels), bad leading dimensions refused with a message."""
-    from dspk.linalg.threads import SMALL_MNK, gemm_group
-
-    if gemm_batch(dtype) is None:
-        pytest.skip("no ?gemm_batch in this NumPy's BLAS")
-    rng = np.random.default_rng(11)
-    m, n, k, members = 120, 100, 90, 5
-    a = rng.standard_normal((members, m, k + 3)).astype(dtype)       # lda = k + 3
-    b = rng.standard_normal((members, k, n + 7)).astype(dtype)       # ldb = n + 7
-
-    def run():
-        c = np.full((members, m, n + 1), np.nan, dtype)              # ldc = n + 1
-        ok = gemm_group(dtype, m, n, k, a.ctypes.data + np.arange(members) * a.strides[0],
-                        k + 3, b.ctypes.data + np.arange(members) * b.strides[0], n + 7,
-                        c.ctypes.data + np.arange(members) * c.strides[0], n + 1)
-        assert ok and m * n * k > SMALL_MNK
-        return c
-
-    c = _same_bits_over_1_to_4(run)
-    ref = np.matmul(a[:, :, :k].astype(np.float64), b[:, :, :n].astype(np.float64))
-    tol = 1e-5 if dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(c[:, :, :n], ref, rtol=tol, atol=tol * np.sqrt(k) * 4)
-    assert np.isnan(c[:, :, n]).all()                                # the padding untouched
-    ptr = np.array([a.ctypes.data])
-    assert not gemm_group(dtype, 10, 10, 10, ptr, 10, ptr, 10, ptr, 10)     # small: not sent
-    assert not gemm_group(dtype, m, n, k, ptr[:0], k, ptr[:0], n, ptr[:0], n)  # no members
-    with pytest.raises(ValueError, match="leading dimensions"):
-        gemm_group(dtype, m, n, k, ptr, k - 1, ptr, n, ptr, n)

@@ -38,8 +38,7 @@ from threadpoolctl import ThreadpoolController
 
 from ..caches import shared
 
-__all__ = ["single_threaded_blas", "parallel_blocks", "blas_threads", "gemm_batch",
-           "gemm_group"]
+__all__ = ["single_threaded_blas", "parallel_blocks", "blas_threads", "gemm_batch"]
 
 #: the name of this module's process-wide store (`dspk.caches`)
 STORE = "blas_threads"
@@ -166,60 +165,6 @@ def gemm_batch(dtype: Any) -> tuple[Callable, type] | None:
         return None
     fn = lib.batch.get(np.dtype(dtype))
     return None if fn is None else (fn, lib.batch["int"])
-
-
-#: OpenBLAS's batch runs members of M·N·K <= 100³ with its small-matrix kernels, whose batched
-#: use crashed in 0.3.31 (seen with a 244-column block): `gemm_group` never sends them
-SMALL_MNK = 100 ** 3
-
-
-def gemm_group(dtype: Any, m: int, n: int, k: int, a: np.ndarray, lda: int, b: np.ndarray,
-               ldb: int, c: np.ndarray, ldc: int) -> bool:
-    """Row-major ``C_j = A_j · B_j`` for every member j of one group of equal shapes, in one
-    ``cblas_?gemm_batch`` call (`gemm_batch`: each member on one thread, whole members shared
-    among OpenBLAS's threads, so the bits do not depend on the thread count). Returns False,
-    having done nothing, where that call is not available or the members are small enough for
-    OpenBLAS's small-matrix kernels (M·N·K <= `SMALL_MNK`); the caller computes them itself.
-
-    Parameters
-    ----------
-    dtype : float32 or float64
-    m, n, k : int
-        Every member's shape: A_j [m, k], B_j [k, n], C_j [m, n].
-    a, b, c : numpy.ndarray
-        The members' addresses (integers, one per member: ``array.ctypes.data`` plus byte
-        offsets), all of one length.
-    lda, ldb, ldc : int
-        Row strides in elements (each at least the row's length).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from dspk.linalg.threads import gemm_group
-    >>> x = np.ones((2, 128, 128), np.float32)
-    >>> y = np.zeros((2, 128, 128), np.float32)
-    >>> ptr = lambda v: v.ctypes.data + np.arange(2) * v.strides[0]
-    >>> done = gemm_group(np.float32, 128, 128, 128, ptr(x), 128, ptr(x), 128, ptr(y), 128)
-    >>> bool(not done or (y == 128).all())
-    True
-    """
-    found = gemm_batch(dtype)
-    members = len(a)
-    if found is None or m * n * k <= SMALL_MNK or not members:
-        return False
-    if not (len(b) == len(c) == members and lda >= k and ldb >= n and ldc >= n):
-        raise ValueError(f"gemm_group: {members}/{len(b)}/{len(c)} members, leading "
-                         f"dimensions {lda}, {ldb}, {ldc} for [{m}, {k}]·[{k}, {n}]")
-    fn, itype = found
-    ptrs = np.stack([np.asarray(v, dtype=np.uintp) for v in (a, b, c)])
-    ints = np.array([m, n, k, lda, ldb, ldc, members], dtype=itype)
-    flags = np.zeros(2, dtype=np.int32) + 111                # CblasNoTrans, CblasNoTrans
-    scal = np.array([1.0, 0.0], dtype=dtype)
-    i, s, p, f = ints.ctypes.data, scal.ctypes.data, ptrs.ctypes.data, flags.ctypes.data
-    isz, fsz, psz = ints.itemsize, scal.itemsize, ptrs.itemsize * members
-    fn(101, f, f + 4, i, i + isz, i + 2 * isz, s, p, i + 3 * isz, p + psz, i + 4 * isz,
-       s + fsz, p + 2 * psz, i + 5 * isz, 1, i + 6 * isz)
-    return True
 
 
 def blas_threads() -> int:

@@ -5,17 +5,19 @@ Output samples are taken in blocks of ``L``: the block starting at sample t0 of 
 the product of the input window ``x[:, t0 − c : t0 − c + L + T − 1]`` ([channels, L + T − 1],
 an ordinary strided matrix: rows of x, no copy) with the banded Toeplitz matrix
 ``H_i[m, p] = w_i[m − p]`` ([L + T − 1, L]), written straight into ``out[:, i, t0 : t0 + L]``
-(row stride k·n: no copy either). Every block and filter is one member of a single grouped
-``?gemm_batch`` call (OpenBLAS >= 0.3.30: each member on one thread with OpenBLAS's one-thread
-driver, whole members shared among its threads, so the bits do not depend on the thread count);
-without it, the same products go through `numpy.matmul` on stacked views, BLAS on one thread,
-in blocks fixed by the shape (`dspk.linalg.threads.parallel_blocks`).
+(row stride k·n: no copy either). The products go through `numpy.matmul` on stacked views of
+x and out, BLAS on one thread, in `BLOCKS` groups of output blocks fixed by the shape and
+shared among the engine's threads (`dspk.linalg.threads.parallel_blocks`), so the bits do not
+depend on the thread count. (OpenBLAS's grouped ?gemm_batch, which shares whole products among
+its own threads, was as fast on 2 idle cores, and 2.4-2.8x slower than these blocks when
+another process held one of the cores: its threads wait for each other after every round of
+products; the blocks here are taken from a queue by whichever thread is free.)
 
 A product of H costs (L + T − 1)·L multiply-adds for L·T useful ones — ~2x for a 61-tap bank
 in blocks of 64 — but runs at the BLAS rate (measured on 2 cores of an AMD EPYC, float32
 sgemm: ~170 GFLOP/s in this shape), where whole-row FFTs spend most of their time in
-per-filter inverse transforms: 384 x 30 000 float32 and 6 x 61 taps, 101 ms into a reused
-output (~125 ms with a new one: its pages are faulted in by the writes) against 240-330 ms.
+per-filter inverse transforms: 384 x 30 000 float32 and 6 x 61 taps, 130 ms (the output's
+pages faulted in by the writes included) against 270-330 ms.
 
 The first ``c`` and the last few output samples, whose windows reach outside x, are computed
 from small zero-padded copies of x's ends with the same Toeplitz matrices (`numpy.matmul`,
@@ -29,12 +31,14 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..linalg.threads import gemm_group, parallel_blocks, single_threaded_blas
+from ..linalg.threads import parallel_blocks, single_threaded_blas
 
 __all__ = ["toeplitz_correlate", "toeplitz_block"]
 
-#: blocks of the stacked-view fallback handed to one thread at a time
-FALLBACK_BLOCKS = 16
+#: groups of output blocks handed to one thread at a time (a function of the shape alone: the
+#: bits do not depend on the thread count); more than threads, so that a thread slowed by
+#: another process leaves the rest to the others
+BLOCKS = 32
 
 
 def toeplitz_block(taps: int) -> int:
@@ -141,24 +145,17 @@ def _edge(x: np.ndarray, h: np.ndarray, out: np.ndarray, t0: int, t1: int) -> No
 
 def _interior(x: np.ndarray, h: np.ndarray, out: np.ndarray, nb: int, length: int,
               half: int) -> None:
-    """The nb full blocks of L outputs from ``half`` on: one grouped ?gemm_batch call where
-    OpenBLAS has one, else stacked numpy.matmul on BLAS's one thread in fixed blocks."""
+    """The nb full blocks of L outputs from ``half`` on: window b is x[:, b·L : b·L + L + T −
+    1], multiplied by each filter's H into out[:, i, half + b·L : ...] (stacked numpy.matmul,
+    BLAS on one thread, `BLOCKS` groups of windows shared among the threads)."""
     k, kk, _ = h.shape
     c, n = x.shape
     it = x.itemsize
-    lda, ldc = x.strides[0] // it, k * n
-    blk = np.repeat(np.arange(nb), k)
-    flt = np.tile(np.arange(k), nb)
-    if gemm_group(x.dtype, c, length, kk, x.ctypes.data + blk * (length * it), lda,
-                  h.ctypes.data + flt * h.strides[0], h.strides[1] // it,
-                  out.ctypes.data + (flt * n + half + blk * length) * it, ldc):
-        return
-    # the same products on stacked views: window b is x[:, b·L : b·L + L + T − 1]
     a3 = as_strided(x, shape=(nb, c, kk), strides=(length * it, x.strides[0], it),
                     writeable=False)
     o4 = as_strided(out[:, :, half:], shape=(k, nb, c, length),
                     strides=(n * it, length * it, k * n * it, it))
-    edges = np.linspace(0, nb, min(nb, FALLBACK_BLOCKS) + 1).astype(int)
+    edges = np.linspace(0, nb, min(nb, BLOCKS) + 1).astype(int)
 
     def run(span: tuple) -> None:
         b0, b1 = span

@@ -10,10 +10,11 @@ a sixth of the dense product's multiply-adds for local whitening of a Neuropixel
 blocks of 32 rows — at the BLAS rate, where scipy.sparse's CSR product (the other sparse
 candidate) runs one row at a time without SIMD.
 
-The products are the members of grouped ``?gemm_batch`` calls (`dspk.linalg.threads.gemm_group`,
-one member per row block and 4096-sample column block, each on one thread), so the bits do not
-depend on the thread count; where OpenBLAS has no such call, `numpy.matmul` on BLAS's one
-thread in the same blocks (`dspk.linalg.threads.parallel_blocks`).
+One product per row block and `COLUMN_BLOCK` samples, `numpy.matmul` with BLAS on one thread,
+the products shared among the engine's threads (`dspk.linalg.threads.parallel_blocks`), so the
+bits do not depend on the thread count. (OpenBLAS's grouped ?gemm_batch was no faster on 2 idle
+cores — 18.3 against 16.0 ms for local whitening of 384 x 30 262 float32 in blocks of 32 rows
+— and slower when another process held a core: 43.8 against 30.4 ms.)
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from ..linalg.threads import gemm_group, parallel_blocks, single_threaded_blas
+from ..linalg.threads import parallel_blocks, single_threaded_blas
 
 __all__ = ["RowBlocksPlan", "ROW_BLOCKS", "COLUMN_BLOCK"]
 
 #: rows per block of the plans `dspk.SpatialFilter` times (the tuner keeps the faster)
 ROW_BLOCKS = (32, 64)
-#: samples per product (a member of the grouped call); the sums do not depend on it
-COLUMN_BLOCK = 4096
+#: samples per product (the sums do not depend on it): 2048/4096/8192 took 19.1/17.3/16.0 ms
+#: for 384 x 30 262 float32 in blocks of 32 rows on 2 cores
+COLUMN_BLOCK = 8192
 #: a plan whose blocks cover more than this share of W's area is not offered (dense is better)
 MAX_AREA = 0.5
 
@@ -109,31 +111,17 @@ class RowBlocksPlan:
         if n == 0:
             return out
         rows, span, wb = self.rows, self.span, self.wb
-        xs = x.strides[0] // it
-        r0 = np.arange(0, n_out, rows)
-        c0 = np.arange(0, n, COLUMN_BLOCK)
-        # members grouped by shape: full row blocks or the last, full column blocks or the last
-        groups: dict[tuple, list] = {}
-        for b, r in enumerate(r0):
-            m = min(rows, n_out - r)
-            for s in c0:
-                groups.setdefault((m, min(COLUMN_BLOCK, n - s)), []).append(
-                    (int(r), int(self.starts[b]), int(s)))
-        rest = []
-        for (m, w_n), members in groups.items():
-            rr, aa, ss = (np.array(v, dtype=np.int64) for v in zip(*members))
-            if not gemm_group(self.dtype, m, w_n, span, wb.ctypes.data + rr * (span * it), span,
-                              x.ctypes.data + (aa * xs + ss) * it, xs,
-                              out.ctypes.data + (rr * n + ss) * it, n):
-                rest += [(r, a, s, m, w_n) for r, a, s in members]
-        if rest:
-            def product(member: tuple) -> None:
-                r, a, s, m, w_n = member
-                np.matmul(wb[r:r + m], x[a:a + span, s:s + w_n], out=out[r:r + m, s:s + w_n])
+        members = [(int(r), int(a), int(s)) for r, a in zip(range(0, n_out, rows), self.starts)
+                   for s in range(0, n, COLUMN_BLOCK)]
 
-            if len(rest) == 1:
-                with single_threaded_blas():
-                    product(rest[0])
-            else:
-                parallel_blocks(product, rest)
+        def product(member: tuple) -> None:
+            r, a, s = member
+            e = min(n, s + COLUMN_BLOCK)
+            np.matmul(wb[r:r + rows], x[a:a + span, s:e], out=out[r:r + rows, s:e])
+
+        if len(members) == 1:
+            with single_threaded_blas():
+                product(members[0])
+        else:
+            parallel_blocks(product, members)
         return out
