@@ -6,7 +6,12 @@ Median ms (CUDA events on the GPU, perf_counter on the CPU), the fraction of the
 for memory-bound ops (bytes read + written / time / measured copy rate), and the error against a
 float64 reference where one is cheap.
 
-    python benchmarks/bench_ops.py [--backend cpu|gpu|auto] [--small] [--out DIR]
+    python benchmarks/bench_ops.py [--backend cpu|gpu|auto] [--small] [--samples N] [--out DIR]
+
+``--samples N``: traces of N samples (default 60 000; 6000 with --small); issue 32 measures the
+CPU at 30 000 (1 s). On the CPU each case also gets its candidates timed one by one (where the
+dspk under test has them), the tuner's choice named, and the CPU time of the call next to its
+wall time (other processes on the cores show as wall time above the CPU time's share).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dspk  # noqa: E402
 from dspk.backend import to_numpy  # noqa: E402
 from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
+
+#: the traces' length, set by --samples (None: 60 000, or 6000 with --small)
+SAMPLES: int | None = None
 
 TARGETS_GPU = {"fir_bank 6x61": 0.8, "local whitening apply": 0.07,
                "median CAR + high-pass": 1.0, "local whitening build": 10.0}
@@ -45,7 +53,7 @@ def probe(n):
 def run(backend, small):
     gpu, xp, clock = backend_tools(backend)
     rows, notes = [], []
-    T = 6000 if small else 60000
+    T = SAMPLES or (6000 if small else 60000)
     src = xp.ones(1 << 26, np.float32)
     dst = xp.empty_like(src)
     bw = 2 * src.nbytes / (clock.median_ms(lambda: xp.copyto(dst, src), 5) * 1e-3)  # bytes/s
@@ -63,6 +71,18 @@ def run(backend, small):
     def add(case, impl, ms, nbytes=None, err=None, note=""):
         rows.append(dict(case=case, impl=impl, ms=ms, frac_bw=(nbytes / (ms * 1e-3) / bw)
                          if nbytes else None, err=err, note=note))
+
+    def cpu_time(fn, samples=5):
+        """The median CPU time (all threads) of ``fn`` in ms, on the CPU only."""
+        if gpu:
+            return None
+        fn()
+        got = []
+        for _ in range(samples):
+            t0 = time.process_time()
+            fn()
+            got.append((time.process_time() - t0) * 1e3)
+        return statistics.median(got)
 
     for C in (384, 64, 4):
         xh = realistic(C, T, seed=C)
@@ -83,7 +103,14 @@ def run(backend, small):
         add(f"covariance {C}x{T}", "dspk.covariance (int16, exact)",
             clock.median_ms(lambda: dspk.covariance(x16)), x16.nbytes)
         add(f"covariance {C}x{T}", "dspk.int_matmul(x16, x16.T) alone (its product)",
-            clock.median_ms(lambda: dspk.int_matmul(x16, x16.T)), x16.nbytes)
+            clock.median_ms(lambda: dspk.int_matmul(x16, x16.T)), x16.nbytes,
+            note=f"tuner: {dspk.explain(x16, x16.T).candidate}")
+        if not gpu and C == 384:
+            cpu_candidate_rows(add, clock, x16, f"covariance {C}x{T}", notes)
+            add(f"covariance {C}x{T}", "dspk.covariance (float32), CPU time of the call",
+                cpu_time(lambda: dspk.covariance(x)))
+            add(f"covariance {C}x{T}", "dspk.covariance (int16, exact), CPU time of the call",
+                cpu_time(lambda: dspk.covariance(x16)))
         if C == 384:
             geom = probe(C)
             t0 = time.perf_counter()
@@ -141,6 +168,9 @@ def run(backend, small):
             for name, impl in f_loc.implementations(x).items():
                 add("local whitening apply", f"candidate {name}",
                     clock.median_ms(impl), 2 * x.nbytes)
+            if not gpu:
+                add("local whitening apply", f"dspk.SpatialFilter(W_local)(x), CPU time of "
+                    f"the call ({f_loc.chosen})", cpu_time(lambda: f_loc(x)))
             taps = dspk.highpass_taps(30000.0)
 
             def car_hp():
@@ -149,10 +179,15 @@ def run(backend, small):
             add("median CAR + high-pass", f"dspk.common_reference + fir_filter ({len(taps)} taps)",
                 clock.median_ms(car_hp, 5), 4 * x.nbytes)
             add("median CAR", "dspk.common_reference(x, 'median')",
-                clock.median_ms(lambda: dspk.common_reference(x, "median"), 5), 2 * x.nbytes)
-            add("high-pass", "dspk.fir_filter",
+                clock.median_ms(lambda: dspk.common_reference(x, "median"), 5), 2 * x.nbytes,
+                note=f"CPU time {cpu_time(lambda: dspk.common_reference(x, 'median')):.1f} ms"
+                if not gpu else "")
+            add("high-pass", f"dspk.fir_filter ({len(taps)} taps)",
                 clock.median_ms(lambda: dspk.fir_filter(x, taps), 5),
-                2 * x.nbytes)
+                2 * x.nbytes, note=f"CPU time {cpu_time(lambda: dspk.fir_filter(x, taps)):.1f} ms"
+                if not gpu else "")
+            fir_candidate_rows(add, clock, xp, x, taps[::-1].copy()[None], "high-pass",
+                               2 * x.nbytes, notes)
             from scipy.signal import butter
 
             if gpu:
@@ -162,10 +197,17 @@ def run(backend, small):
             sos = xp.asarray(butter(3, 300, btype="highpass", fs=30000.0, output="sos"))
             add("high-pass", "peer sosfiltfilt (Butterworth 3, KS4's filter)",
                 clock.median_ms(lambda: xs.sosfiltfilt(sos, x, axis=1), 3), 2 * x.nbytes)
-            bank = np.random.default_rng(0).standard_normal((6, 61)).astype(np.float32)
-            add("fir_bank 6x61", "dspk.fir_bank",
-                clock.median_ms(lambda: dspk.fir_bank(x, bank), 3),
-                x.nbytes * 7)
+            from dspk.detect import default_templates
+
+            bank = default_templates(30000.0)                  # detection's bank: 6 x 61 taps
+            ref_bank = fir_reference(xh[:4], bank)
+            err = float(np.abs(to_numpy(dspk.fir_bank(x, bank))[:4] - ref_bank).max()
+                        / np.abs(ref_bank).max())
+            add("fir_bank 6x61", "dspk.fir_bank (default_templates)",
+                clock.median_ms(lambda: dspk.fir_bank(x, bank), 5),
+                x.nbytes * 7, err, note=f"CPU time {cpu_time(lambda: dspk.fir_bank(x, bank)):.1f}"
+                f" ms; {2 * C * T * 6 * 61 / 1e9:.1f} GFLOP direct" if not gpu else "")
+            fir_candidate_rows(add, clock, xp, x, bank, "fir_bank 6x61", x.nbytes * 7, notes)
             if torch is not None:
                 tb = torch.as_tensor(bank, device="cuda" if gpu else "cpu")
                 tx = torch.as_tensor(x, device="cuda" if gpu else "cpu")
@@ -201,6 +243,54 @@ def run(backend, small):
     return rows, notes, {"copy_Bps": bw}
 
 
+def fir_reference(x, bank):
+    """[C, k, n] float64 correlation (scipy, float64) of the first rows of x with the bank."""
+    from scipy import signal
+
+    k, t = bank.shape
+    out = np.zeros((x.shape[0], k, x.shape[1]))
+    for c in range(x.shape[0]):
+        for i in range(k):
+            full = signal.correlate(x[c].astype(np.float64), bank[i], mode="full")
+            out[c, i] = full[t - 1 - t // 2:t - 1 - t // 2 + x.shape[1]]
+    return out
+
+
+def fir_candidate_rows(add, clock, xp, x, weights, case, nbytes, notes):
+    """One row per implementation the tuner chooses among for this filter (where the dspk
+    under test exposes them: `dspk.ops.fir.bank_implementations`)."""
+    try:
+        from dspk.ops.fir import bank_implementations
+    except ImportError:
+        notes.append(f"{case}: this dspk has no bank_implementations (candidates not timed)")
+        return
+    for name, impl in bank_implementations(xp, x, weights).items():
+        add(case, f"candidate {name}", clock.median_ms(impl, 5), nbytes)
+
+
+def cpu_candidate_rows(add, clock, x16, case, notes):
+    """The CPU's exact integer candidates of X·Xᵀ, each run alone on the product."""
+    import importlib
+
+    from dspk.linalg import candidates_int
+
+    engine = importlib.import_module("dspk.linalg.matmul")
+    p, _ = engine.as_problem(x16, x16.T, None, allowed=candidates_int.INT_DTYPES,
+                             result_dtype=np.int64)
+    ref = None
+    for c in engine.current_engine().tuner.candidates(False, "i"):
+        reason = c.unavailable(p)
+        if reason is not None:
+            notes.append(f"{case}: candidate {c.name} unavailable: {reason}")
+            continue
+        c.run(p)
+        got = p.out.to_array().copy()
+        ref = got if ref is None else ref
+        add(case, f"int16 X·Xᵀ candidate {c.name}", clock.median_ms(lambda: c.run(p), 5),
+            x16.nbytes, note="bit-identical to the first" if np.array_equal(got, ref)
+            else "DIFFERS from the first")
+
+
 def markdown(rows, notes, backend, env, copy_Bps):
     head = heading("bench_ops", backend, env, ["case", "implementation", "median ms",
                                                "of copy ceiling", "error", "target ms", "note"])
@@ -216,4 +306,10 @@ def markdown(rows, notes, backend, env, copy_Bps):
 
 
 if __name__ == "__main__":
-    bench_main("bench_ops", __doc__, run, markdown)
+    import argparse
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--samples", type=int, default=None)
+    known, rest = pre.parse_known_args()
+    SAMPLES = known.samples
+    bench_main("bench_ops", __doc__, run, markdown, rest)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import dspk
 from dspk.backend import to_numpy
 from dspk.linalg import candidates_int
-from dspk.linalg.candidates_int import INT8_K_CHUNK, IntViaFloat64
+from dspk.linalg.candidates_int import INT8_K_CHUNK, IntGramFloat64, IntViaFloat64
 
 from .strategies import product_operands, reference
 
@@ -79,6 +79,50 @@ def test_cpu_float64_path_chunks_k_exactly(monkeypatch):
     assert np.array_equal(p.out.to_array()[0], xh @ xh.T)
 
 
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(INTS), batches=st.integers(0, 3), m=st.integers(1, 12),
+       k=st.integers(1, 400), layout=st.sampled_from(["c", "f", "reversed", "strided"]),
+       chunk=st.sampled_from([None, 1, 7, 64]), block=st.sampled_from([1, 5, 4096]),
+       seed=st.integers(0, 2**32 - 1))
+def test_cpu_float64_gram_is_bit_exact(dtype, batches, m, k, layout, chunk, block, seed):
+    """X·Xᵀ through syrk on converted blocks: full-range values, rows and samples in any
+    layout (F order, reversed, strided), batched or not, the exactness chunks and the
+    conversion blocks at every boundary."""
+    with pytest.MonkeyPatch.context() as mp:
+        if chunk is not None:
+            mp.setattr(candidates_int, "float64_k_chunk", lambda dt: chunk)
+        mp.setattr(candidates_int, "GRAM_K_BLOCK", block)
+        check_gram(dtype, batches, m, k, layout, seed)
+
+
+def check_gram(dtype, batches, m, k, layout, seed):
+    shape = (batches, m, k) if batches else (m, k)
+    x = full_range(np, shape, dtype, seed % 1000)
+    if layout == "f":
+        x = np.asfortranarray(x)
+    elif layout == "reversed":
+        x = x[..., ::-1, ::-1]
+    elif layout == "strided":
+        x = full_range(np, shape[:-1] + (2 * k,), dtype, seed % 1000)[..., ::2]
+    xt = np.swapaxes(x, -1, -2)
+    p, _ = engine.as_problem(x, xt, None, allowed=candidates_int.INT_DTYPES,
+                             result_dtype=np.int64)
+    assert p.symmetric and IntGramFloat64().unavailable(p) is None
+    p.out.to_array()[...] = -1
+    IntGramFloat64().run(p)
+    xh = x.astype(np.int64)
+    assert np.array_equal(p.out.to_array().reshape(xh.shape[:-1] + (m,)),
+                          np.matmul(xh, np.swapaxes(xh, -1, -2)))
+
+
+def test_cpu_float64_gram_only_for_x_times_its_transpose():
+    a = full_range(np, (3, 50), np.int16, 8)
+    p, _ = engine.as_problem(a, a.T.copy(), None, allowed=candidates_int.INT_DTYPES,
+                             result_dtype=np.int64)
+    assert not p.symmetric
+    assert "X·Xᵀ" in IntGramFloat64().unavailable(p)
+
+
 def test_uint8_batched_broadcast(xp):
     a = full_range(xp, (4, 6, 33), np.uint8, 3)
     b = full_range(xp, (33, 5), np.uint8, 4)
@@ -93,8 +137,8 @@ def test_explain_covers_integers():
     # explain must say is that integer products go to the integer candidates, all three
     # usable here (K·128² < 2^24, under 4M multiply-adds), and one of them chosen
     assert e.shape == (1, 4, 4, 100)
-    assert e.available == {"int_f64blas": "available", "int_f32exact": "available",
-                           "int_direct": "available"}
+    assert e.available == {"int_f64gram": "available", "int_f64blas": "available",
+                           "int_f32exact": "available", "int_direct": "available"}
     assert e.candidate in e.available
 
 

@@ -19,6 +19,7 @@ from ..linalg.engine import current_engine
 from ._checks import traces
 from ._parallel import blocks
 from ._traces_gpu import fir_direct, fir_reason
+from .fir_cpu import toeplitz_correlate
 
 __all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank",
            "DEFAULT_HIGHPASS_HZ"]
@@ -210,15 +211,43 @@ def _correlate_same(xp: Any, x: Any, kernel: Any) -> Any:
     return blocks(rows, x.shape[0], x.size, axis=0)
 
 
-def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
-    """[C, k, n]: every row of x correlated with every row of ``weights`` [k, taps] (float64
-    host array), Σ_j weights[i, j]·x[t + j − taps//2], zero outside.
+def bank_implementations(xp: Any, x: Any, weights: np.ndarray) -> dict:
+    """The ways `fir_bank` can compute ``[C, k, n]``, every row of x correlated with every row
+    of ``weights`` [k, taps] (float64 host array), Σ_j weights[i, j]·x[t + j − taps//2], zero
+    outside: by name, each a callable of no argument; the first is the reference the tuner
+    checks the others against (overlap-add, scipy.signal.oaconvolve / cupyx's).
 
-    The tuner chooses per size class, results checked against overlap-add before a choice is
-    kept: on the CPU between overlap-add in channel blocks (threads) and whole-row real FFTs
-    (scipy.fft workers); on the GPU between overlap-add (cupyx, one per filter) and the direct
-    kernel of dspk/kernels/traces.cu (all filters from one read of x; the better choice for
-    short filters, when few outputs share each input)."""
+    On the CPU also whole-row real FFTs (scipy.fft workers) and blocked Toeplitz products
+    (BLAS, `dspk.ops.fir_cpu`); on the GPU the direct kernel of dspk/kernels/traces.cu (all
+    filters from one read of x; the better choice for short filters, when few outputs share
+    each input), where it can run.
+
+    Parameters
+    ----------
+    xp : module
+        x's array module.
+    x : array
+        [channels, samples], float32 or float64.
+    weights : numpy.ndarray
+        [k, taps] float64, taps <= samples.
+
+    Returns
+    -------
+    dict
+        name -> callable returning [channels, k, samples] in x's dtype and array type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.ops.fir import bank_implementations
+    >>> x = np.random.default_rng(0).standard_normal((2, 500)).astype(np.float32)
+    >>> impls = bank_implementations(np, x, np.ones((3, 11)))
+    >>> list(impls)
+    ['oaconvolve', 'rfft_rows', 'toeplitz_gemm']
+    >>> ref = impls["oaconvolve"]()
+    >>> all(bool(np.allclose(f(), ref, atol=1e-4)) for f in impls.values())
+    True
+    """
     k, taps = weights.shape
     C, n = x.shape
 
@@ -228,14 +257,26 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
             out[:, i] = _correlate_same(xp, x, xp.asarray(weights[i].astype(x.dtype)))
         return out
 
-    gpu = xp is not np
     impls = {"oaconvolve": fft}
-    if not gpu:
+    if xp is np:
         impls["rfft_rows"] = lambda: _rfft_bank(x, weights)
+        impls["toeplitz_gemm"] = lambda: toeplitz_correlate(x, weights)
     elif fir_reason(x, k, taps) is None:
         impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
+    return impls
+
+
+def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
+    """[C, k, n]: every row of x correlated with every row of ``weights`` [k, taps] (float64
+    host array), Σ_j weights[i, j]·x[t + j − taps//2], zero outside, by the implementation
+    the tuner chose for this size class (`bank_implementations`), results checked against
+    overlap-add before a choice is kept."""
+    k, taps = weights.shape
+    C, n = x.shape
+    gpu = xp is not np
+    impls = bank_implementations(xp, x, weights)
     if len(impls) == 1:
-        return fft()
+        return impls["oaconvolve"]()
     tuner = current_engine().tuner
     key = ("fir", tuner.stamp(gpu, x.device.id if gpu else None), x.dtype.name,
            *(int(v).bit_length() for v in (C, n, taps, k)))
@@ -294,8 +335,9 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     -----
     The output is the convolution with ``taps`` centred on the middle tap:
     ``y[c, t] = Σ_j taps[j]·x[c, t + (len(taps) − 1)//2 − j]``, zero outside x. Implementations
-    (overlap-add in channel blocks, whole-row real FFTs; on the GPU also a direct kernel) are
-    chosen by the tuner, so results agree within float rounding, not to the bit.
+    (overlap-add in channel blocks, whole-row real FFTs, on the CPU blocked Toeplitz products
+    through BLAS, on the GPU a direct kernel) are chosen by the tuner, so results agree within
+    float rounding, not to the bit.
 
     Examples
     --------
