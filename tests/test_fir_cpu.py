@@ -138,13 +138,14 @@ def test_fir_bank_and_fir_filter_offer_the_toeplitz_candidate(n_filters, taps, m
     seen = {}
     tuner = current_engine().tuner
 
-    def pick(key, impls, gpu, agree):
+    def pick(key, impls, gpu, agree, sliced=None, imports=None):
         seen.update(impls)
         ref = impls[next(iter(impls))]()
         assert agree(impls["toeplitz_gemm"](), ref) is None
-        return "toeplitz_gemm", "test"
+        assert list(sliced(0.25)) == list(impls)          # the same candidates on a slice
+        return "toeplitz_gemm", "test", impls["toeplitz_gemm"]()
 
-    monkeypatch.setattr(tuner, "choose", pick)
+    monkeypatch.setattr(tuner, "choose_run", pick)
     got = dspk.fir_bank(x, bank)
     assert list(seen)[0] == "oaconvolve" and "toeplitz_gemm" in seen
     np.testing.assert_array_equal(got, toeplitz_correlate(x, bank))

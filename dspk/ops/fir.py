@@ -287,8 +287,15 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
         worst = float(abs(got - ref).max()) / scale
         return None if worst <= tol else f"differs from the FFT result by {worst:.1e} (relative)"
 
-    name, _ = tuner.choose(key, impls, gpu, agree)
-    return impls[name]()
+    def sliced(fraction: float) -> dict:
+        # the first channels: each channel costs what it costs in the whole bank
+        m = max(1, min(C, -(-C * fraction // 1)))
+        return bank_implementations(xp, x[:int(m)], weights)
+
+    # scipy.signal's import (0.6-2 s on 2 cores) for the overlap-add reference is not paid on
+    # a first use when nothing else imported it: a thorough tuning (dspk tune) times it
+    imports = None if gpu else {"oaconvolve": ("scipy.signal",)}
+    return tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports)[2]
 
 
 def _rfft_bank(x: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -326,10 +326,17 @@ class SpatialFilter:
             worst = float(abs(got - ref).max()) / (float(abs(ref).max()) or 1.0)
             return None if worst <= tol else f"differs from the dense product by {worst:.1e}"
 
-        name, _ = tuner.choose(key, impls, gpu, agree)
+        def sliced(fraction: float) -> dict:
+            # the first samples (a contiguous copy, as x is): each costs what it costs in the
+            # whole product
+            n = x.shape[1]
+            m = max(1, min(n, -(-n * fraction // 1)))
+            return self.implementations(xp.ascontiguousarray(x[:, :int(m)]))
+
+        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced)
         self._choice[size_class] = name
         self.chosen = name
-        return impls[name]()
+        return out
 
     def implementations(self, x: Any, only: str | None = None) -> dict:
         """The ways W·x can be computed for these traces, by name (the dense product first:
@@ -574,17 +581,26 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
         identical to the library median's."""
         if operator == "median":
             gpu = xp is not np
-            impls = {"median": lambda: a - reduce(a)[None]}
-            if not gpu:
-                impls["sorted_rows"] = lambda: a - _median_by_sorting(a)[None]
-            elif car_reason(a) is None:
-                impls["select_kernel"] = lambda: car_median(a)
+
+            def implementations(b: Any) -> dict:
+                impls = {"median": lambda: b - reduce(b)[None]}
+                if not gpu:
+                    impls["sorted_rows"] = lambda: b - _median_by_sorting(b)[None]
+                elif car_reason(b) is None:
+                    impls["select_kernel"] = lambda: car_median(b)
+                return impls
+
+            def sliced(fraction: float) -> dict:
+                # the first samples: each sample's median is its own
+                m = max(1, min(a.shape[1], -(-a.shape[1] * fraction // 1)))
+                return implementations(xp.ascontiguousarray(a[:, :int(m)]))
+
+            impls = implementations(a)
             if len(impls) > 1:
                 tuner = current_engine().tuner
                 key = ("median_reference", tuner.stamp(gpu, a.device.id if gpu else None),
                        a.dtype.name, *(int(v).bit_length() for v in a.shape))
-                name, _ = tuner.choose(key, impls, gpu, _identical)
-                return impls[name]()
+                return tuner.choose_run(key, impls, gpu, _identical, sliced=sliced)[2]
         return a - reduce(a)[None]
 
     if groups is None:
