@@ -88,7 +88,8 @@ CASES = {
         "xs = rng.standard_normal((C, N)).astype(np.float32)\n"
         "for t in range(100, N - 100, 20):\n"
         "    c = int(rng.integers(1, C - 1)); k = int(rng.integers(0, len(w)))\n"
-        "    xs[c - 1:c + 2, t - 20:t + 41] += np.array([[6.0], [12.0], [6.0]]) * w[k] / -w[k].min()\n"
+        "    xs[c - 1:c + 2, t - 20:t + 41] += (np.array([[6.0], [12.0], [6.0]]) * w[k]\n"
+        "                                       / -w[k].min())\n"
         "xs = xp.asarray(xs)",
         "dspk.learn_templates(xs, FS)"),
     "ncc 1024^2 x 32 templates": (

@@ -4,8 +4,9 @@ blocks with halos, and many recordings fanned out over a ``dask.distributed`` cl
 Nothing here computes on its own: every block runs the single-process code path
 (`Pipeline.apply` on a NumPy or CuPy block, `Pipeline.fit` in a task, `dspk.io` for reading,
 a `dspk.pipeline.Job` — `Pipeline.run`, `Pipeline.run_span`, `Job.allocate` — for writing,
-`dspk.pipeline.output` for the output files), so a result is the single-process result. Workers open recordings for
-themselves from `dspk.io.Recording.spec`; only public API of the pipeline is used here.
+`dspk.pipeline.output` for the output files), so a result is the single-process result.
+Workers open recordings for themselves from `dspk.io.Recording.spec`; only public API of the
+pipeline is used here.
 Needs the optional extra ``dask`` (``pip install dspk[dask]``); dask-cuda's
 ``LocalCUDACluster`` is used for GPU workers when installed (one worker per visible GPU).
 

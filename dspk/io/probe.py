@@ -357,7 +357,7 @@ def stored_geometry(positions: Any, source: str) -> np.ndarray | None:
     ...     stored_geometry(np.zeros((4, 2)), "a.nwb") is None
     True
     >>> print(caught[0].message)                       # doctest: +ELLIPSIS
-    a.nwb: channels 0, 1, 2 and 3 are all at (0, 0) µm: ...; the file's geometry is not used (give one with geometry= to the steps that need one)
+    a.nwb: channels 0, 1, 2 and 3 are all at (0, 0) µm: ...; the file's geometry is not used ...
     """
     if positions is None:
         return None

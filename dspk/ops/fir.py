@@ -1,5 +1,5 @@
-"""FIR filters on [channels, samples] traces: design (through scipy.signal), per-channel filtering
-and filter banks.
+"""FIR filters on [channels, samples] traces: design (Kaiser windows by `dspk.ops.kaiser`, the
+Butterworth response through scipy.signal), per-channel filtering and filter banks.
 
 Convention: a filter's output at sample t is aligned with its input (the group delay of the
 linear-phase taps is removed: ``taps`` of odd length are centred on their middle tap). Outside
@@ -20,6 +20,7 @@ from ._checks import traces
 from ._parallel import blocks
 from ._traces_gpu import fir_direct, fir_reason
 from .fir_cpu import toeplitz_correlate
+from .kaiser import kaiser_firwin, kaiser_order
 
 __all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank",
            "DEFAULT_HIGHPASS_HZ"]
@@ -37,7 +38,7 @@ def _check_fs(fs: float, *cutoffs: float) -> None:
 
 def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
                   transition: float | None = None, ripple_db: float = 33.0) -> np.ndarray:
-    """Linear-phase high-pass FIR taps (Kaiser window, scipy.signal.firwin), odd length.
+    """Linear-phase high-pass FIR taps (Kaiser window: scipy.signal.firwin's bits), odd length.
 
     The gain is 0.5 at ``cutoff``; the transition band is ``cutoff ± transition/2`` (default
     2/3 of the cutoff: 200–400 Hz for 300 Hz), outside which the ripple is at most
@@ -79,15 +80,13 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
     >>> np.round(np.abs(h), 2)                     # |H| at 200, 300 and 400 Hz
     array([0.03, 0.49, 0.98])
     """
-    from scipy.signal import firwin, kaiserord  # noqa: PLC0415 (slow import: when used)
-
     transition = (2.0 / 3.0) * cutoff if transition is None else float(transition)
     _check_fs(fs, cutoff)
     if not 0 < transition < 2 * cutoff:
         raise ValueError(f"transition: expected 0 < transition < 2*cutoff, got {transition}")
-    numtaps, beta = kaiserord(ripple_db, transition / (0.5 * fs))
+    numtaps, beta = kaiser_order(ripple_db, transition / (0.5 * fs))
     numtaps |= 1  # odd: a high-pass needs a middle tap (type I)
-    return firwin(numtaps, cutoff, window=("kaiser", beta), pass_zero=False, fs=fs)
+    return kaiser_firwin(numtaps, cutoff, fs, beta)
 
 
 def bandpass_taps(fs: float, low: float, high: float, transition: float | None = None,
@@ -121,14 +120,12 @@ def bandpass_taps(fs: float, low: float, high: float, transition: float | None =
     >>> np.round(np.abs(h), 2)
     array([0.  , 0.49, 1.  , 0.5 , 0.  ])
     """
-    from scipy.signal import firwin, kaiserord  # noqa: PLC0415 (slow import: when used)
-
     _check_fs(fs, low, high)
     if not low < high:
         raise ValueError(f"low ({low} Hz) must be below high ({high} Hz)")
     transition = (2.0 / 3.0) * low if transition is None else float(transition)
-    numtaps, beta = kaiserord(ripple_db, transition / (0.5 * fs))
-    return firwin(numtaps | 1, [low, high], window=("kaiser", beta), pass_zero=False, fs=fs)
+    numtaps, beta = kaiser_order(ripple_db, transition / (0.5 * fs))
+    return kaiser_firwin(numtaps | 1, [low, high], fs, beta)
 
 
 def zero_phase_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ, order: int = 3,

@@ -42,7 +42,7 @@ from .errors import PipelineError
 from .job import Job, OnChunk, opened
 from .prepared import PreparedPipeline, fitted_states
 from .sinks import Detect
-from .stage import Context, Sink, Stage, Step, check_needs
+from .stage import Context, Sink, Stage, check_needs
 from .stream import read_block
 
 __all__ = ["Pipeline", "preprocess", "fit_spans", "FIT_CHUNKS", "FIT_CHUNK_S"]

@@ -19,11 +19,10 @@ array([[ 0.5, -0.5],
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from .stage import Context, FitBlocks, Sink, Step
-from .stream import READ_AHEAD_COMPRESSED, read_block
+from .stream import read_ahead
 
 __all__ = ["PreparedPipeline", "fitted_states"]
 
@@ -186,9 +185,8 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     # the steps before the first stage that fits, chunk by chunk as the reads arrive; the
     # blocks keep their width (the chunk and m samples each side), as a job computes them
     head = PreparedPipeline(stages, out, ctx, upto=first)
-    with ThreadPoolExecutor(READ_AHEAD_COMPRESSED) as pool:
-        raws = pool.map(lambda sp: read_block(rec, sp[0], sp[1], m), spans)
-        blocks = [head.compute(raw, s0, s1, m) for (s0, s1), raw in zip(spans, raws)]
+    blocks = [head.compute(raw, s0, s1, m)
+              for (s0, s1), raw in zip(spans, read_ahead(rec, list(spans), m))]
     for k in range(first, last + 1):
         stage = stages[k]
         if stage.fitted:     # the stages before it took their margins: its own is exact

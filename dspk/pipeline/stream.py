@@ -19,14 +19,14 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..io import Recording, to_uv
 
-__all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_block", "quantize",
+__all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_ahead", "read_block", "quantize",
            "output_block", "Staging", "ChunkStream"]
 
 #: chunks read ahead of the one being computed; more for compressed sources, whose chunks
@@ -50,6 +50,38 @@ def ahead(rec: Recording) -> int:
     2
     """
     return READ_AHEAD_COMPRESSED if getattr(rec, "compressed", False) else READ_AHEAD
+
+
+def read_ahead(rec: Recording, spans: Sequence[tuple[int, int]], m: int) -> Iterator[tuple]:
+    """`read_block` of each span in turn, the next `ahead` (rec) ones read in threads while
+    the caller computes this one. Reads are CPU work too (the transpose and the µV scaling):
+    more of them in flight than the caller can take would only compete with its computation
+    (measured on 2 cores: the fit's 16 reads submitted at once cost it 2.4 s of thread time
+    against 0.7 s in turn).
+
+    Parameters
+    ----------
+    rec : Recording
+    spans : sequence of (s0, s1)
+    m : int
+        Samples of context each side (see `read_block`).
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.stream import read_ahead
+    >>> rec = dspk.open_recording(np.arange(20, dtype=np.int16).reshape(10, 2), fs=3e4)
+    >>> [(a, x.shape) for a, x in read_ahead(rec, [(0, 4), (4, 10)], 1)]
+    [(0, (2, 5)), (3, (2, 7))]
+    """
+    depth = ahead(rec)
+    with ThreadPoolExecutor(depth) as pool:
+        queue = deque(pool.submit(read_block, rec, s0, s1, m) for s0, s1 in spans[:depth])
+        for k in range(len(spans)):
+            raw = queue.popleft().result()
+            if k + depth < len(spans):
+                queue.append(pool.submit(read_block, rec, *spans[k + depth], m))
+            yield raw
 
 
 def read_block(rec: Recording, s0: int, s1: int, m: int) -> tuple:
