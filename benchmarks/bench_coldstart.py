@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,22 +138,35 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="folder for bench_coldstart-<backend>.{md,json}")
     ap.add_argument("--only", nargs="*", default=None, help="case names (substrings)")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--split", action="store_true",
+                    help="two more fresh processes per call, one cache emptied in each: the "
+                         "tuner's (kernel caches kept) and the kernels' (tuner's kept)")
     args = ap.parse_args(argv)
     names = [n for n in CASES if not args.only or any(o in n for o in args.only)]
-    rows = []
+    calls = []
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
             cold = run_case(name, args.backend, Path(tmp), args.timeout)
             again = run_case(name, args.backend, Path(tmp), args.timeout)   # caches filled
-        row = {"call": name, "cold": cold, "filled": again}
-        rows.append(row)
+            row = {"call": name, "cold": cold, "filled": again}
+            if args.split:
+                for what, sub in (("tuner_cold", "dspk"), ("kernels_cold", "cupy")):
+                    keep = Path(tmp) / f"{sub}.kept"
+                    if (Path(tmp) / sub).exists():
+                        (Path(tmp) / sub).rename(keep)
+                    row[what] = run_case(name, args.backend, Path(tmp), args.timeout)
+                    shutil.rmtree(Path(tmp) / sub, ignore_errors=True)
+                    if keep.exists():
+                        keep.rename(Path(tmp) / sub)
+        calls.append(row)
         print(json.dumps(row), flush=True)
+    rows = results_rows(calls)
     gpu = args.backend == "gpu"
     env = environment(gpu)
     lines = heading("bench_coldstart", args.backend, env,
                     ["call", "first, empty caches (ms)", "warm median (ms)", "first / warm",
                      "first, filled caches (ms)", "goal met (empty caches)"])
-    for r in rows:
+    for r in calls:
         c, f = r["cold"], r["filled"]
         if "error" in c or "error" in f:
             lines.append(f"| {r['call']} | {c.get('error', '')} {f.get('error', '')} | | | | |")
@@ -161,8 +175,15 @@ def main(argv=None) -> None:
         met = first <= warm + 300.0 if gpu else first <= 2.0 * warm
         lines.append(f"| {r['call']} | {first:.1f} | {warm:.2f} | {first / warm:.1f}x | "
                      f"{f['first_s'] * 1e3:.1f} | {'yes' if met else 'no'} |")
-    notes = [f"import dspk: {rows[0]['cold']['import_s'] * 1e3:.0f} ms in the first process"
-             if rows and "import_s" in rows[0]["cold"] else "",
+    if args.split:
+        lines += ["", "First call with one cache emptied (the other filled by the runs above):", "",
+                  "| call | tuner cache empty (ms) | kernel caches empty (ms) |", "|---|---|---|"]
+        for r in calls:
+            cells = [f"{r[k]['first_s'] * 1e3:.1f}" if "first_s" in r[k] else r[k]["error"]
+                     for k in ("tuner_cold", "kernels_cold")]
+            lines.append(f"| {r['call']} | {cells[0]} | {cells[1]} |")
+    notes = [f"import dspk: {calls[0]['cold']['import_s'] * 1e3:.0f} ms in the first process"
+             if calls and "import_s" in calls[0]["cold"] else "",
              "goal: first <= 2x warm (CPU), first <= warm + 300 ms (GPU)",
              f"command: python benchmarks/bench_coldstart.py --backend {args.backend}"]
     md = "\n".join(lines + ["", "## Notes", ""] + [f"- {n}" for n in notes if n]) + "\n"
@@ -172,7 +193,29 @@ def main(argv=None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"bench_coldstart-{args.backend}.md").write_text(md)
         (out / f"bench_coldstart-{args.backend}.json").write_text(
-            json.dumps({"env": env, "rows": rows}, indent=1))
+            json.dumps({"env": env, "rows": rows, "calls": calls}, indent=1))
+
+
+#: the measurements of a call, as rows of the results format (`dspk.plot.load_results`)
+MEASURES = (("cold", "first_s", "first call, empty caches"), ("cold", "warm_s", "warm median"),
+            ("filled", "first_s", "first call, filled caches"),
+            ("tuner_cold", "first_s", "first call, tuner cache empty"),
+            ("kernels_cold", "first_s", "first call, kernel caches empty"))
+
+
+def results_rows(calls: list[dict]) -> list[dict]:
+    """One row per call and measurement: {case, impl, ms} (errors as rows with ``error``)."""
+    rows = []
+    for r in calls:
+        for run, key, impl in MEASURES:
+            got = r.get(run)
+            if got is None:
+                continue
+            if key in got:
+                rows.append({"case": r["call"], "impl": impl, "ms": got[key] * 1e3})
+            elif "error" in got and key == "first_s":
+                rows.append({"case": r["call"], "impl": impl, "error": got["error"]})
+    return rows
 
 
 if __name__ == "__main__":
