@@ -349,3 +349,45 @@ def test_detection_runs_in_units_of_the_noise_fitted_on_the_fit_chunks(tmp_path)
     assert found_hit.mean() >= 0.95
     strong = np.isin(d["units"], np.flatnonzero(d["snr"] >= 5))
     assert truth_hit[strong].mean() >= 0.9
+
+
+def test_a_job_writes_every_chunk_with_one_settled_choice(tmp_path, monkeypatch):
+    """A choice the tuner made on slices is confirmed on whole problems over the next calls,
+    which may run another implementation (other rounding): a job computes its first chunk
+    again until the choices it met are settled, so its bytes are those of a job that starts
+    with them settled. Here the high-pass's cached choice (Toeplitz products) has a pending
+    whole-problem trial of whole-row FFTs: the job's first chunk runs the trial, then again
+    with the settled choice."""
+    from dspk.linalg.engine import current_engine
+    from dspk.linalg.tuner import cache_path
+    from dspk.ops.fir import bank_implementations
+
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path / "cache"))
+    current_engine().forget()
+    rec = recording(n=9000, c=16)
+    pipe = Pipeline.from_options(highpass=300, reference=None, whiten=None)
+    pipe.run(rec, tmp_path / "tuned.h5", chunk_s=0.1, progress=False)
+    doc = json.loads(cache_path().read_text())
+    firs = [k for k in doc["entries"] if k.startswith("fir|")]
+    assert firs
+    for k in firs:                    # toeplitz_gemm chosen, rfft_rows to be tried whole
+        doc["entries"][k] = {"ranking": ["toeplitz_gemm", "rfft_rows"], "rejected": {},
+                             "timings_ms": {"toeplitz_gemm": 1e-6, "rfft_rows": 1e-7},
+                             "whole_ms": {"toeplitz_gemm": 1e-6},
+                             "whole_runs": {"toeplitz_gemm": 1}, "try_whole": "rfft_rows",
+                             "tuned": "slice", "when": "test"}
+    cache_path().write_text(json.dumps(doc))
+    current_engine().forget()
+    out = pipe.run(rec, tmp_path / "settling.h5", chunk_s=0.1, progress=False)
+    doc = json.loads(cache_path().read_text())
+    for k in firs:                    # the trial ran once, was slower: the choice stands
+        entry = doc["entries"][k]
+        assert entry["ranking"][0] == "toeplitz_gemm" and "try_whole" not in entry
+        assert entry["whole_runs"] == {"toeplitz_gemm": 1, "rfft_rows": 1}
+    current_engine().forget()
+    settled = pipe.run(rec, tmp_path / "settled.h5", chunk_s=0.1, progress=False)
+    assert np.array_equal(traces(out), traces(settled))
+    # the two implementations round differently on these chunks (else this proves nothing)
+    x = rec.read(0, 3000 + 2 * 131)
+    impls = bank_implementations(np, x, dspk.highpass_taps(rec.fs)[None, ::-1])
+    assert not np.array_equal(impls["toeplitz_gemm"](), impls["rfft_rows"]())
