@@ -218,9 +218,9 @@ def test_two_processes_tuning_one_key_keep_the_first_ranking(fresh_cache, monkey
               "direct_einsum": 0.5}, "rejected": {}, "when": "earlier"}
     real_merge = mod._merge_into_cache
 
-    def merge_after_another_process(path, k, entry, update=False):
+    def merge_after_another_process(path, k, entry):
         real_merge(path, key, stored)             # the other process got there first
-        return real_merge(path, k, entry, update)
+        return real_merge(path, k, entry)
 
     monkeypatch.setattr(mod, "_merge_into_cache", merge_after_another_process)
     choice = t.select(p, run=True)
@@ -409,48 +409,6 @@ def test_first_use_stays_within_its_budget_and_runs_the_whole_product_once(fresh
     assert set(entry["untimed"]) == {"whole_only"}
     # estimates for the whole product from the slices: the fake costs are linear, so exact
     assert entry["timings_ms"]["mid"] == pytest.approx(2 * whole_time * 1e3, rel=1e-6)
-
-
-class CacheBound(Costed):
-    """Costs ``whole_factor`` times more per multiply-add on the whole problem than on a
-    slice (a memory-bound product whose slices fit in cache)."""
-
-    def __init__(self, *args, whole_n, whole_factor, **kw):
-        super().__init__(*args, **kw)
-        self.whole_n, self.whole_factor = whole_n, whole_factor
-
-    def run(self, p):
-        before = self.clock.now
-        super().run(p)
-        if p.n >= self.whole_n:
-            self.clock.now += (self.whole_factor - 1) * (self.clock.now - before)
-
-
-def test_a_product_choice_made_on_slices_is_confirmed_on_whole_products(fresh_cache):
-    """matmul's first use ranks on slices; the winner's whole run is timed, a runner-up whose
-    estimate beats it runs the next whole product (no plan is bound meanwhile), and the
-    ranking follows the whole times."""
-    from dspk.linalg import Engine
-
-    clock = FakeClock()
-    a, b = wide()
-    cached = CacheBound("cached", clock, 0.8e-9, whole_n=b.shape[1], whole_factor=3.0)
-    steady = Costed("steady", clock, 1e-9)
-    t = clocked([cached, steady], clock)
-    eng = Engine()
-    eng.tuner = t
-    with eng:
-        assert matmul(a, b).shape == (64, 20000)
-        first = t.cached(engine.as_problem(a, b, None)[0])
-        assert first.candidate.name == "cached" and not first.settled
-        matmul(a, b)                         # steady runs the whole product, timed
-        matmul(a, b)
-        choice = t.cached(engine.as_problem(a, b, None)[0])
-    assert choice.candidate.name == "steady" and choice.settled
-    full = (1, 64, 20000, 256)
-    assert cached.runs.count(full) == 1 and steady.runs.count(full) == 2
-    entry = json.loads(cache_path().read_text())["entries"][choice.key]
-    assert entry["ranking"] == ["steady", "cached"] and "try_whole" not in entry
 
 
 def test_a_candidate_costing_far_more_than_its_work_ends_the_first_use(fresh_cache):
@@ -698,46 +656,6 @@ def test_choose_on_slices_runs_only_the_winner_on_the_whole(fresh_cache):
         assert t.choose(("op", 4), whole, False, same, sliced=sliced)[1] == "tuned now"
         assert whole["ref"].calls >= 4
     assert json.loads(cache_path().read_text())["entries"]["op|4"]["tuned"] == "thorough"
-
-
-def test_a_choice_made_on_slices_is_confirmed_on_whole_problems(fresh_cache):
-    """A slice that fits in cache can make a memory-bound implementation look fastest: the
-    winner's whole run is timed (the user's result), and when a runner-up's estimate beats
-    it by CLOSE's margin the next call runs that one whole; the ranking follows the whole
-    times, a once-timed close one gets a second run (a first can be cold), then it settles."""
-    clock = FakeClock()
-    t = clocked([], clock)
-    # on slices "memory" looks twice as fast as "blocked"; whole, it is 2.5x slower
-    whole = {"blocked": Op(clock, 0.05), "memory": Op(clock, 0.125)}
-
-    def sliced(fraction):
-        return {"blocked": Op(clock, 0.05 * fraction), "memory": Op(clock, 0.025 * fraction)}
-
-    ran = [t.choose_run(("op", 9), whole, False, same, sliced=sliced)[:2] for _ in range(4)]
-    assert ran[0] == ("memory", "tuned now")
-    assert ran[1] == ("blocked", "confirming on the whole problem")
-    assert ran[2] == ran[3] == ("blocked", "cache")
-    entry = json.loads(cache_path().read_text())["entries"]["op|9"]
-    assert entry["ranking"] == ["blocked", "memory"] and "try_whole" not in entry
-    assert entry["whole_ms"] == {"blocked": 50.0, "memory": 125.0}
-    assert (whole["blocked"].calls, whole["memory"].calls) == (3, 1)
-
-    # the right choice on slices: confirmed by its own run, nothing else is run whole
-    clock2 = FakeClock()
-    t2 = clocked([], clock2)
-    whole2 = {"a": Op(clock2, 0.1), "b": Op(clock2, 0.05)}
-
-    def sliced2(fraction):
-        return {"a": Op(clock2, 0.1 * fraction), "b": Op(clock2, 0.05 * fraction)}
-
-    assert [t2.choose_run(("op", 10), whole2, False, same, sliced=sliced2)[0]
-            for _ in range(3)] == ["b", "b", "b"]
-    assert whole2["a"].calls == 0
-    # a thorough entry is never replaced by first-use confirmations
-    with t2.thorough():
-        t2.choose(("op", 10), whole2, False, same, sliced=sliced2)
-    t2.choose_run(("op", 10), whole2, False, same, sliced=sliced2)
-    assert json.loads(cache_path().read_text())["entries"]["op|10"]["tuned"] == "thorough"
 
 
 def test_choose_times_again_a_run_that_tuned_a_product_inside(fresh_cache):

@@ -164,7 +164,7 @@ def product(a: Any, b: Any, out: Any, table: str, allowed: tuple = FLOAT_DTYPES,
         p.out.to_array()[...] = 0
         return result
     choice = engine.tuner.select(p, run=True)
-    if sig is not None and choice.settled:     # (a choice being confirmed is looked up again)
+    if sig is not None:
         _remember(engine, table, sig, choice, p, result, a, b, out)
     return result
 

@@ -28,25 +28,15 @@ sampled entries (one that fails there is rejected and the next one runs). The en
 how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole). A *thorough*
 tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
 `dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
-median of several samples) and replaces a choice tuned on first use.
-
-A choice made on slices is then *confirmed on whole problems*: a slice that fits in cache can
-make a memory-bound candidate look fast (measured on 2 cores: a high-pass by whole-row FFTs
-estimated at 61 ms from its slice took 128 ms whole, against 50 for the Toeplitz products it
-beat). The winner's whole run is timed (``"whole_ms"``); while another candidate's estimate is
-below the fastest whole time, the next call with that key runs that candidate on the whole
-problem instead (``"try_whole"``: the user's result, checked on its slice; no plan is bound
-meanwhile), and the ranking follows the whole times; a close one timed whole once gets a
-second run (a first can be cold). Each call runs one candidate, so confirming costs at most
-the difference between two candidates the slices placed close, for a few calls. Apart from
-these first-use confirmations and a thorough tuning, nothing replaces a stored choice, so a
-job's chunks, and the processes that share a cache, run one candidate once it is settled.
+median of several samples) and replaces a choice tuned on first use; nothing else ever
+replaces a stored choice, so a job's chunks, and the processes that share a cache, run one
+candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
 the same way: each runs once on the whole problem within the budget, or, when the caller can
 give runners on a slice of the problem (``sliced=``), each is checked and timed on the slice
 and only the winner computes the whole (`Tuner.choose_run` hands its result back, saving the
-caller a run, and confirms the choice on whole problems as above).
+caller a run).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
@@ -220,16 +210,12 @@ class Choice:
     tuned: str = ""  # "slice", "brief", "thorough", or "" when nothing was tuned
     timed_on: dict[str, list] = field(default_factory=dict)
     untimed: dict[str, str] = field(default_factory=dict)
-    #: False while a choice made on slices is being confirmed on whole problems (callers
-    #: that keep a choice for later calls, such as `matmul`'s bound plans, keep only a
-    #: settled one)
-    settled: bool = True
 
 
 def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
     return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
                   entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
-                  entry.get("untimed", {}), _settled(entry))
+                  entry.get("untimed", {}))
 
 
 @dataclass
@@ -298,7 +284,6 @@ class Tuner:
         self._thorough = 0                     # depth of `thorough` blocks (any thread)
         self._state_lock = threading.Lock()
         self._tunings = 0                      # tunings started (a nested one spoils a timing)
-        self._watchers: list[set] = []         # `watching` blocks: the keys they looked up
         self.clock: Callable[[], float] = time.perf_counter
 
     @property
@@ -348,35 +333,6 @@ class Tuner:
             with self._state_lock:
                 self._thorough -= 1
 
-    @contextmanager
-    def watching(self) -> Iterator[dict]:
-        """What the calls within the block ran, by key (`select`, `choose_run`: key ->
-        candidate name), for `unsettled`: a job computes its first chunk again until it ran
-        settled choices only, so that every chunk it writes comes from one choice."""
-        ran: dict = {}
-        self._watchers.append(ran)
-        try:
-            yield ran
-        finally:
-            self._watchers.remove(ran)
-
-    def unsettled(self, ran: dict) -> list[str]:
-        """The keys of ``ran`` (`watching`) whose run was not the settled choice: a choice made
-        on slices still being confirmed on whole problems (its next call may run another
-        candidate), or a confirmation that ran another candidate than the one now chosen."""
-        out = []
-        for key, name in ran.items():
-            e = self._memory.get(key)
-            if e is not None and (not _settled(e) or (
-                    _how(e) == TUNED_SLICE and e["ranking"][0] != name
-                    and name in e.get("whole_ms", {}))):
-                out.append(self.key_str(key))
-        return out
-
-    def _ran(self, key: tuple, name: str) -> None:
-        for ran in self._watchers:
-            ran[key] = name
-
     @property
     def tuning_thoroughly(self) -> bool:
         """Whether unseen (or first-use-tuned) keys are tuned thoroughly now: inside a
@@ -410,12 +366,6 @@ class Tuner:
     def select(self, p: Problem, run: bool = False) -> Choice:
         """The candidate for ``p``. With ``run=True`` the product is also computed into
         ``p.out`` (tuning computes it anyway)."""
-        choice = self._select(p, run)
-        if self._watchers and run:
-            self._ran(self.key(p), choice.candidate.name)
-        return choice
-
-    def _select(self, p: Problem, run: bool) -> Choice:
         mode = self.mode
         names = self._names(p.gpu, p.dtype.kind)
         key = self.key(p)
@@ -426,10 +376,7 @@ class Tuner:
         choice = self._cached_for(p, key, thorough)
         if choice is not None:
             if run:
-                if choice.settled or mode != "on":
-                    choice.candidate.run(p)
-                else:
-                    choice = self._confirm_whole(p, key, names, choice)
+                choice.candidate.run(p)
             return choice
         if mode == "readonly":
             return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
@@ -442,21 +389,6 @@ class Tuner:
                     choice.candidate.run(p)
                 return choice
             return self._tune(p, key, names, run, thorough)
-
-    def _confirm_whole(self, p: Problem, key: tuple, names: dict[str, Candidate],
-                       choice: Choice) -> Choice:
-        """A cached choice made on slices, not yet settled: the candidate to confirm on the
-        whole problem (``try_whole``, else the choice) computes ``p``, timed (see
-        `choose_run`); the entry records it. Returns the choice of what ran."""
-        entry = self._memory.get(key) or {}
-        trial = names.get(entry.get("try_whole", ""))
-        if trial is None or trial.unavailable(p) is not None:
-            trial = choice.candidate
-        seconds = self._time(lambda: trial.run(p), p.gpu)
-        available = {n for n, c in names.items() if c.unavailable(p) is None}
-        saved = self._save(key, _with_whole(entry, trial.name, seconds * 1e3, available),
-                           update=True)
-        return _choice(trial, self.key_str(key), "confirming on the whole problem", saved)
 
     def _cached_for(self, p: Problem, key: tuple, thorough: bool) -> Choice | None:
         """`cached`, but while tuning thoroughly a choice tuned on first use is a miss unless
@@ -629,15 +561,12 @@ class Tuner:
         ranking = sorted(trials, key=lambda n: trials[n].estimate)
         log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
                   (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
-        done, whole_s = False, None
+        done = False
         if run:
-            ranking, done, whole_s = self._run_checked(p, ranking, trials, rejected,
-                                                       state.wrote, key)
+            ranking, done = self._run_checked(p, ranking, trials, rejected, state.wrote, key)
         timings = {n: trials[n].estimate * 1e3 for n in ranking}
         how = TUNED_SLICE if any(t.q is not p for t in trials.values()) else TUNED_BRIEF
         entry = _entry(timings, rejected, how, ranking)
-        if how == TUNED_SLICE and whole_s is not None:
-            entry = _with_whole(entry, ranking[0], whole_s * 1e3, set(trials) | set(untimed))
         if how == TUNED_SLICE:
             entry["timed_on"] = {n: list(_shape(trials[n].q)) for n in ranking}
         if untimed:
@@ -723,27 +652,27 @@ class Tuner:
 
     def _run_checked(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
                      rejected: dict[str, str], wrote: str | None,
-                     key: tuple) -> tuple[list[str], bool, float | None]:
+                     key: tuple) -> tuple[list[str], bool]:
         """The best candidate computes ``p``, its result checked on sampled entries; one
         that fails is rejected and the next one runs. Returns (the ranking without those
-        rejected, True, the seconds of that whole run or None when its result was there)."""
+        rejected, True)."""
         sampler = None
         ranking = list(ranking)
         while ranking:
             name = ranking[0]
             if wrote == name:
-                return ranking, True, None        # its checked result is in p.out already
+                return ranking, True              # its checked result is in p.out already
             if sampler is None:
                 sampler = _Sampler(p, SAMPLED_COLS)
             try:
                 sampler.poison()
-                seconds = self._time(prepared(trials[name].candidate, p), p.gpu)
+                prepared(trials[name].candidate, p)()
                 bad = sampler.check_result()
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 bad = f"failed: {type(exc).__name__}: {exc}"
                 _warn_failed(name, self.key_str(key), exc)
             if not bad:
-                return ranking, True, seconds
+                return ranking, True
             rejected[name] = f"wrong result on the whole product: {bad}"
             ranking.pop(0)
         raise RuntimeError(f"every candidate failed for this product: {rejected}")
@@ -834,39 +763,10 @@ class Tuner:
         >>> t.choose_run(("total", 6), runners, False, lambda got, ref: None)[1]
         'cache'
         """
-        name, why, result = self._choose_run(key, runners, gpu, agree, sliced, imports)
-        if self._watchers:
-            self._ran(key, name)
-        return name, why, result
-
-    def _choose_run(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                    agree: Callable[[Any, Any], str | None], sliced: Any,
-                    imports: Any) -> tuple[str, str, Any]:
         name, why, result = self._choose(key, runners, gpu, agree, sliced, imports, keep=True)
-        if result is not _NOT_RUN:
-            return name, why, result
-        entry = self._memory.get(key)
-        if entry is None or _how(entry) != TUNED_SLICE or self.mode != "on":
-            return name, why, runners[name]()
-        # A choice made on slices is confirmed on whole problems, over this call and later
-        # ones: a slice that fits in cache can make a memory-bound implementation look fast
-        # (measured on 2 cores: rfft_rows estimated 61 ms for a 1-s high-pass whose whole run
-        # takes 128 ms, against toeplitz_gemm's 50). Each call runs one implementation on the
-        # whole problem, timed: the user's result, so the confirmation costs at most the
-        # difference between two implementations that the slices placed close.
-        trial = entry.get("try_whole") if why == "cache" else None
-        if trial not in runners:
-            trial = name if why == "tuned now" or "whole_ms" not in entry else None
-        if trial is None:
-            return name, why, runners[name]()
-        result, seconds, clean = self._sample(runners[trial], gpu)
-        if clean:
-            self._confirmed(key, entry, trial, seconds * 1e3, set(runners))
-        return trial, "confirming on the whole problem" if why == "cache" else why, result
-
-    def _confirmed(self, key: tuple, entry: dict, name: str, ms: float, offered: set) -> None:
-        """Record ``name``'s time on the whole problem in a sliced entry (`_with_whole`)."""
-        self._save(key, _with_whole(entry, name, ms, offered), update=True)
+        if result is _NOT_RUN:
+            result = runners[name]()
+        return name, why, result
 
     def _choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                 agree: Callable[[Any, Any], str | None], sliced: Any, imports: Any,
@@ -1103,14 +1003,12 @@ class Tuner:
             self._memory[key] = entry
         return entry
 
-    def _save(self, key: tuple, entry: dict, update: bool = False) -> dict:
-        """Store ``entry`` unless another process stored ``key`` first (with ``update``: the
-        same tuning's entry with more measured, which replaces any entry but a thorough one);
-        returns the entry kept (then also in memory), so that processes sharing the file
-        agree."""
+    def _save(self, key: tuple, entry: dict) -> dict:
+        """Store ``entry`` unless another process stored ``key`` first; returns the entry kept
+        (then also in memory), so that processes sharing the file agree."""
         path = self.cache_file
         try:
-            entry = _merge_into_cache(path, self.key_str(key), entry, update)
+            entry = _merge_into_cache(path, self.key_str(key), entry)
         except OSError as exc:
             if not self._warned_write:
                 warnings.warn(f"dspk tuner: cannot write its cache {path}: {exc}; choices are "
@@ -1137,41 +1035,6 @@ def _only(sliced: Callable[[float], dict], names: set) -> Callable[[float], dict
         return {n: r for n, r in sliced(fraction).items() if n in names}
 
     return only
-
-
-def _with_whole(entry: dict, name: str, ms: float, offered: Any) -> dict:
-    """``entry`` (tuned on slices) with ``name``'s time on the whole problem: each name keeps
-    its best whole sample, and the ranking puts the implementations timed whole first, fastest
-    first. The one to run whole next (``try_whole``): the best slice estimate below the
-    fastest whole time, else one timed whole once within `CLOSE` of the fastest (a first
-    whole run can be a cold one), else none: the choice is settled."""
-    entry = dict(entry)
-    whole, count = dict(entry.get("whole_ms", {})), dict(entry.get("whole_runs", {}))
-    whole[name] = round(min(ms, whole.get(name, math.inf)), 6)
-    count[name] = count.get(name, 0) + 1
-    best = min(whole.values())
-    estimates = entry.get("timings_ms", {})
-    # slice estimates run high (cold runs of small slices: 1-2x on 2 cores), so an estimate
-    # below the fastest whole time is worth a whole run
-    untried = sorted((n for n in entry["ranking"] if n not in whole and n in offered
-                      and estimates.get(n, math.inf) < best), key=estimates.get)
-    # the run just timed is the fastest: one it beat after a single whole run (perhaps a cold
-    # one) within CLOSE of it runs again
-    again = sorted((n for n in whole if n in offered and count[n] == 1
-                    and best < whole[n] <= CLOSE * best), key=whole.get) \
-        if whole[name] == best else []
-    entry["whole_ms"], entry["whole_runs"] = whole, count
-    entry["ranking"] = sorted(whole, key=whole.get) + \
-        [n for n in entry["ranking"] if n not in whole]
-    entry.pop("try_whole", None)
-    if untried or again:
-        entry["try_whole"] = (untried or again)[0]
-    return entry
-
-
-def _settled(entry: dict) -> bool:
-    """Whether a choice needs no more runs on the whole problem (`_with_whole`)."""
-    return _how(entry) != TUNED_SLICE or ("whole_ms" in entry and "try_whole" not in entry)
 
 
 def _entry(timings_ms: dict[str, float], rejected: dict[str, str], how: str,
@@ -1331,19 +1194,16 @@ def _replaces(new: dict, old: dict) -> bool:
         (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
 
 
-def _merge_into_cache(path: Path, key: str, entry: dict, update: bool = False) -> dict:
+def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
     """Add ``entry`` under ``key`` unless the file already holds that key and ``entry`` does
     not replace it (`_replaces`: another process stored it first: its entry is returned and
-    kept; with ``update``, an entry made on first use is replaced, a thorough one kept).
-    Read-merge-write under the cache lock; the write is a rename, so a reader never sees a
-    half-written file and two tuning processes never lose each other's entries."""
+    kept). Read-merge-write under the cache lock; the write is a rename, so a reader never
+    sees a half-written file and two tuning processes never lose each other's entries."""
     with _cache_lock(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = read_cache(path, warn=False)
-        old = entries.get(key)
-        if old is not None and not (_how(old) != TUNED_THOROUGH if update
-                                    else _replaces(entry, old)):
-            return old
+        if key in entries and not _replaces(entry, entries[key]):
+            return entries[key]
         entries[key] = entry
         doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
                "entries": entries}

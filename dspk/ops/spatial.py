@@ -333,9 +333,8 @@ class SpatialFilter:
             m = max(1, min(n, -(-n * fraction // 1)))
             return self.implementations(xp.ascontiguousarray(x[:, :int(m)]))
 
-        name, why, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced)
-        if why == "cache":       # settled (a choice made on slices is first confirmed whole)
-            self._choice[size_class] = name
+        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced)
+        self._choice[size_class] = name
         self.chosen = name
         return out
 

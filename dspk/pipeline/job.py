@@ -38,7 +38,6 @@ from ..argnames import arg
 from ..io import Recording, open_recording
 from ..io.hdf5 import h5py_module
 from ..io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
-from ..linalg.engine import current_engine
 from .errors import PipelineError
 from .output import (PartialOutput, TraceOutput, check_output, check_output_options,
                      chunk_samples, int16_scale, job_record, write_metadata, write_traces)
@@ -50,10 +49,6 @@ from .stream import ChunkStream, Staging, ahead, output_block, read_block
 __all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
 
 log = logging.getLogger("dspk.pipeline")
-
-#: at most this many computations of a job's first chunk while the tuner confirms a choice
-#: on whole problems (`Job._loop`); each confirmation settles one key in a call or two
-SETTLE_TRIES = 4
 
 #: ``on_chunk(samples_done)``: called after each chunk is committed
 OnChunk = Callable[[int], Any]
@@ -515,25 +510,10 @@ class Job:
         timing = stream.timing
 
         def compute(i: int, raw: tuple, s0: int, s1: int) -> tuple:
-            block = stream.to_device(raw)
-            full = run.compute(block, s0, s1, m) if i else settled_first(block, s0, s1)
+            full = run.compute(stream.to_device(raw), s0, s1, m)
             sink_rows = run.rows(full, s0, s1, m)
             y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype, self.scale)
             return y, sink_rows
-
-        def settled_first(block: tuple, s0: int, s1: int) -> Any:
-            # The first chunk meets the tuner's choices for the job's shapes; one made on
-            # slices is confirmed on whole problems over the next calls, which may run another
-            # implementation (rounding differs): the chunk is computed again until every
-            # choice it met is settled, so that all the chunks written come from one choice
-            # (a resumed job writes the bytes of one that never stopped).
-            tuner = current_engine().tuner
-            for _ in range(SETTLE_TRIES):
-                with tuner.watching() as ran:
-                    full = run.compute(block, s0, s1, m)
-                if not tuner.unsettled(ran):
-                    break
-            return full
 
         def timed_write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
