@@ -607,9 +607,11 @@ def _job(path: str, out: str, open_options: dict, pipeline: Pipeline,
 
 def _tune_job(path: str, open_options: dict, pipeline: Pipeline, chunk_s: float) -> None:
     """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
-    cache before the jobs start."""
+    cache before the jobs start. First-use decisions (``thorough=False``): a thorough one
+    would replace choices other processes sharing the cache may hold (their bits would
+    differ from the workers')."""
     with open_recording(path, **open_options) as rec:
-        pipeline.tune(rec, chunk_s)
+        pipeline.tune(rec, chunk_s, thorough=False)
 
 
 def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:

@@ -658,6 +658,85 @@ def test_choose_on_slices_runs_only_the_winner_on_the_whole(fresh_cache):
     assert json.loads(cache_path().read_text())["entries"]["op|4"]["tuned"] == "thorough"
 
 
+def test_a_choice_on_slices_is_checked_on_the_whole_problem_in_the_first_call(fresh_cache):
+    """A slice that fits in cache can make a memory-bound implementation look fastest: the
+    winner's whole run is timed, and a runner-up whose estimate beats it runs the whole
+    problem too, in the same first call; the faster is the choice and the result, so every
+    later call runs it (the same bits from the first call on)."""
+    clock = FakeClock()
+    t = clocked([], clock)
+    # on slices "memory" looks twice as fast as "blocked"; whole, it is 2.5x slower
+    whole = {"blocked": Op(clock, 0.05, value=1.0), "memory": Op(clock, 0.125, value=1.0)}
+
+    def sliced(fraction):
+        return {"blocked": Op(clock, 0.05 * fraction), "memory": Op(clock, 0.025 * fraction)}
+
+    ran = [t.choose_run(("op", 9), whole, False, same, sliced=sliced)[:2] for _ in range(3)]
+    assert ran == [("blocked", "tuned now"), ("blocked", "cache"), ("blocked", "cache")]
+    assert (whole["blocked"].calls, whole["memory"].calls) == (3, 1)
+    entry = json.loads(cache_path().read_text())["entries"]["op|9"]
+    assert entry["ranking"] == ["blocked", "memory"]
+    assert entry["whole_ms"] == {"memory": 125.0, "blocked": 50.0}
+
+    # the right choice on slices: only it runs whole
+    clock2 = FakeClock()
+    t2 = clocked([], clock2)
+    whole2 = {"a": Op(clock2, 0.1), "b": Op(clock2, 0.05)}
+
+    def sliced2(fraction):
+        return {"a": Op(clock2, 0.1 * fraction), "b": Op(clock2, 0.05 * fraction)}
+
+    assert [t2.choose_run(("op", 10), whole2, False, same, sliced=sliced2)[0]
+            for _ in range(3)] == ["b", "b", "b"]
+    assert whole2["a"].calls == 0
+
+
+class CacheBound(Costed):
+    """Costs ``whole_factor`` times more per multiply-add on the whole problem than on a
+    slice (a memory-bound product whose slices fit in cache)."""
+
+    def __init__(self, *args, whole_n, whole_factor, **kw):
+        super().__init__(*args, **kw)
+        self.whole_n, self.whole_factor = whole_n, whole_factor
+
+    def run(self, p):
+        before = self.clock.now
+        super().run(p)
+        if p.n >= self.whole_n:
+            self.clock.now += (self.whole_factor - 1) * (self.clock.now - before)
+
+
+def test_a_product_choice_on_slices_is_checked_on_the_whole_product(fresh_cache):
+    """matmul's first use ranks on slices; the winner computes the product, timed, and a
+    runner-up whose estimate beats that computes it too, in the same call: the faster one's
+    result is returned and is the choice from then on."""
+    clock = FakeClock()
+    a, b = wide()
+    cached = CacheBound("cached", clock, 0.8e-9, whole_n=b.shape[1], whole_factor=3.0)
+    steady = Costed("steady", clock, 1e-9)
+    t = clocked([cached, steady], clock)
+    p, _ = engine.as_problem(a, b, None)
+    choice = t.select(p, run=True)
+    assert choice.candidate.name == "steady" and choice.ranking == ["steady", "cached"]
+    full = (1, 64, 20000, 256)
+    assert cached.runs.count(full) == 1 and steady.runs.count(full) == 1
+    ref = a.astype(np.float64) @ b
+    assert np.abs(p.out.to_array()[0] - ref).max() < 1e-3
+    entry = json.loads(cache_path().read_text())["entries"][choice.key]
+    assert set(entry["whole_ms"]) == {"steady", "cached"}
+    # a runner-up wrong on the whole product (right on its slice): rejected, and the
+    # winner's result, kept aside, is what the call returns
+    clock2 = FakeClock()
+    winner = CacheBound("winner", clock2, 0.8e-9, whole_n=b.shape[1], whole_factor=1.5)
+    wrong = Costed("wrong", clock2, 1e-9, wrong_beyond_n=b.shape[1] - 1)
+    t2 = clocked([wrong, winner], clock2)
+    p2, _ = engine.as_problem(a, b, None)
+    choice2 = t2.select(p2, run=True)
+    assert choice2.candidate.name == "winner" and choice2.ranking == ["winner"]
+    assert "whole product" in choice2.rejected["wrong"] and wrong.runs.count(full) == 1
+    assert np.abs(p2.out.to_array()[0] - ref).max() < 1e-3
+
+
 def test_choose_times_again_a_run_that_tuned_a_product_inside(fresh_cache):
     """The first run of an operation built on matmul tunes the product: that run is no
     measure of the operation, and is timed again."""

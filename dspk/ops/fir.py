@@ -289,9 +289,11 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
         m = max(1, min(C, -(-C * fraction // 1)))
         return bank_implementations(xp, x[:int(m)], weights)
 
-    # scipy.signal's import (0.6-2 s on 2 cores) for the overlap-add reference is not paid on
-    # a first use when nothing else imported it: a thorough tuning (dspk tune) times it
-    imports = None if gpu else {"oaconvolve": ("scipy.signal",)}
+    # scipy.signal's import (0.6-2 s on 2 cores) for the overlap-add reference, and
+    # scipy.fft's for the whole-row FFTs (0.18 s, and 0.07 s more in its first transform) are
+    # not paid on a first use when nothing else imported them: a thorough tuning (dspk tune)
+    # times those candidates
+    imports = None if gpu else {"oaconvolve": ("scipy.signal",), "rfft_rows": ("scipy.fft",)}
     return tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports)[2]
 
 

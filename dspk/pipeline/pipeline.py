@@ -23,6 +23,8 @@ True
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -515,20 +517,26 @@ class Pipeline:
         """
         self.states[k] = dict(state)
 
-    def tune(self, recording: Recording, chunk_s: float = 1.0) -> "Pipeline":
+    def tune(self, recording: Recording, chunk_s: float = 1.0,
+             thorough: bool = True) -> "Pipeline":
         """Take now every tuner decision a job on ``recording`` will need — fit (its chunks),
-        a full chunk and the last, shorter one through every stage, the sinks included —
-        thoroughly (`dspk.linalg.Engine.thorough`: every candidate timed on the whole
-        problem, replacing a choice a first call made on a slice), so that they are in the
-        tuner's cache file before any job starts: processes that share the cache then make
-        the same choices (the same bits). Run it before jobs, not between a killed job and
-        its resumption (a thorough choice may round differently).
+        a full chunk and the last, shorter one through every stage, the sinks included — so
+        that they are in the tuner's cache file before any job starts: processes that share
+        the cache then make the same choices (the same bits).
 
         Parameters
         ----------
         recording : Recording
         chunk_s : float
             The job's chunk length in seconds.
+        thorough : bool
+            Time every candidate on the whole problem (`dspk.linalg.Engine.thorough`),
+            replacing choices first calls made on slices (what ``dspk tune`` does): run it
+            before jobs, not between a killed job and its resumption, nor while other
+            processes hold the old choices (a thorough choice may round differently). False:
+            first-use decisions, where none is stored yet; stored ones are kept (what
+            `dspk.dask.preprocess_many` does before its jobs, while other processes may be
+            running).
 
         Returns
         -------
@@ -544,7 +552,7 @@ class Pipeline:
         True
         """
         job = Job(self, recording, chunk_s=chunk_s)      # checks before any work
-        with current_engine().thorough():     # every candidate timed on the whole problem
+        with current_engine().thorough() if thorough else nullcontext():
             self.fit(recording)
             job.rehearse()
         return self
