@@ -24,7 +24,8 @@ its best sample: a loaded machine's bursts only ever slow a run down). A candida
 take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would import a
 module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
 timed; the entry says so. The fastest then computes the whole product, checked once more on
-sampled entries (one that fails there is rejected and the next one runs), and timed: a slice
+sampled entries (one that fails there is rejected and the next one runs), and, on the CPU,
+timed: a slice
 that fits in cache can flatter a memory-bound candidate (measured on 2 cores: a high-pass by
 whole-row FFTs estimated at 61 ms from its slice took 128 ms whole, against 50 for the
 Toeplitz products it beat), so when a runner-up's estimate is below the winner's whole time,
@@ -570,7 +571,7 @@ class Tuner:
         if run:
             ranking, done, seconds = self._run_checked(p, ranking, trials, rejected,
                                                        state.wrote, key)
-            if seconds is not None:
+            if seconds is not None:               # (timed on the CPU only)
                 ranking, whole = self._whole_check_product(p, ranking, trials, rejected, key,
                                                            seconds)
         timings = {n: trials[n].estimate * 1e3 for n in ranking}
@@ -708,7 +709,12 @@ class Tuner:
                 sampler = _Sampler(p, SAMPLED_COLS)
             try:
                 sampler.poison()
-                seconds = self._time(prepared(trials[name].candidate, p), p.gpu)
+                call = prepared(trials[name].candidate, p)
+                if p.gpu:                         # (the whole-problem check is the CPU's)
+                    call()
+                    seconds = None
+                else:
+                    seconds = self._time(call, False)
                 bad = sampler.check_result()
             except Exception as exc:  # a candidate that breaks is rejected, not fatal
                 bad = f"failed: {type(exc).__name__}: {exc}"
@@ -864,7 +870,7 @@ class Tuner:
             entry, result = _entry({}, {}, TUNED_BRIEF, [name]), _NOT_RUN
         elif sliced is not None:
             entry, result = self._choose_sliced(key, runners, gpu, agree, sliced), _NOT_RUN
-            if keep:
+            if keep and not gpu:   # (measured on the CPU; the GPU's first use is as before)
                 entry, result = self._whole_check(key, entry, runners, gpu, agree)
         else:
             entry, result = self._choose_brief(key, runners, gpu, agree, keep)
