@@ -25,13 +25,13 @@ take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would 
 module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
 timed; the entry says so. The fastest then computes the whole product, checked once more on
 sampled entries (one that fails there is rejected and the next one runs), and, on the CPU,
-timed: a slice
-that fits in cache can flatter a memory-bound candidate (measured on 2 cores: a high-pass by
-whole-row FFTs estimated at 61 ms from its slice took 128 ms whole, against 50 for the
-Toeplitz products it beat), so when a runner-up's estimate is below the winner's whole time,
-the runner-up computes the whole product too, in the same call, and the faster of the two is
-the choice and the result (``"whole_ms"``) — the same bits from the first call on. The entry records
-how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole). A *thorough*
+timed: a slice that fits in cache can flatter a memory-bound candidate (measured on 2 cores: a
+high-pass by whole-row FFTs estimated at 61 ms from its slice took 128 ms whole, against 50 for
+the Toeplitz products it beat), so when a runner-up's estimate is below the winner's whole
+time, the runner-up computes the whole product too, in the same call, and the faster of the
+two is the choice and the result (``"whole_ms"``): the same bits from the first call on. The
+entry records how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole).
+A *thorough*
 tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
 `dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
 median of several samples) and replaces a choice tuned on first use; nothing else ever
