@@ -93,7 +93,7 @@ def test_tuned_operations_above_the_engine_use_its_tuner(tmp_path):
     with Engine(cache_dir=tmp_path) as engine:
         for _ in range(3):
             y = dspk.spatial_filter(w, x)
-        store = engine.prepared("spatial_filter", lambda: None)
+        store = engine.prepared("spatial_filter_cpu", lambda: None)
         assert len(store) == 1
     assert any(k.startswith("spatial_filter|") for k in _cache_keys(tmp_path))
     np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)

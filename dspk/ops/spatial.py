@@ -333,7 +333,10 @@ class SpatialFilter:
             m = max(1, min(n, -(-n * fraction // 1)))
             return self.implementations(xp.ascontiguousarray(x[:, :int(m)]))
 
-        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced)
+        # scipy.sparse's import (0.1-0.3 s on 2 cores) is not paid on a first use when
+        # nothing else imported it: a thorough tuning (dspk tune) times the csr product
+        imports = None if gpu else {"csr": ("scipy.sparse",)}
+        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports)
         self._choice[size_class] = name
         self.chosen = name
         return out
@@ -375,14 +378,15 @@ class SpatialFilter:
 def spatial_filter(w: Any, x: Any) -> Any:
     """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
 
-    The first call with a W computes the dense product (`dspk.linalg.matmul`): W's analysis
-    and the sparse kernel's plan cost more than one product, so they are not paid for a W
-    seen once (on the GPU its fingerprint is started after the product's launch, on a side
+    On the GPU the first call with a W computes the dense product (`dspk.linalg.matmul`):
+    W's analysis and the sparse kernel's plan cost more than one product, so they are not
+    paid for a W seen once (its fingerprint is started after the product's launch, on a side
     stream, and not waited for). When the same W comes again (recognised by its content, so
-    a W modified in place counts as new: from the second call on the CPU, on the GPU from the
-    third, or the first after the second's fingerprint has landed), it is prepared as a
-    `SpatialFilter` (see there for the implementations and how one is chosen) and kept with
-    the last 8 matrices: calling this in a loop then costs a fingerprint of W per call over
+    a W modified in place counts as new: from the third call, or the first after the
+    second's fingerprint has landed), it is prepared as a `SpatialFilter` (see there for the
+    implementations and how one is chosen) and kept with the last 8 matrices. On the CPU,
+    where the analysis costs less than it saves on one product, W is prepared on its first
+    call: calling this in a loop then costs a fingerprint of W per call over
     ``SpatialFilter(W)(x)``. A W found dense (nothing to prepare) goes to the dense product
     directly from then on, without the fingerprint (its buffer is remembered; the verdict
     is checked again every 64 calls).
@@ -414,7 +418,7 @@ def spatial_filter(w: Any, x: Any) -> Any:
     ident = buffer_identity(w)
     sight = None
     if not verdicts.dense(ident):
-        prepared, sight = _prepared_filters().lookup(w, ident)
+        prepared, sight = _prepared_filters(xp is not np).lookup(w, ident)
         if prepared is not None:
             if not prepared.sparse:
                 verdicts.add(ident)
@@ -493,11 +497,17 @@ def _check_pair(w: Any, x: Any, xp: Any = None) -> Any:
     return xp
 
 
-def _prepared_filters() -> PreparedCache:
-    """The engine's SpatialFilters of the matrices spatial_filter was called with lately
-    (prepared on the second call with the same content)."""
+def _prepared_filters(gpu: bool = True) -> PreparedCache:
+    """The engine's SpatialFilters of the matrices spatial_filter was called with lately:
+    on the GPU prepared on the second call with the same content, on the CPU on the first
+    (there W's analysis and the row-block plan cost less than what they save on one product:
+    384 channels x 30 000 samples on 2 cores, a local W: the dense product 36-52 ms, the
+    prepared filter's first call 38 ms, then 19-21)."""
+    if gpu:
+        return current_engine().prepared(
+            "spatial_filter", lambda: PreparedCache(_filter_of_copy, prepare_on=2))
     return current_engine().prepared(
-        "spatial_filter", lambda: PreparedCache(_filter_of_copy, prepare_on=2))
+        "spatial_filter_cpu", lambda: PreparedCache(_filter_of_copy, prepare_on=1))
 
 
 def _filter_of_copy(w: Any) -> SpatialFilter:
