@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,17 +46,6 @@ def stale_fatbins(directory: Path) -> dict[str, str]:
     return found
 
 
-def _nvcc() -> str | None:
-    """nvcc on PATH, else in $CUDA_HOME, $CUDA_PATH or /usr/local/cuda (as the build's)."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "bin" / "nvcc").is_file():
-            return str(Path(root) / "bin" / "nvcc")
-    return None
-
-
 class BuildPy(build_py):
     """build_py, then the stale prebuilt fatbins of the wheel rebuilt (or left out)."""
 
@@ -67,7 +55,7 @@ class BuildPy(build_py):
             return
         out = Path(self.build_lib) / "dspk" / "kernels" / "prebuilt"
         stale = stale_fatbins(out)
-        nvcc = _nvcc()
+        nvcc = _fatbins().find_nvcc()
         if stale and nvcc and os.environ.get("DSPK_BUILD_KERNELS", "1") != "0":
             print(f"dspk: building the prebuilt kernels of {', '.join(stale)} with {nvcc}",
                   flush=True)

@@ -39,7 +39,7 @@ from typing import Iterable
 
 from . import CUDA_SOURCES, KERNEL_DIR, declared_files, declared_instances, elf
 from .fatbins import (NVCC_OPTIONS, PREBUILT_DIR, PTX_ARCH, SASS_ARCHS, TABLE_VERSION,
-                      paste_headers, read_table, stale, stem, text_hash)
+                      find_nvcc, paste_headers, read_table, stale, stem, text_hash)
 
 #: the modules whose import declares every source's instances (`dspk` imports all but one)
 DECLARING_MODULES = ("dspk", "dspk.match")
@@ -141,17 +141,6 @@ def gencode(archs: Iterable[str], ptx: str | None) -> list[str]:
     if ptx is not None and _arch_number(ptx) not in {_arch_number(a) for a in archs}:
         args += ["-gencode", f"arch={ptx},code={ptx}"]
     return args
-
-
-def find_nvcc() -> str | None:
-    """nvcc on PATH, else in $CUDA_HOME or $CUDA_PATH, else in /usr/local/cuda."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "bin" / "nvcc").is_file():
-            return str(Path(root) / "bin" / "nvcc")
-    return None
 
 
 def nvcc_version(nvcc: str) -> tuple[int, int, int]:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -143,3 +145,15 @@ def image_for(table: dict, cc: tuple[int, int], driver: int) -> tuple[str | None
 def names(table: dict, arch: str) -> dict[str, str]:
     """Instance expression -> mangled name, for the instances ``table`` has for ``arch``."""
     return {e: table["names"][e] for e in table["archs"][arch]}
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else in $CUDA_HOME or $CUDA_PATH, else in /usr/local/cuda (here, in this
+    standard-library module, for `dspk.kernels.build` and the wheel's build hook alike)."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    return None
