@@ -63,7 +63,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import backend_tools, bench_main, finish, heading  # noqa: E402 (benchmarks/)
+from common import backend_tools, bench_main, count_tuner_time, finish, heading  # noqa: E402
 from dspk import _detect_gpu  # noqa: E402
 from dspk.detect import (_neighbourhoods, _noise_check, _template_noise,  # noqa: E402
                          default_templates, detect_spikes, learn_templates, template_noise)
@@ -611,23 +611,8 @@ def first_call_child(backend: str, seconds: float) -> dict:
     limited noise (the batch made before the clock starts), the time the engine's tuner spent
     inside it (its `_tune` and `_choose_now`, the timing of candidates and implementations),
     then the warm median of 5 calls."""
-    from dspk.linalg.tuner import Tuner
-
     gpu, xp, clock = backend_tools(backend)
-    spent = [0.0]
-
-    def timed(f):
-        def g(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t0
-        return g
-
-    for name in ("_tune", "_choose_now"):
-        if hasattr(Tuner, name):
-            setattr(Tuner, name, timed(getattr(Tuner, name)))
+    spent = count_tuner_time()
     geom, _ = np1()
     x, _ = batch(geom, seconds, spectrum="band")
     xd = xp.asarray(x)

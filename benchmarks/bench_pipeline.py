@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dspk  # noqa: E402
-from common import bench_main, finish, heading  # noqa: E402 (benchmarks/)
+from common import bench_main, count_tuner_time, finish, heading  # noqa: E402 (benchmarks/)
 
 FS = 30000.0
 CHANNELS = 384
@@ -124,22 +124,7 @@ def first_job_child(backend: str, src: str, out: str) -> dict:
     """In a fresh process: import dspk, build the pipeline, `Pipeline.run` file to file (fit
     included, float32 out); the time the engine's tuner spent inside (its `_tune` and
     `_choose_now`: timing candidates and implementations)."""
-    from dspk.linalg.tuner import Tuner  # noqa: PLC0415
-
-    spent = [0.0]
-
-    def timed(f):
-        def g(*a, **k):
-            t = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t
-        return g
-
-    for name in ("_tune", "_choose_now"):
-        if hasattr(Tuner, name):
-            setattr(Tuner, name, timed(getattr(Tuner, name)))
+    spent = count_tuner_time()
     t0 = time.perf_counter()
     pipe = dspk.Pipeline.from_options(highpass=300, reference="median", whiten="local",
                                       backend=backend)

@@ -1,4 +1,4 @@
-"""What bench_match and bench_ops share: the command line, the environment header, writing the
+"""What the benchmarks share: the command line, the environment header, writing the
 results, and timing: one call per sample, CUDA events on the GPU, perf_counter on
 the CPU, median after a warm-up call. (bench_linalg has its own, finer clock: back-to-back calls,
 rotation beyond L2, device-only time behind a spin kernel.)"""
@@ -112,3 +112,26 @@ def bench_main(name: str, doc: str, run, markdown, argv=None) -> None:
     env = environment(backend == "gpu")
     publish(name, backend, markdown(rows, notes, backend, env, **extra),
             {"env": env, "rows": rows, "notes": notes, **extra}, args.out)
+
+
+def count_tuner_time() -> list[float]:
+    """From now on in this process, the seconds spent inside the engine's tuner (its `_tune`
+    and `_choose_now`: timing candidates and implementations) are added to the returned
+    one-element list (a first call's share of tuning, for the benchmarks of first calls)."""
+    from dspk.linalg.tuner import Tuner
+
+    spent = [0.0]
+
+    def timed(f):
+        def g(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return g
+
+    for name in ("_tune", "_choose_now"):
+        if hasattr(Tuner, name):
+            setattr(Tuner, name, timed(getattr(Tuner, name)))
+    return spent
