@@ -107,12 +107,16 @@ CASES = {
 CHILD = PRELUDE + """
 {inputs}
 sync()
+from common import count_compiles, count_tuner_time
+tuner, compiles = count_tuner_time(), count_compiles()
 t = time.perf_counter(); {call}; sync(); first = time.perf_counter() - t
+tuner_s, (nvrtc_s, nvrtc_names) = tuner[0], (compiles[0], list(compiles[1]))
 warm = []
 for _ in range(3):
     t = time.perf_counter(); {call}; sync(); warm.append(time.perf_counter() - t)
 print("RESULT " + json.dumps(dict(first_s=first, warm_s=statistics.median(warm),
-                                  import_s=t_import)))
+                                  import_s=t_import, tuner_s=tuner_s, nvrtc_s=nvrtc_s,
+                                  nvrtc=nvrtc_names)))
 """
 
 
@@ -121,7 +125,8 @@ def run_case(name: str, backend: str, cache: Path, timeout: float) -> dict:
     inputs, call = CASES[name]
     code = CHILD.format(inputs=textwrap.dedent(inputs), call=call)
     env = dict(os.environ, BENCH_BACKEND=backend, DSPK_CACHE_DIR=str(cache / "dspk"),
-               CUPY_CACHE_DIR=str(cache / "cupy"), PYTHONPATH=str(ROOT))
+               CUPY_CACHE_DIR=str(cache / "cupy"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
     t = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=timeout)
@@ -165,23 +170,30 @@ def main(argv=None) -> None:
     env = environment(gpu)
     lines = heading("bench_coldstart", args.backend, env,
                     ["call", "first, empty caches (ms)", "warm median (ms)", "first / warm",
-                     "first, filled caches (ms)", "goal met (empty caches)"])
+                     "first, filled caches (ms)", "goal met (empty caches)",
+                     "of which tuner / NVRTC (ms, kernels compiled)"])
     for r in calls:
         c, f = r["cold"], r["filled"]
         if "error" in c or "error" in f:
-            lines.append(f"| {r['call']} | {c.get('error', '')} {f.get('error', '')} | | | | |")
+            lines.append(f"| {r['call']} | {c.get('error', '')} {f.get('error', '')} | | | | | |")
             continue
         first, warm = c["first_s"] * 1e3, c["warm_s"] * 1e3
         met = first <= warm + 300.0 if gpu else first <= 2.0 * warm
         lines.append(f"| {r['call']} | {first:.1f} | {warm:.2f} | {first / warm:.1f}x | "
-                     f"{f['first_s'] * 1e3:.1f} | {'yes' if met else 'no'} |")
+                     f"{f['first_s'] * 1e3:.1f} | {'yes' if met else 'no'} | {_shares(c)} |")
     if args.split:
         lines += ["", "First call with one cache emptied (the other filled by the runs above):", "",
-                  "| call | tuner cache empty (ms) | kernel caches empty (ms) |", "|---|---|---|"]
+                  "| call | tuner cache empty (ms) | of which tuner / NVRTC | kernel caches empty "
+                  "(ms) | of which tuner / NVRTC |", "|---|---|---|---|---|"]
         for r in calls:
-            cells = [f"{r[k]['first_s'] * 1e3:.1f}" if "first_s" in r[k] else r[k]["error"]
-                     for k in ("tuner_cold", "kernels_cold")]
+            cells = [f"{r[k]['first_s'] * 1e3:.1f} | {_shares(r[k])}" if "first_s" in r[k]
+                     else f"{r[k]['error']} |" for k in ("tuner_cold", "kernels_cold")]
             lines.append(f"| {r['call']} | {cells[0]} | {cells[1]} |")
+        compiled = sorted({k for r in calls for run in ("cold", "kernels_cold")
+                           for k in r.get(run, {}).get("nvrtc", [])})
+        if compiled:
+            lines += ["", f"Kernels NVRTC compiled in first calls ({len(compiled)} distinct):",
+                      "", ", ".join(f"`{k}`" for k in compiled)]
     notes = [f"import dspk: {calls[0]['cold']['import_s'] * 1e3:.0f} ms in the first process"
              if calls and "import_s" in calls[0]["cold"] else "",
              "goal: first <= 2x warm (CPU), first <= warm + 300 ms (GPU)",
@@ -194,6 +206,15 @@ def main(argv=None) -> None:
         (out / f"bench_coldstart-{args.backend}.md").write_text(md)
         (out / f"bench_coldstart-{args.backend}.json").write_text(
             json.dumps({"env": env, "rows": rows, "calls": calls}, indent=1))
+
+
+def _shares(run: dict) -> str:
+    """The tuner's and NVRTC's milliseconds inside a first call, and how many kernels NVRTC
+    compiled."""
+    if "tuner_s" not in run:
+        return ""
+    return (f"{run['tuner_s'] * 1e3:.0f} / {run['nvrtc_s'] * 1e3:.0f} "
+            f"({len(run.get('nvrtc', []))})")
 
 
 #: the measurements of a call, as rows of the results format (`dspk.plot.load_results`)

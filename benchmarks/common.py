@@ -5,7 +5,9 @@ rotation beyond L2, device-only time behind a spin kernel.)"""
 
 from __future__ import annotations
 
+import re
 import statistics
+import sys
 import time
 
 
@@ -112,6 +114,32 @@ def bench_main(name: str, doc: str, run, markdown, argv=None) -> None:
     env = environment(backend == "gpu")
     publish(name, backend, markdown(rows, notes, backend, env, **extra),
             {"env": env, "rows": rows, "notes": notes, **extra}, args.out)
+
+
+def count_compiles() -> list:
+    """From now on in this process, the seconds CuPy spends compiling kernels with NVRTC (its
+    own elementwise/reduction/sort kernels and any RawModule built from source; a kernel found
+    in ``CUPY_CACHE_DIR`` is not compiled) go to element 0 of the returned list and the
+    compiled kernels' names (the first 60 characters of each) to element 1. Nothing is counted
+    where CuPy is not imported."""
+    spent: list = [0.0, []]
+    if "cupy" not in sys.modules:
+        return spent
+    from cupy.cuda import compiler
+
+    inner = compiler.compile_using_nvrtc
+
+    def timed(source, *a, **k):
+        t0 = time.perf_counter()
+        try:
+            return inner(source, *a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            found = re.findall(r"__global__\s+void\s+(\w+)", str(source))
+            spent[1].append(",".join(found)[:60] or "?")
+
+    compiler.compile_using_nvrtc = timed
+    return spent
 
 
 def count_tuner_time() -> list[float]:

@@ -138,7 +138,7 @@ def test_fir_bank_and_fir_filter_offer_the_toeplitz_candidate(n_filters, taps, m
     seen = {}
     tuner = current_engine().tuner
 
-    def pick(key, impls, gpu, agree, sliced=None, imports=None):
+    def pick(key, impls, gpu, agree, sliced=None, imports=None, jit=()):
         seen.update(impls)
         ref = impls[next(iter(impls))]()
         assert agree(impls["toeplitz_gemm"](), ref) is None

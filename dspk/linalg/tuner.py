@@ -73,6 +73,7 @@ import numpy as np
 from .._version import __version__
 from ..backend import cupy_module, device_name
 from ..caches import shared
+from .host_checks import fill_rows, read_cols, read_matrix, read_rows
 from .problem import Candidate, Problem, prepared
 from .threads import single_threaded_blas
 from .view import MatrixView
@@ -746,7 +747,8 @@ class Tuner:
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                agree: Callable[[Any, Any], str | None],
                sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
-               imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str]:
+               imports: dict[str, tuple[str, ...]] | None = None,
+               jit: Any = ()) -> tuple[str, str]:
         """Pick among whole-operation implementations (an NCC bank, say) the way `select` picks
         among product candidates: the cached ranking, else each runner is run, its result
         checked against the first runner's (the reference) with ``agree`` (None, or why not),
@@ -779,19 +781,24 @@ class Tuner:
             about 2 s on 2 cores): a first use leaves such a runner for a thorough tuning
             while another one can run (the first runner left is then the reference; one left
             alone is chosen without a run).
+        jit : collection of str, optional
+            Names of runners whose first run in a process makes CuPy compile kernels of its
+            own with NVRTC (0.1-1.5 s each on a machine whose CuPy cache is empty; cupyx's
+            overlap-add, cuSPARSE's CSR through cupyx, cupy.median): on the GPU a first use
+            leaves them for a thorough tuning, as ``imports``.
 
         Returns
         -------
         tuple
             (name, why): why is ``"cache"``, ``"tuned now"`` or the mode's reason.
         """
-        name, why, _ = self._choose(key, runners, gpu, agree, sliced, imports, keep=False)
+        name, why, _ = self._choose(key, runners, gpu, agree, sliced, imports, jit, keep=False)
         return name, why
 
     def choose_run(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                    agree: Callable[[Any, Any], str | None],
                    sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
-                   imports: dict[str, tuple[str, ...]] | None = None
+                   imports: dict[str, tuple[str, ...]] | None = None, jit: Any = ()
                    ) -> tuple[str, str, Any]:
         """`choose`, and the chosen runner's result: (name, why, result). On first use without
         ``sliced`` the result is the one the tuning computed (no further run); otherwise the
@@ -811,14 +818,15 @@ class Tuner:
         >>> t.choose_run(("total", 6), runners, False, lambda got, ref: None)[1]
         'cache'
         """
-        name, why, result = self._choose(key, runners, gpu, agree, sliced, imports, keep=True)
+        name, why, result = self._choose(key, runners, gpu, agree, sliced, imports, jit,
+                                         keep=True)
         if result is _NOT_RUN:
             result = runners[name]()
         return name, why, result
 
     def _choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                 agree: Callable[[Any, Any], str | None], sliced: Any, imports: Any,
-                keep: bool) -> tuple[str, str, Any]:
+                jit: Any, keep: bool) -> tuple[str, str, Any]:
         mode = self.mode
         names = list(runners)
         if mode == "off":
@@ -834,7 +842,8 @@ class Tuner:
             name = self._cached_name(key, runners, thorough, None)
             if name is not None:
                 return name, "cache", _NOT_RUN
-            return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough, imports)
+            return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough, imports,
+                                    jit)
 
     def _cached_name(self, key: tuple, runners: dict, thorough: bool,
                      entry: dict | None) -> str | None:
@@ -849,17 +858,22 @@ class Tuner:
     def _choose_now(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                     agree: Callable[[Any, Any], str | None], sliced: Any = None,
                     keep: bool = False, thorough: bool = False,
-                    imports: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str, Any]:
+                    imports: dict[str, tuple[str, ...]] | None = None,
+                    jit: Any = ()) -> tuple[str, str, Any]:
         self._tunings += 1
         untimed = {}
-        if not thorough and imports:
-            deferred = {n: ", ".join(m for m in imports.get(n, ()) if m not in sys.modules)
-                        for n in runners}
-            deferred = {n: m for n, m in deferred.items() if m}
+        if not thorough and (imports or (gpu and jit)):
+            deferred = {}
+            for n in runners:
+                missing = ", ".join(m for m in (imports or {}).get(n, ()) if m not in sys.modules)
+                if missing:
+                    deferred[n] = f"its first run would import {missing}"
+                elif gpu and n in jit:
+                    deferred[n] = "its first run would have CuPy compile kernels (NVRTC)"
             if len(deferred) < len(runners):
-                untimed = {n: f"not timed on first use: its first run would import {m}, which "
-                              f"costs more than the operation; a thorough tuning (dspk tune) "
-                              f"times it" for n, m in deferred.items()}
+                untimed = {n: f"not timed on first use: {why}, which costs more than the "
+                              f"operation; a thorough tuning (dspk tune) times it"
+                           for n, why in deferred.items()}
                 runners = {n: r for n, r in runners.items() if n not in deferred}
                 if sliced is not None:
                     sliced = _only(sliced, set(runners))
@@ -1325,18 +1339,25 @@ class _Sampler:
         self.rows = sorted({int(r) for r in np.linspace(0, M - 1, min(M, self.MAX_ROWS))})
         self.cols = None if max_cols is None or N <= max_cols else \
             sorted({int(c) for c in np.linspace(0, N - 1, max_cols)})
-        xp = p.a.xp
+        # on the GPU the sampled values are read to the host and compared there (host_checks:
+        # CuPy's own kernels would be compiled in a first call)
+        self.host = p.gpu
+        xp = np if self.host else p.a.xp
         self.xp = xp
         self.exact = p.dtype.kind in "iu"
         ref_t = np.int64 if self.exact else np.float64
-        rows = xp.asarray(self.rows)
-        cols = None if self.cols is None else xp.asarray(self.cols)
-        av, bv = p.a.to_array(), p.b.to_array()
-        a = xp.stack([av[i][rows] for i in self.batches]).astype(ref_t)
-        b = xp.stack([bv[i] if cols is None else bv[i][:, cols]
-                      for i in self.batches]).astype(ref_t)
-        if self.exact and xp is not np:  # the int64 reference on the host: certainly exact
-            a, b = a.get(), b.get()
+        if self.host:
+            rows = cols = None
+            a = read_rows(p.a, self.batches, self.rows).astype(ref_t)
+            b = (read_matrix(p.b, self.batches) if self.cols is None
+                 else read_cols(p.b, self.batches, self.cols)).astype(ref_t)
+        else:
+            rows = xp.asarray(self.rows)
+            cols = None if self.cols is None else xp.asarray(self.cols)
+            av, bv = p.a.to_array(), p.b.to_array()
+            a = xp.stack([av[i][rows] for i in self.batches]).astype(ref_t)
+            b = xp.stack([bv[i] if cols is None else bv[i][:, cols]
+                          for i in self.batches]).astype(ref_t)
         # a small product: one BLAS thread (waking BLAS's threads on a loaded machine took
         # 0.04-0.6 s for 3 x 30 000 x 32 float64 on 2 cores)
         with single_threaded_blas() if xp is np else nullcontext():
@@ -1354,6 +1375,9 @@ class _Sampler:
         self._rows, self._cols = rows, cols
 
     def _out_rows(self) -> Any:
+        if self.host:
+            got = read_rows(self.p.out, self.batches, self.rows)
+            return got if self.cols is None else got[:, :, self.cols]
         out = self.p.out.to_array()
         got = [out[i][self._rows] for i in self.batches]
         if self._cols is not None:
@@ -1361,6 +1385,11 @@ class _Sampler:
         return self.xp.stack(got)
 
     def poison(self) -> None:
+        if self.host:  # the sampled rows whole (every candidate writes every output)
+            out = self.p.out
+            value = np.iinfo(out.dtype).min if out.dtype.kind in "iu" else np.nan
+            fill_rows(out, self.batches, self.rows, value)
+            return
         out = self.p.out.to_array()
         value = np.iinfo(np.int64).min if self.exact else np.nan
         for bi in self.batches:
@@ -1377,7 +1406,6 @@ class _Sampler:
     def check_result(self) -> str | None:
         if self.exact:
             got = self._out_rows()
-            got = got.get() if self.xp is not np else got
             wrong = int(np.count_nonzero(got != self.ref))
             return None if wrong == 0 else (f"{wrong} of {got.size} sampled outputs differ from "
                                             f"the int64 reference")
@@ -1458,8 +1486,22 @@ def _make_probe(p: Problem) -> Problem:
         return MatrixView(buf, v.shape, v.strides, v.offset + delta, v.name)
 
     a, b, out = (clone(v) for v in views)
+    if xp is np:
+        for v in (a, b):
+            v.to_array()[...] = _probe_values(np, v.shape, v.dtype)
+        return Problem(a, b, out, p.symmetric)
+    # GPU: the values written into host copies of the buffers, then one copy each (CuPy's
+    # strided assignment would compile a kernel in the first call)
+    hosts: dict[int, tuple[Any, np.ndarray]] = {}
     for v in (a, b):
-        v.to_array()[...] = _probe_values(xp, v.shape, v.dtype)
+        buf = v.buffer
+        if id(buf) not in hosts:
+            hosts[id(buf)] = (buf, np.zeros(buf.size, buf.dtype))
+        host = hosts[id(buf)][1]
+        MatrixView(host, v.shape, v.strides, v.offset, v.name).to_array()[...] = \
+            _probe_values(np, v.shape, v.dtype)
+    for buf, host in hosts.values():
+        buf.set(host)
     return Problem(a, b, out, p.symmetric)
 
 
@@ -1601,8 +1643,12 @@ def _rotation(p: Problem) -> list[Problem]:
                 buf = copies.get(ident)
                 if buf is None:
                     buf = cp.empty(shift + hi - lo + 1, dtype=v.dtype)
-                    if fill:
-                        buf[shift:] = v.buffer[lo:hi + 1]
+                    if fill:  # (a copy, not CuPy's assignment kernel: nothing compiled)
+                        cp.cuda.runtime.memcpyAsync(
+                            buf.data.ptr + shift * v.itemsize,
+                            v.buffer.data.ptr + lo * v.itemsize, (hi - lo + 1) * v.itemsize,
+                            cp.cuda.runtime.memcpyDeviceToDevice,
+                            cp.cuda.get_current_stream().ptr)
                     copies[ident] = buf
                 return MatrixView(buf, v.shape, v.strides, v.offset - lo + shift, v.name)
 

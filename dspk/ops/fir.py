@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..linalg.engine import current_engine
+from ..linalg.host_checks import max_relative_difference
 from ._checks import traces
 from ._parallel import blocks
 from ._traces_gpu import fir_direct, fir_reason
@@ -280,8 +281,7 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
     tol = 1e-4 if x.dtype == np.float32 else 1e-10
 
     def agree(got: Any, ref: Any) -> str | None:
-        scale = float(abs(ref).max()) or 1.0
-        worst = float(abs(got - ref).max()) / scale
+        worst = max_relative_difference(got, ref)   # (on the host: nothing compiled)
         return None if worst <= tol else f"differs from the FFT result by {worst:.1e} (relative)"
 
     def sliced(fraction: float) -> dict:
@@ -294,7 +294,10 @@ def _correlate_bank(xp: Any, x: Any, weights: np.ndarray) -> Any:
     # not paid on a first use when nothing else imported them: a thorough tuning (dspk tune)
     # times those candidates
     imports = None if gpu else {"oaconvolve": ("scipy.signal",), "rfft_rows": ("scipy.fft",)}
-    return tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports)[2]
+    # on the GPU cupyx's overlap-add imports scipy.fft/scipy.sparse (0.6 s) and compiles
+    # kernels with NVRTC in its first run: left for a thorough tuning too
+    return tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports,
+                            jit=("oaconvolve",))[2]
 
 
 def _rfft_bank(x: np.ndarray, weights: np.ndarray) -> np.ndarray:

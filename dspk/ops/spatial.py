@@ -9,10 +9,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..backend import array_module, blocked_transpose, is_cupy_array, to_numpy
+from ..backend import array_module, blocked_transpose, cupy_module, is_cupy_array, to_numpy
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
+from ..linalg.host_checks import identical, max_relative_difference, to_host
 from ..linalg.prepared import PreparedCache, buffer_identity
 from ._checks import FLOATS, geometry, traces
 from ._parallel import blocks
@@ -152,6 +153,14 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
     >>> (w != 0).sum(axis=1)
     array([3, 3, 3, 3, 3, 3])
     """
+    if is_cupy_array(cov):
+        # CuPy in, CuPy out, computed on the host: W is [channels, channels], made once per
+        # recording, and LAPACK's eigh takes milliseconds where cuSOLVER's batched eigh and
+        # the CuPy kernels around it cost 6-10 s of NVRTC compiles on a fresh machine (0.6 s
+        # with CuPy's cache filled; measured on an H100). The same W as for NumPy input.
+        g = geometry_um.get() if is_cupy_array(geometry_um) else geometry_um
+        w = whitening_matrix(to_host(cov), eps, g, n_neighbors, radius_um)
+        return cupy_module().asarray(w)
     xp = _check_cov(cov)
     dtype = cov.dtype if cov.dtype in FLOATS else np.dtype(np.float64)
     if eps is not None and not eps > 0:
@@ -248,14 +257,17 @@ class SpatialFilter:
         _check_w(w)
         self.w = w
         self.xp = array_module(w)
-        nnz = to_numpy((w != 0).sum(axis=1))
+        # W's pattern read on the host (CuPy's comparison and sum would be compiled in a
+        # first call: 1.5 s on a fresh machine); W is [out_channels, channels], small
+        host = to_host(w)
+        nnz = (host != 0).sum(axis=1)
         self.max_row_nnz = int(nnz.max())
         self.sparse = (self.max_row_nnz <= SPARSE_MAX_ROW and w.shape[1] > SPARSE_MAX_ROW and
                        int(nnz.sum()) <= SPARSE_DENSITY * w.size)
         self._cast: dict = {}
         self._csr: dict = {}
         self._plans: dict = {}
-        self._host: np.ndarray | None = None
+        self._host: np.ndarray | None = host.astype(np.float64) if self.xp is not np else None
         self._row_plans: dict = {}
         self.chosen: str | None = None    # the implementation of the last call
         self._choice: dict = {}
@@ -323,7 +335,7 @@ class SpatialFilter:
         tol = 1e-5 if x.dtype == np.float32 else 1e-12
 
         def agree(got: Any, ref: Any) -> str | None:
-            worst = float(abs(got - ref).max()) / (float(abs(ref).max()) or 1.0)
+            worst = max_relative_difference(got, ref)   # (on the host: nothing compiled)
             return None if worst <= tol else f"differs from the dense product by {worst:.1e}"
 
         def sliced(fraction: float) -> dict:
@@ -336,7 +348,10 @@ class SpatialFilter:
         # scipy.sparse's import (0.1-0.3 s on 2 cores) is not paid on a first use when
         # nothing else imported it: a thorough tuning (dspk tune) times the csr product
         imports = None if gpu else {"csr": ("scipy.sparse",)}
-        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports)
+        # on the GPU cupyx's CSR product compiles kernels with NVRTC in its first run (6 s
+        # measured on an H100 with an empty CuPy cache): left for a thorough tuning too
+        name, _, out = tuner.choose_run(key, impls, gpu, agree, sliced=sliced, imports=imports,
+                                        jit=("csr",))
         self._choice[size_class] = name
         self.chosen = name
         return out
@@ -610,7 +625,10 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
                 tuner = current_engine().tuner
                 key = ("median_reference", tuner.stamp(gpu, a.device.id if gpu else None),
                        a.dtype.name, *(int(v).bit_length() for v in a.shape))
-                return tuner.choose_run(key, impls, gpu, _identical, sliced=sliced)[2]
+                # cupy.median compiles its kernels with NVRTC in its first run (seconds on a
+                # fresh machine): a first use on the GPU leaves it for a thorough tuning
+                return tuner.choose_run(key, impls, gpu, _identical, sliced=sliced,
+                                        jit=("median",))[2]
         return a - reduce(a)[None]
 
     if groups is None:
@@ -650,7 +668,7 @@ def _median_by_sorting(a: np.ndarray) -> np.ndarray:
 
 
 def _identical(got: Any, ref: Any) -> str | None:
-    return None if bool((got == ref).all()) else "differs from cupy.median's result"
+    return None if identical(got, ref) else "differs from cupy.median's result"
 
 
 def bipolar_matrix(pairs: Any, n_channels: int, dtype: Any = np.float32) -> np.ndarray:
