@@ -127,7 +127,11 @@ def count_compiles() -> list:
         return spent
     from cupy.cuda import compiler
 
-    inner = compiler.compile_using_nvrtc
+    # (CuPy 14: _compile_with_cache_cuda calls this module-level function on a cache miss)
+    hook = "_compile_using_nvrtc_no_warning"
+    if not hasattr(compiler, hook):
+        hook = "compile_using_nvrtc"
+    inner = getattr(compiler, hook)
 
     def timed(source, *a, **k):
         t0 = time.perf_counter()
@@ -138,7 +142,7 @@ def count_compiles() -> list:
             found = re.findall(r"__global__\s+void\s+(\w+)", str(source))
             spent[1].append(",".join(found)[:60] or "?")
 
-    compiler.compile_using_nvrtc = timed
+    setattr(compiler, hook, timed)
     return spent
 
 
