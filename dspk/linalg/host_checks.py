@@ -28,9 +28,18 @@ def _one(view: MatrixView, b: int) -> MatrixView:
     return view.batch(b, b + 1)
 
 
+#: the dtype the gather kernel copies a dtype of each item size as (a copy moves bits: an
+#: int64 output read as float64 keeps its value exactly)
+_AS = {1: np.uint8, 2: np.int16, 4: np.float32, 8: np.float64}
+
+
 def _get(view: MatrixView) -> np.ndarray:
     """A GPU view's elements as a row-major NumPy array of its shape."""
-    return gather(view).get().reshape(view.shape)
+    dtype = view.dtype
+    if dtype.itemsize in _AS and dtype != _AS[dtype.itemsize]:
+        view = MatrixView(view.buffer.view(_AS[dtype.itemsize]), view.shape, view.strides,
+                          view.offset, view.name)
+    return gather(view).get().view(dtype).reshape(view.shape)
 
 
 def read_rows(view: MatrixView, batches: Sequence[int], rows: Sequence[int]) -> np.ndarray:
