@@ -96,8 +96,9 @@ class Handle:
         self.ptr = ctypes.c_void_p()
         _check(lib.cublasLtCreate(ctypes.byref(self.ptr)), "cublasLtCreate")
 
-    def __del__(self) -> None:
-        if self.ptr and not sys.is_finalizing():   # at exit the driver may be gone first
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
+        # at exit the driver may be gone first (and this module's globals, sys among them)
+        if self.ptr and not _finalizing():
             self.lib.cublasLtDestroy(self.ptr)
 
 
