@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import is_cupy_array
+from ..backend import is_cupy_array, pinned_empty
 from ..caches import shared
 from ..kernels import FastLaunch, declare_instances, grid_1d, kernel
 
@@ -108,11 +108,11 @@ class _DeviceHasher:
 
     def __init__(self, device_id: int) -> None:
         import cupy as cp  # noqa: PLC0415 (CuPy input)
-        import cupyx  # noqa: PLC0415 (CuPy input)
 
         self._cp = cp
         self._words = cp.zeros(self.RING, dtype=np.uint64)
-        self._host = cupyx.zeros_pinned(self.RING, dtype=np.uint64)
+        self._host = pinned_empty(self.RING, np.uint64)
+        self._host[...] = 0
         self._launches: dict = {}
         self._lock = threading.Lock()
         self._side = cp.cuda.Stream(non_blocking=True)
@@ -184,10 +184,8 @@ class _DeviceHasher:
         runtime = self._cp.cuda.runtime
         mine = getattr(self._local, "words", None)
         if mine is None:
-            import cupyx  # noqa: PLC0415 (CuPy input)
-
             mine = self._local.words = (self._cp.empty(1, dtype=np.uint64),
-                                        cupyx.empty_pinned(1, dtype=np.uint64))
+                                        pinned_empty(1, np.uint64))
         word, host = mine
         wide = nbytes % 4 == 0 and ptr % 4 == 0
         launch = self._launch(nbytes // 4 if wide else nbytes, wide)

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import array_module, is_cupy_array
 from ..linalg import matmul
+from ..linalg.host_checks import to_host
 from ..linalg.threads import single_threaded_blas
 from ._pca_gpu import center_project, fits
 from ._checks import FLOATS
@@ -83,17 +84,21 @@ class PCA:
                              f"clips; got {taps} taps, {n} clips")
         mean = x.mean(axis=0, dtype=np.float64)
         xc = x - mean.astype(x.dtype)[None]
-        cov = matmul(xc.T, xc).astype(np.float64) / max(n - 1, 1)
+        # the [taps, taps] covariance's eigendecomposition on the host for CuPy input too:
+        # LAPACK takes well under a millisecond for it, where cuSOLVER's and the CuPy kernels
+        # around it (argsort, take, sign, where...) cost 1.9 s of NVRTC compiles in a first
+        # call on a fresh machine (measured on an H100)
+        cov = to_host(matmul(xc.T, xc)).astype(np.float64) / max(n - 1, 1)
         with single_threaded_blas():   # the same components whatever the thread count
-            d, e = xp.linalg.eigh(cov)
-        order = xp.argsort(d)[::-1][:k]
+            d, e = np.linalg.eigh(cov)
+        order = np.argsort(d)[::-1][:k]
         comps = e[:, order].T                                  # [k, taps]
-        big = xp.argmax(xp.abs(comps), axis=1)
-        signs = xp.sign(comps[xp.arange(k), big])
-        comps = comps * xp.where(signs == 0, 1, signs)[:, None]
+        big = np.argmax(np.abs(comps), axis=1)
+        signs = np.sign(comps[np.arange(k), big])
+        comps = comps * np.where(signs == 0, 1, signs)[:, None]
         self.mean_ = mean.astype(x.dtype)
-        self.components_ = comps.astype(x.dtype)
-        self.explained_variance_ = d[order]
+        self.components_ = xp.asarray(comps.astype(x.dtype))
+        self.explained_variance_ = xp.asarray(d[order])
         return self
 
     def transform(self, clips: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..backend import array_module, to_numpy
+from ..backend import array_module, pinned_empty, to_numpy
 from ..io import Recording, to_uv
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_ahead", "read_block", "quantize",
@@ -190,12 +190,10 @@ class Staging:
 
     def __init__(self, rec: Recording, width: int, slots: int, out_shape: tuple,
                  out_dtype: np.dtype, layout: str) -> None:
-        import cupyx  # noqa: PLC0415 (GPU jobs only: CuPy is imported when one runs)
-
         self.rec, self.layout, self.out_dtype = rec, layout, out_dtype
         c = rec.n_channels
-        self._in = [cupyx.empty_pinned(width * c, dtype=rec.dtype) for _ in range(slots)]
-        self._out = [cupyx.empty_pinned(out_shape[0] * c, dtype=out_dtype) for _ in range(3)]
+        self._in = [pinned_empty(width * c, rec.dtype) for _ in range(slots)]
+        self._out = [pinned_empty(out_shape[0] * c, out_dtype) for _ in range(3)]
         self.transfer_s = 0.0        # host <-> device copies (main thread)
 
     def read(self, k: int, s0: int, s1: int, m: int) -> tuple:
