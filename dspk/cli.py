@@ -7,7 +7,8 @@ commands:
   dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file
   dspk preprocess-many GLOB DIR   the same for many recordings on a Dask cluster
   dspk tune IN                    pre-tune the products and kernels a recording will need
-  dspk tune --compile             load or compile every GPU kernel for this machine's GPU
+  dspk tune --compile             load or compile every GPU kernel for this machine's GPU,
+                                  and warm up CuPy's own kernels (every GPU call once)
   dspk tune-cache show|clear      the tuned choices stored on disk
 
 IN is an HDF5/NWB file, a SpikeGLX .bin (with its .meta), an Open Ephys recording, or a flat
@@ -42,6 +43,7 @@ from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_b
 from .io import open_recording, read_probe
 from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
 from .kernels import kernel_origin_mode, loaded_from, precompile
+from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .pipeline import JobInterrupted, Pipeline, registry
@@ -211,7 +213,8 @@ def _preprocess_many(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     """Fit the pipeline and push one chunk through it: every tuner decision the job will need
     (products, FIR and reference implementations) is taken now and stored in the cache. With
-    --compile, first load or compile every kernel for the current GPU (`_compile_kernels`)."""
+    --compile, first load or compile every kernel for the current GPU and warm up CuPy's own
+    kernels (`_compile_kernels`)."""
     if args.compile:
         _compile_kernels()
     if args.input is None:
@@ -245,6 +248,13 @@ def _compile_kernels() -> None:
         print(f"  {name}: {count} instances in {time.perf_counter() - t1:.2f} s, "
               f"{loaded_from(name, device)}", flush=True)
     print(f"all kernels ready in {time.perf_counter() - t0:.2f} s")
+    print("CuPy's own kernels, compiled into its cache by each GPU call on small inputs:")
+    t0 = time.perf_counter()
+    done = warm_gpu_calls(report=lambda line: print(f"  {line}", flush=True))
+    failed = [name for name, v in done.items() if isinstance(v, str)]
+    if failed:
+        raise RuntimeError(f"--compile: the warm-up of {', '.join(failed)} failed (above)")
+    print(f"GPU calls warmed up in {time.perf_counter() - t0:.2f} s")
 
 
 #: how to open IN: which series, and what a flat binary does not say about itself (each
@@ -383,8 +393,10 @@ def parser() -> argparse.ArgumentParser:
                         help="the recording (see dspk --help); optional with --compile")
     p_tune.add_argument("--compile", action="store_true",
                         help="load or compile every GPU kernel for this GPU first (the prebuilt "
-                             "fatbins where usable, else NVRTC, cached on disk): a machine's "
-                             "first GPU call then compiles nothing")
+                             "fatbins where usable, else NVRTC, cached on disk), then run every "
+                             "GPU call once on small inputs so that CuPy compiles its own "
+                             "kernels into its cache: a machine's first GPU call then compiles "
+                             "nothing")
     _pipeline_args(p_tune)
     p_tune.set_defaults(func=_tune)
     p_cache = command("tune-cache", "show or clear the tuner's stored choices")

@@ -587,8 +587,17 @@ def test_tune_compile_prepares_every_source_and_says_where_each_came_from(fake_c
     monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(cli, "cupy_module", kernels.cupy_module)
     monkeypatch.setattr(cli, "device_name", lambda device_id: "H100 (fake)")
+    warmed = []
+
+    def warm(report):                      # (the real warm-up runs on a GPU: tests/test_warmup)
+        warmed.append(True)
+        report("PCA: 0.01 s")
+        return {"PCA": 0.01}
+
+    monkeypatch.setattr(cli, "warm_gpu_calls", warm)
     assert cli.main(["tune", "--compile"]) == 0
     out = capsys.readouterr().out
+    assert warmed and "  PCA: 0.01 s" in out and "GPU calls warmed up in" in out
     assert "kernels for H100 (fake) (DSPK_KERNELS=auto):" in out
     assert f"traces.cu: {len(listed)} instances in " in out
     assert "prebuilt SASS sm_90 (traces.fatbin)" in out
@@ -609,3 +618,23 @@ def test_tune_compile_needs_a_gpu_and_tune_needs_something_to_do(monkeypatch, ca
         in capsys.readouterr().err
     assert cli.main(["tune"]) == 2
     assert "give IN (a recording to tune for), or --compile" in capsys.readouterr().err
+
+
+def test_tune_compile_fails_when_a_warm_up_call_fails(fake_cupy, prebuilt_dir, monkeypatch,
+                                                     capsys):
+    from dspk import cli
+
+    fake_cupy(mode="auto")
+    monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(cli, "cupy_module", kernels.cupy_module)
+    monkeypatch.setattr(cli, "device_name", lambda device_id: "H100 (fake)")
+
+    def warm(report):
+        report("ncc: failed: RuntimeError: boom")
+        return {"PCA": 0.01, "ncc": "RuntimeError: boom"}
+
+    monkeypatch.setattr(cli, "warm_gpu_calls", warm)
+    assert cli.main(["tune", "--compile"]) == 2
+    captured = capsys.readouterr()
+    assert "ncc: failed: RuntimeError: boom" in captured.out
+    assert "--compile: the warm-up of ncc failed" in captured.err
