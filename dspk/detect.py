@@ -63,7 +63,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ._detect_gpu import fused_reason
 from .backend import array_module, to_numpy
-from .linalg import current_engine, matmul
+from .linalg import MatrixView, current_engine, matmul
 from .linalg.host_checks import to_host
 from .linalg.threads import blas_threads, parallel_blocks
 from .ops import PCA, fir_bank, pairwise_sqdist
@@ -162,9 +162,15 @@ def _noise_check(x: Any) -> None:
     xp = array_module(x)
     n = x.shape[1]
     sub = x[:, ::max(1, n // NOISE_CHECK_SAMPLES)]
-    # on the host for CuPy input too: [C, 2048] samples, where cupy.median's kernels would be
-    # compiled in a first call (4.8 s measured on an H100 with an empty CuPy cache)
-    per_channel = _host_abs_median(sub if xp is np else to_host(sub))
+    if xp is np:
+        per_channel = _host_abs_median(sub)
+    else:
+        # dspk's prebuilt gather and median kernels (an odd count: the middle value), not
+        # cupy.median, whose kernels would be compiled in a first call (4.8 s measured on an
+        # H100 with an empty CuPy cache)
+        m = sub.shape[1] - (1 - sub.shape[1] % 2)
+        rows = MatrixView.of(sub[:, :m]).contiguous().to_array()[0]
+        per_channel = to_host(_abs_median(xp, rows))
     sd = float(np.median(per_channel)) / 0.6745
     if not 0.5 <= sd <= 2.0:
         warnings.warn(f"x: the noise SD is {sd:.3g} (median over channels); detection expects "
