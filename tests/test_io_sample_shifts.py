@@ -156,6 +156,11 @@ def test_no_shifts_where_the_format_does_not_say(tmp_path):
     meta["imDatPrb_pn"] = "NPXYZ"
     path = write_sglx(tmp_path, "b_g0_t0.imec0.ap.bin", rand16(10, 385), meta)
     assert open_recording(path).sample_shifts is None
+    meta = np1_meta(geom=("geom",))
+    del meta["imDatPrb_pn"]
+    meta["imDatPrb_type"] = "x1"                 # unreadable; the gains given instead
+    path = write_sglx(tmp_path, "d_g0_t0.imec0.ap.bin", rand16(10, 385), meta)
+    assert open_recording(path, gain_to_uv=1.0).sample_shifts is None
     nidq = {"typeThis": "nidq", "niSampRate": "25000", "nSavedChans": "2",
             "snsMnMaXaDw": "0,0,2,0", "snsSaveChanSubset": "all", "niAiRangeMax": "5"}
     path = write_sglx(tmp_path, "c_g0_t0.nidq.bin", rand16(10, 2), nidq)

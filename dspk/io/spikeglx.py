@@ -564,8 +564,11 @@ class SpikeGLXRecording(BinaryRecording):
         if not part:
             table = _entries(self.meta.get("imroTbl", ""))
             header = [v.strip() for v in table[0].split(",")] if table else None
-            if self.meta.get("imDatPrb_type") or header:
-                ptype = self._probe_type(header)
+            try:
+                if self.meta.get("imDatPrb_type") or header:
+                    ptype = self._probe_type(header)
+            except RecordingError:
+                return None          # a type that cannot be read (gains given): not known
         return neuropixels_sample_shifts(readout, part, ptype)
 
     def _imec_geometry(self, n: int) -> np.ndarray | None:
