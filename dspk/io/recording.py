@@ -221,7 +221,7 @@ class Recording:
 
     #: whether `close` was called (reading a closed recording raises `RecordingError`)
     closed: bool = False
-    #: per channel, the ADC sample shift in samples, or None where the format does not say
+    # per channel, the ADC sample shift in samples, or None where the format does not say
     sample_shifts: np.ndarray | None = None
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,

@@ -159,17 +159,18 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
     ``sample_shifts`` (how late each channel's ADC sampled it, as a fraction of a sample) is
     what SpikeInterface passes.
 
-    Agreement with SpikeInterface 0.105.3's ``phase_shift`` (measured 2026-12, 63 taps) on
-    300-6000 Hz band-limited noise (white noise through a 5th-order Butterworth band-pass,
-    forward and backward), 26 channels with the shifts k/13 and k/16, 60 000 samples at
-    30 kHz: max |difference| / the signal's RMS = 3.6e-9 in float64 and 1.1e-6 in float32 on
-    every sample when the data are tapered to zero at both ends (Tukey window, 3000
-    samples); on untapered data 1.0e-4 at 3000 samples from the ends and 1.8e-5 at 15 000,
-    a difference that is the reference's: its FFT rings from the step at the ends (decaying
-    as 1/distance), where the FIR reaches 31 samples. 33 taps: 4.9e-5 (tapered); 49 taps:
-    4.0e-7. A sine of 1-5 kHz delayed by k/13 or k/16 agrees with the analytically delayed
-    sine to 9.7e-10 beyond 100 samples from the ends. tests/test_delay.py checks these
-    (with margins).
+    Agreement with SpikeInterface 0.105.3's ``phase_shift`` (63 taps) on 300-6000 Hz
+    band-limited noise (white noise through a 5th-order Butterworth band-pass, forward and
+    backward), 26 channels with the shifts k/13 and k/16, 60 000 samples at 30 kHz: the
+    largest absolute difference over the signal's RMS is 3.6e-9 in float64 and 1.1e-6 in
+    float32 on every sample when the data are tapered to zero at both ends (Tukey window,
+    3000 samples); on untapered data 1.0e-4 at 3000 samples from the ends and 1.8e-5 at
+    15 000, a difference that is the reference's: its FFT rings from the step at the ends
+    (decaying as 1/distance), where the FIR reaches 31 samples. 33 taps: 4.9e-5 (tapered);
+    49 taps: 4.0e-7. On a SpikeGLX NP1.0 file (int16 counts, RMS 3000) read by both: 5.9e-5,
+    the rounding's white noise near Nyquist. A sine of 1-5 kHz delayed by k/13 or k/16
+    agrees with the analytically delayed sine to 9.7e-10 beyond 100 samples from the ends.
+    tests/test_delay.py checks these (with margins).
 
     Parameters
     ----------
