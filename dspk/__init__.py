@@ -11,9 +11,10 @@ from .io import open_recording  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
 from .detect import detect_spikes, learn_templates, spike_features  # noqa: E402
 from .pipeline import Pipeline, preprocess  # noqa: E402
-from .ops import (PCA, CovarianceAccumulator, bandpass_taps, common_reference,  # noqa: E402
-                  covariance, fir_bank, fir_filter, highpass_taps, knn, pairwise_sqdist,
-                  spatial_filter, SpatialFilter, whitening_matrix, zero_phase_taps)
+from .ops import (PCA, CovarianceAccumulator, bandpass_taps, blank_saturation,  # noqa: E402
+                  common_reference, covariance, fir_bank, fir_filter, highpass_taps,
+                  interpolation_matrix, knn, pairwise_sqdist, phase_shift, spatial_filter,
+                  SpatialFilter, whitening_matrix, zero_phase_taps)
 
 __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
            "explain", "MatrixView",
@@ -21,5 +22,6 @@ __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul",
            "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "SpatialFilter",
            "common_reference", "PCA", "pairwise_sqdist", "knn", "highpass_taps",
            "bandpass_taps", "zero_phase_taps",
-           "fir_filter", "fir_bank", "Pipeline", "preprocess", "detect_spikes",
+           "fir_filter", "fir_bank", "phase_shift", "blank_saturation",
+           "interpolation_matrix", "Pipeline", "preprocess", "detect_spikes",
            "learn_templates", "spike_features"]

@@ -193,6 +193,12 @@ class Recording:
         Per channel, float64: µV = raw · gain_to_uv + offset_to_uv.
     geometry : numpy.ndarray or None
         [channels, 2] contact positions in µm.
+    sample_shifts : numpy.ndarray or None
+        Per channel, in samples: how late its ADC sampled it within each sample period (the
+        Neuropixels ADC shifts that `dspk.ops.phase_shift` corrects: k/13 on NP1.0, k/16 on
+        NP2.0), what SpikeInterface calls ``inter_sample_shift``; None where the format does
+        not say (SpikeGLX imec streams and SpikeInterface recordings that carry the property
+        say it).
     source : str
         Where the samples come from (file and dataset), for provenance.
 
@@ -215,6 +221,8 @@ class Recording:
 
     #: whether `close` was called (reading a closed recording raises `RecordingError`)
     closed: bool = False
+    # per channel, the ADC sample shift in samples, or None where the format does not say
+    sample_shifts: np.ndarray | None = None
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
                  gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,
@@ -897,7 +905,9 @@ def _stored_columns(columns: Any, stored: int, source: str) -> np.ndarray:
 
 class SpikeInterfaceRecording(Recording):
     """A SpikeInterface recording (one segment) read through its ``get_traces``; its gains,
-    offsets and channel locations carried over. Needs spikeinterface (optional).
+    offsets and channel locations carried over, and its ``inter_sample_shift`` property (the
+    Neuropixels ADC shifts its readers set) as `sample_shifts`. Needs spikeinterface
+    (optional).
 
     Parameters
     ----------
@@ -968,6 +978,20 @@ class SpikeInterfaceRecording(Recording):
                          dtype=r.get_dtype(), source=f"SpikeInterface {type(r).__name__}",
                          **meta)
         self._si, self._segment = r, segment
+        keys = getattr(r, "get_property_keys", None)       # a minimal look-alike has none
+        if keys is not None and "inter_sample_shift" in keys():
+            self.sample_shifts = self._shifts(r.get_property("inter_sample_shift"))
+
+    def _shifts(self, value: Any) -> np.ndarray | None:
+        """SpikeInterface's ``inter_sample_shift`` property, one finite value per channel."""
+        if value is None:
+            return None
+        v = np.asarray(value, dtype=np.float64)
+        if v.shape != (self.n_channels,) or not np.all(np.isfinite(v)):
+            raise RecordingError(f"inter_sample_shift: the SpikeInterface recording's property "
+                                 f"must hold one finite shift per channel ({self.n_channels}), "
+                                 f"got shape {v.shape}")
+        return v
 
     @classmethod
     def recognizes(cls, source: Any, options: OpenOptions) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from .adc import neuropixels_sample_shifts
 from .errors import RecordingError, RecordingWarning
 from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
                         source_path)
@@ -203,6 +204,12 @@ class SpikeGLXRecording(BinaryRecording):
         Stored columns not in the recording (sync and digital words).
     used : numpy.ndarray or None
         The geometry map's "used" flag of each channel (False: a reference or disabled site).
+    sample_shifts : numpy.ndarray or None
+        imec streams: each channel's ADC sample shift in samples (k/13 on NP1.0 and its
+        variants, k/16 on NP2.0), from the part number (``imDatPrb_pn``; a 3A probe as NP1.0)
+        or the probe type and the channel's readout number, as SpikeInterface's reader sets
+        ``inter_sample_shift`` (LF channels the same values); None for nidq streams and
+        probes whose multiplexing dspk does not know (`dspk.io.adc`).
 
     Raises
     ------
@@ -246,6 +253,8 @@ class SpikeGLXRecording(BinaryRecording):
     >>> rec.geometry
     array([[27.,  0.],
            [59.,  0.]])
+    >>> rec.sample_shifts * 13            # channels 0 and 1: first on their two ADCs
+    array([0., 0.])
     >>> rec.read(scaled=False)            # the sync word is not a channel
     array([[ 10,  30, -50],
            [-20,  40,  60]], dtype=int16)
@@ -291,6 +300,8 @@ class SpikeGLXRecording(BinaryRecording):
                          gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
         self.saved_channels = ids
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
+        if self.stream == "imec":
+            self.sample_shifts = self._imec_sample_shifts(ids)
 
     def spec(self) -> RecordingSpec:
         """A `SpikeGLXRecording` of the same ``.bin`` with the metadata resolved here (see
@@ -542,6 +553,23 @@ class SpikeGLXRecording(BinaryRecording):
         if not np.all(gain > 0):
             raise RecordingError(f"imroTbl: gains must be positive in {self._meta_file}")
         return 1e6 * vmax / imax / gain
+
+    def _imec_sample_shifts(self, readout: np.ndarray) -> np.ndarray | None:
+        """The ADC sample shift of each channel from the probe's part number (a 3A probe,
+        ``imProbeOpt``, is multiplexed as NP1.0), else its type (``imDatPrb_type`` or the IMRO
+        header's): `dspk.io.adc.neuropixels_sample_shifts`. LF channels get the values of
+        their readout channel, as SpikeInterface gives them (it reads the AP .meta for them)."""
+        part = "NP1010" if self.meta.get("imProbeOpt") else self.meta.get("imDatPrb_pn")
+        ptype = None
+        if not part:
+            table = _entries(self.meta.get("imroTbl", ""))
+            header = [v.strip() for v in table[0].split(",")] if table else None
+            try:
+                if self.meta.get("imDatPrb_type") or header:
+                    ptype = self._probe_type(header)
+            except RecordingError:
+                return None          # a type that cannot be read (gains given): not known
+        return neuropixels_sample_shifts(readout, part, ptype)
 
     def _imec_geometry(self, n: int) -> np.ndarray | None:
         if self.meta.get("snsGeomMap"):

@@ -1,10 +1,14 @@
 """Array functions on [channels, samples] traces, every product through `dspk.linalg`:
-covariance and whitening, spatial filters and references, PCA, distances, FIR filters."""
+covariance and whitening, spatial filters and references, PCA, distances, FIR filters, the
+Neuropixels steps (ADC phase shift, saturation blanking, bad-channel interpolation)."""
 
 from .covariance import CovarianceAccumulator, covariance
+from .delay import fractional_delay_taps, phase_shift
 from .distance import knn, pairwise_sqdist
 from .fir import bandpass_taps, fir_bank, fir_filter, highpass_taps, zero_phase_taps
+from .interpolation import interpolation_matrix
 from .pca import PCA
+from .saturation import blank_saturation
 from .spatial import (bipolar_matrix, common_reference, laplacian_matrix, neighbors,
                       spatial_filter, SpatialFilter, whitening_matrix)
 
@@ -12,4 +16,5 @@ __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_f
            "SpatialFilter", "common_reference", "neighbors", "PCA", "pairwise_sqdist", "knn",
            "highpass_taps",
            "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank", "bipolar_matrix",
-           "laplacian_matrix"]
+           "laplacian_matrix", "phase_shift", "fractional_delay_taps", "blank_saturation",
+           "interpolation_matrix"]

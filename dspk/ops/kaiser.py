@@ -29,13 +29,30 @@ def kaiser_order(ripple_db: float, width: float) -> tuple[int, float]:
     a = abs(ripple_db)
     if a < 8:
         raise ValueError(f"ripple_db: expected at least 8 dB for the Kaiser formula, got {a}")
+    return int(math.ceil((a - 7.95) / 2.285 / (np.pi * width) + 1)), kaiser_beta(a)
+
+
+def kaiser_beta(ripple_db: float) -> float:
+    """The Kaiser window's shape parameter for an attenuation of ``ripple_db`` dB:
+    `scipy.signal.kaiser_beta`.
+
+    Parameters
+    ----------
+    ripple_db : float
+        Attenuation in dB (its absolute value is used).
+
+    Examples
+    --------
+    >>> from scipy.signal import kaiser_beta as scipy_beta
+    >>> [kaiser_beta(a) == scipy_beta(a) for a in (15.0, 33.0, 80.0)]
+    [True, True, True]
+    """
+    a = abs(ripple_db)
     if a > 50:
-        beta = 0.1102 * (a - 8.7)
-    elif a > 21:
-        beta = 0.5842 * (a - 21) ** 0.4 + 0.07886 * (a - 21)
-    else:
-        beta = 0.0
-    return int(math.ceil((a - 7.95) / 2.285 / (np.pi * width) + 1)), beta
+        return 0.1102 * (a - 8.7)
+    if a > 21:
+        return 0.5842 * (a - 21) ** 0.4 + 0.07886 * (a - 21)
+    return 0.0
 
 
 def kaiser_firwin(numtaps: int, cutoff_hz: float | Sequence[float], fs: float,
