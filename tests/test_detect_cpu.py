@@ -6,6 +6,7 @@ filters): the same spikes, amplitudes to the bit. Coloured noise, random geometr
 widths, thresholds, time blocks (memory budgets) and batch lengths, both float dtypes."""
 
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,13 +18,23 @@ from dspk.detect import (SPIKE_DTYPE, _engine_scores, _host_abs_median, _inverse
                          _local_maxima, _neighbourhoods, _sparse_maxima, _template_noise,
                          default_templates, detect_spikes)
 from dspk.linalg import Engine, current_engine
+from dspk.ops.fir_cpu import toeplitz_correlate
 
 from .groundtruth import FS, shaped_noise
 
 
 def _reference(x, geometry, templates, threshold, n_neighbors, widths, dead_ms, memory,
                shanks, noise):
-    """detect_spikes as it was before the CPU path (the engine path on NumPy)."""
+    """detect_spikes as it was before the CPU path (the engine path on NumPy), its bank by the
+    Toeplitz products (`toeplitz_correlate`: the CPU path computes those products itself, in
+    blocks; the tuner's other choices for `dspk.fir_bank` round differently)."""
+    with mock.patch("dspk.detect.fir_bank", toeplitz_correlate):
+        return _dense(x, geometry, templates, threshold, n_neighbors, widths, dead_ms, memory,
+                      shanks, noise)
+
+
+def _dense(x, geometry, templates, threshold, n_neighbors, widths, dead_ms, memory, shanks,
+           noise):
     c, n = x.shape
     bank = default_templates(FS) if templates is None else np.asarray(templates, np.float64)
     bank = bank / np.linalg.norm(bank, axis=1, keepdims=True)
@@ -238,6 +249,9 @@ def test_template_noise_is_unchanged_by_the_host_median():
     idx = _noise_samples(x.shape[1], bank.shape[1])
     want = np.median(np.abs(b[:, :, idx]), axis=-1).astype(np.float64) / MAD_TO_SD
     np.testing.assert_array_equal(_template_noise(x, bank, b), want)
+    # computed without b: the bank by the CPU path's Toeplitz products, channel block by block
+    t = toeplitz_correlate(x, bank)
+    want = np.median(np.abs(t[:, :, idx]), axis=-1).astype(np.float64) / MAD_TO_SD
     np.testing.assert_array_equal(dspk.detect.template_noise(x, FS), want)
 
 
@@ -273,7 +287,7 @@ def test_bad_neighbourhoods():
 
 def test_nan_noise_raises_as_before():
     """A NaN in the measured noise (a NaN in x) is refused as before, from the bound's pass."""
-    from dspk.detect import _cpu_spikes
+    from dspk.detect import _cpu_noise, _cpu_spikes
 
     rng = np.random.default_rng(4)
     g = np.c_[np.zeros(8), 20.0 * np.arange(8)]
@@ -288,5 +302,8 @@ def test_nan_noise_raises_as_before():
         mp.setattr(det, "fir_bank", lambda *a: b.copy())
         with pytest.raises(ValueError, match="noise: expected finite"):
             _engine_scores(np, x, bank, nbr, w, None, 1 << 20)
-        with pytest.raises(ValueError, match="noise: expected finite"):
-            _cpu_spikes(x, bank, nbr, w, None, 7.0, 20, 1 << 20)
+    x[3, 1234] = np.nan                                # the CPU path computes its own bank
+    with pytest.raises(ValueError, match="noise: expected finite"):
+        _cpu_spikes(x, bank, nbr, w, None, 7.0, 20, 1 << 20)
+    sd = _cpu_noise(x, bank)                          # template_noise: NaN, as before
+    assert np.all(np.isnan(sd[3])) and np.all(np.isfinite(np.delete(sd, 3, axis=0)))

@@ -161,3 +161,100 @@ def test_examples_in_the_module_run(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPK_CACHE_DIR", str(tmp_path))
     result = doctest.testmod(fir_cpu, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+# --- ToeplitzBank: the pieces spike detection reduces in cache --------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dspk.ops.fir_cpu import ToeplitzBank, gemm, toeplitz_correlate  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), c=st.integers(1, 9), n=st.integers(1, 700),
+       k=st.integers(1, 7), taps=st.sampled_from([1, 3, 5, 21, 61]),
+       length=st.sampled_from([None, 1, 5, 16, 64]),
+       dtype=st.sampled_from([np.float32, np.float64]), win=st.integers(1, 9))
+def test_toeplitz_bank_pieces_are_toeplitz_correlate_bits(seed, c, n, k, taps, length, dtype,
+                                                          win):
+    """Interior, edges and arbitrary windows (at the row's ends too): toeplitz_correlate's
+    values whatever the block length, row count or window length."""
+    taps = min(taps, n if n % 2 else max(1, n - 1))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((c, n)).astype(dtype)
+    w = rng.standard_normal((k, taps))
+    ref = toeplitz_correlate(x, w)
+    tb = ToeplitzBank(w, n, dtype, length)
+    got = np.empty((c, k, n), dtype=dtype)
+    got[:, :, :tb.half] = tb.span(x, 0, tb.half)
+    got[:, :, tb.stop:] = tb.span(x, tb.stop, n)
+    out = np.empty((max(tb.blocks, 1), k * tb.length), dtype=dtype)
+    for r in range(c):
+        tb.interior(x, r, out[:tb.blocks])
+        got[r, :, tb.half:tb.stop] = out[:tb.blocks].reshape(
+            tb.blocks, k, tb.length).transpose(1, 0, 2).reshape(k, -1)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    # tiny products can go to OpenBLAS's small-matrix kernels (other orders): within rounding
+    # (the bits at detection's sizes: test_toeplitz_bank_bits_at_detection_sizes)
+    np.testing.assert_allclose(got, ref, **tol)
+    win = min(win, n)
+    starts = rng.integers(0, n - win + 1, 6)
+    starts[:2] = (0, n - win)                              # both ends: zeros outside
+    rows = rng.integers(0, c, 6)
+    wins = tb.windows(x, rows, starts, win)
+    want = np.stack([ref[r, :, s:s + win] for r, s in zip(rows, starts)])
+    one = tb.windows(x, rows[:1], starts[:1], win)         # one window: one row of product
+    # six windows make a tiny product (OpenBLAS's small-matrix kernels): within rounding here;
+    # detection's are thousands of windows (test_detect_cpu checks its scores to the bit)
+    np.testing.assert_allclose(wins, want, **tol)
+    np.testing.assert_allclose(one, want[:1], **tol)
+
+
+def test_gemm_pads_single_rows_and_columns():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((1, 70)), rng.standard_normal((70, 1))
+    assert gemm(a, b).shape == (1, 1)
+    np.testing.assert_allclose(gemm(a, b), a @ b, rtol=1e-12)
+    stacked = rng.standard_normal((3, 70, 4))
+    assert gemm(a, stacked).shape == (3, 1, 4)
+    np.testing.assert_allclose(gemm(a, stacked), np.matmul(a, stacked), rtol=1e-12)
+
+
+def test_toeplitz_bank_bad_input():
+    with pytest.raises(ValueError, match=r"weights: expected \[k, taps\]"):
+        ToeplitzBank(np.ones((2, 11)), 10, np.float32)
+    with pytest.raises(ValueError, match=r"weights: expected \[k, taps\]"):
+        ToeplitzBank(np.ones(11), 100, np.float32)
+    with pytest.raises(ValueError, match="dtype: expected float32 or float64"):
+        ToeplitzBank(np.ones((2, 11)), 100, np.int16)
+    with pytest.raises(ValueError, match="length: expected a positive block length"):
+        ToeplitzBank(np.ones((2, 11)), 100, np.float32, length=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32])   # (float64's dgemm kernels: not checked)
+def test_toeplitz_bank_bits_at_detection_sizes(dtype):
+    """At detection's sizes (channel blocks of 4 rows, 6 x 61 taps, thousands of windows) the
+    pieces are toeplitz_correlate's bits: one-thread ?gemm sums in the inner order, and the
+    band's zeros add nothing."""
+    rng = np.random.default_rng(3)
+    c, n, k = 24, 3001, 6
+    x = rng.standard_normal((c, n)).astype(dtype)
+    w = rng.standard_normal((k, 61))
+    ref = toeplitz_correlate(x, w)
+    tb = ToeplitzBank(w, n, dtype)
+    for c0 in range(0, c, 4):
+        rows = x[c0:c0 + 4]
+        np.testing.assert_array_equal(tb.span(rows, 0, tb.half), ref[c0:c0 + 4, :, :tb.half])
+        np.testing.assert_array_equal(tb.span(rows, tb.stop, n), ref[c0:c0 + 4, :, tb.stop:])
+    out = np.empty((tb.blocks, k * tb.length), dtype=dtype)
+    for r in range(c):
+        tb.interior(x, r, out)
+        mid = out.reshape(tb.blocks, k, tb.length).transpose(1, 0, 2).reshape(k, -1)
+        np.testing.assert_array_equal(mid, ref[r, :, tb.half:tb.stop])
+    rows_, starts = rng.integers(0, c, 3000), rng.integers(0, n - 7, 3000)
+    starts[:2] = (0, n - 8)
+    wins = tb.windows(x, rows_, starts, 8)
+    want = np.stack([ref[r, :, s:s + 8] for r, s in zip(rows_, starts)])
+    np.testing.assert_array_equal(wins, want)
