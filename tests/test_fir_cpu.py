@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import signal
 from threadpoolctl import threadpool_limits
 
 import dspk
 from dspk.ops import fir_cpu
-from dspk.ops.fir_cpu import toeplitz_block, toeplitz_correlate, toeplitz_matrices
+from dspk.ops.fir_cpu import (ToeplitzBank, gemm, toeplitz_block, toeplitz_correlate,
+                              toeplitz_matrices)
 
 
 def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -165,10 +166,6 @@ def test_examples_in_the_module_run(tmp_path, monkeypatch):
 
 # --- ToeplitzBank: the pieces spike detection reduces in cache --------------------------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from dspk.ops.fir_cpu import ToeplitzBank, gemm, toeplitz_correlate  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None, derandomize=True,
