@@ -1,6 +1,7 @@
 """The streaming pipeline: a recording in, preprocessed traces (HDF5) out, chunk by chunk.
 
-A `Pipeline` is a list of stages on [channels, samples] float arrays: steps — `HighPass` /
+A `Pipeline` is a list of stages on [channels, samples] float arrays: steps — `Saturation`
+(saturated samples blanked), `PhaseShift` (Neuropixels' ADC sample shifts), `HighPass` /
 `BandPass` (linear-phase FIR), `Reference` (median or mean across channels), `Whiten` (global
 or local ZCA, fitted on a seeded sample of chunks spread over the recording), and any step of
 your own — then sinks, which write beside the traces (`Detect`: spikes and their features).
@@ -49,13 +50,14 @@ from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
 from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
-from .steps import BandPass, HighPass, Reference, Whiten
+from .steps import BandPass, HighPass, PhaseShift, Reference, Saturation, Whiten
 
 #: the registered stage classes by name (the names stored in saved pipelines and outputs); a
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
 STEP_TYPES = registry.stage_classes()
 
-__all__ = ["Pipeline", "HighPass", "BandPass", "Reference", "Whiten", "Detect", "preprocess",
-           "PipelineError", "Job", "JobInterrupted", "Step", "Sink", "Stage", "Context",
+__all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "Reference",
+           "Whiten", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted", "Step",
+           "Sink", "Stage", "Context",
            "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
            "FIT_CHUNK_S", "NEEDS", "Need", "check_needs"]

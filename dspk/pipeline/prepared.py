@@ -145,7 +145,8 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     once with the whole pipeline's halo (in threads: several decompress at once) and put
     through the steps; a stage that fits is fitted on the chunks as the stages before it left
     them (with its own margin of context), then applied to them for the stages after it.
-    Stages that fit nothing keep their state; nothing is read when no stage fits.
+    Stages that fit nothing keep their state; nothing is read when no stage fits, or when
+    those that fit do not read blocks (`Stage.reads_blocks`).
 
     Parameters
     ----------
@@ -180,6 +181,10 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
         return out
     rec, fs = ctx.recording, ctx.fs
     margins = [s.margin(fs) for s in stages]
+    if not any(stages[k].reads_blocks for k in fitting):   # states from the recording alone
+        for k in fitting:
+            out[k] = stages[k].fit(FitBlocks([], margins[k]), ctx)
+        return out
     m = sum(margins)
     first, last = fitting[0], fitting[-1]
     # the steps before the first stage that fits, chunk by chunk as the reads arrive; the

@@ -10,8 +10,8 @@ of the stages in a pipeline made from options (filters, reference, whitening, th
 Examples
 --------
 >>> from dspk.pipeline import registry
->>> [o.name for o in registry.options()][:4]
-['highpass', 'bandpass', 'reference', 'whiten']
+>>> [o.name for o in registry.options()][:6]
+['saturation', 'phase_shift', 'highpass', 'bandpass', 'reference', 'whiten']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
 [HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None)]
 """
@@ -228,8 +228,8 @@ def options() -> list:
     --------
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
-    ['--highpass', '--bandpass', '--reference', '--whiten', '--neighbors', '--detect',
-     '--threshold']
+    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--reference', '--whiten',
+     '--neighbors', '--detect', '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 
@@ -241,7 +241,7 @@ def stage_classes() -> dict:
     --------
     >>> from dspk.pipeline import registry
     >>> sorted(registry.stage_classes())
-    ['BandPass', 'Detect', 'HighPass', 'Reference', 'Whiten']
+    ['BandPass', 'Detect', 'HighPass', 'PhaseShift', 'Reference', 'Saturation', 'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 

@@ -187,6 +187,9 @@ class Stage:
     whitens : bool
         Whether the traces after it are in units of the noise's standard deviation, not µV
         (an int16 output's default scale follows).
+    reads_blocks : bool
+        Whether `fit` reads the fit chunks (False: its state comes from the recording alone,
+        and a pipeline whose fitted stages all say so reads nothing to fit them).
 
     Examples
     --------
@@ -197,6 +200,7 @@ class Stage:
 
     fitted: ClassVar[tuple[str, ...]] = ()
     whitens: ClassVar[bool] = False
+    reads_blocks: ClassVar[bool] = True
 
     @property
     def needs(self) -> tuple[str, ...]:

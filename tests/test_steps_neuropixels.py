@@ -1,0 +1,113 @@
+"""The pipeline's Neuropixels steps (issue 33): `PhaseShift` takes the recording's ADC sample
+shifts (a SpikeGLX .meta) and gives, chunk by chunk, what `dspk.ops.phase_shift` gives on the
+whole recording; it passes the traces through where the recording has no shifts (said in the
+log); `Saturation` blanks samples at or beyond its level; both from the command line."""
+
+import logging
+
+import h5py
+import numpy as np
+import pytest
+
+import dspk
+from dspk import cli
+from dspk.ops import blank_saturation, phase_shift
+from dspk.pipeline import Context, FitBlocks, PhaseShift, Pipeline, PipelineError, Saturation
+
+from .test_io_formats import np1_meta, write_sglx
+
+
+def np1_recording(tmp_path, n=6000, seed=0):
+    """A SpikeGLX NP1.0 AP file of 384 channels (smooth enough for a delay to matter)."""
+    rng = np.random.default_rng(seed)
+    data = np.cumsum(rng.integers(-40, 41, (n, 385)), axis=0).clip(-3000, 3000)
+    data[:, 384] = 0
+    return write_sglx(tmp_path, "run_g0_t0.imec0.ap.bin", data.astype(np.int16), np1_meta())
+
+
+def test_phase_shift_step_equals_the_op_on_the_whole_recording(tmp_path):
+    path = np1_recording(tmp_path)
+    rec = dspk.open_recording(path)
+    shifts = rec.sample_shifts
+    assert shifts is not None and len(np.unique(shifts)) == 12       # k/13, k < 12
+    p = Pipeline([PhaseShift()], backend="cpu").fit(rec)
+    np.testing.assert_array_equal(p.states[0]["shifts"], shifts)
+    out = p.run(rec, tmp_path / "out.h5", chunk_s=0.05, progress=False)   # 4 chunks of 1500
+    x = rec.read(0, rec.n_samples).astype(np.float64)                  # µV, [C, N]
+    want = phase_shift(x, shifts)                                        # float64, one call
+    with h5py.File(out, "r") as f:
+        got = f["traces"][:].T
+    # float32 chunks with the filters' reach as halo: the one-shot result to float32 rounding
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * float(np.abs(want).max()))
+    assert float(np.abs(got - x).max()) > 1.0                            # it did delay
+    rec.close()
+
+
+def test_phase_shift_step_passes_through_without_shifts(caplog):
+    x = np.random.default_rng(1).standard_normal((3, 4000)).astype(np.float32)
+    rec = dspk.open_recording(x, fs=30000.0)
+    with caplog.at_level(logging.INFO, logger="dspk.pipeline"):
+        p = Pipeline([PhaseShift()]).fit(rec)
+    assert "does not give its ADC sample shifts" in caplog.text
+    assert p.states[0]["shifts"].size == 0
+    np.testing.assert_array_equal(p.transform(x), x)
+
+
+def test_phase_shift_fit_reads_nothing(monkeypatch):
+    """A pipeline whose only fitted step is PhaseShift reads no fit chunk."""
+    x = np.zeros((2, 30000), np.float32)
+    rec = dspk.open_recording(x, fs=30000.0)
+    monkeypatch.setattr(type(rec), "read", lambda *a, **k: pytest.fail("read to fit"))
+    Pipeline([PhaseShift()]).fit(rec)
+
+
+def test_phase_shift_refuses_shifts_it_cannot_apply():
+    step = PhaseShift()
+
+    class Rec:
+        sample_shifts = np.array([0.0, 0.5, 2.5])
+
+    ctx = Context(fs=3e4, n_channels=3, xp=np, dtype=np.dtype(np.float32), recording=Rec())
+    with pytest.raises(PipelineError, match=r"phase_shift=: the recording's sample shifts "
+                                            r"must be 3 finite values within ±1 sample"):
+        step.fit(FitBlocks([], 0), ctx)
+    Rec.sample_shifts = np.array([0.0, 0.5])
+    with pytest.raises(PipelineError, match="got shape \\(2,\\)"):
+        step.fit(FitBlocks([], 0), ctx)
+
+
+def test_saturation_step_blanks_both_sides_to_zero():
+    x = np.random.default_rng(2).normal(0, 200, (4, 5000)).astype(np.float32)
+    x[1, 100:110] = 1000.0
+    x[2, 200:205] = -1000.0
+    y = Pipeline([Saturation(500.0)]).transform(x, fs=30000.0)
+    np.testing.assert_array_equal(y, blank_saturation(x, 500.0, direction="both", fill=0.0))
+    assert (y[1, 100:110] == 0).all() and (y[2, 200:205] == 0).all()
+    assert np.abs(y).max() < 500.0
+
+
+@pytest.mark.parametrize("level", [0.0, -5.0, float("nan"), float("inf")])
+def test_saturation_level_must_be_positive(level):
+    with pytest.raises(PipelineError, match="saturation=: expected a positive level in µV"):
+        Saturation(level)
+
+
+def test_command_line_phase_shift_and_saturation(tmp_path, capsys):
+    path = np1_recording(tmp_path, n=3000)
+    out = tmp_path / "cli.h5"
+    assert cli.main(["preprocess", str(path), str(out), "--phase-shift", "auto",
+                     "--saturation", "800", "--whiten", "none", "--backend", "cpu"]) == 0
+    rec = dspk.open_recording(path)
+    p = Pipeline.from_options(phase_shift="auto", saturation=800.0, whiten="none",
+                              backend="cpu").fit(rec)
+    assert [type(s).__name__ for s in p.steps] == ["Saturation", "PhaseShift", "HighPass",
+                                                    "Reference"]
+    want = p.transform(rec.read(0, rec.n_samples).astype(np.float32))
+    with h5py.File(out, "r") as f:
+        got = f["traces"][:].T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3)
+    rec.close()
+    capsys.readouterr()
+    assert cli.main(["preprocess", str(path), str(tmp_path / "bad.h5"), "--saturation",
+                     "-5"]) == 2
+    assert "--saturation: expected a positive level in µV" in capsys.readouterr().err
