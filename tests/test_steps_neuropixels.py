@@ -111,3 +111,19 @@ def test_command_line_phase_shift_and_saturation(tmp_path, capsys):
     assert cli.main(["preprocess", str(path), str(tmp_path / "bad.h5"), "--saturation",
                      "-5"]) == 2
     assert "--saturation: expected a positive level in µV" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_phase_shift_and_saturation_steps_on_the_gpu_match_the_cpu(tmp_path):
+    path = np1_recording(tmp_path, n=4000)
+    rec = dspk.open_recording(path)
+    outs = {}
+    for backend in ("cpu", "gpu"):
+        p = Pipeline.from_options(phase_shift="auto", saturation=800.0, whiten="none",
+                                  backend=backend)
+        out = p.fit(rec).run(rec, tmp_path / f"{backend}.h5", chunk_s=0.05, progress=False)
+        with h5py.File(out, "r") as f:
+            outs[backend] = f["traces"][:]
+    rec.close()
+    scale = float(np.abs(outs["cpu"]).max())
+    np.testing.assert_allclose(outs["gpu"], outs["cpu"], rtol=0, atol=2e-5 * scale)
