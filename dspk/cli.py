@@ -40,8 +40,9 @@ import numpy as np
 from ._version import __version__
 from .argnames import command_line_spelling
 from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
-from .io import open_recording, read_probe
+from .io import RecordingError, open_recording, read_probe
 from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
+from .io.subset import SubsetRecording, parse_channels
 from .kernels import kernel_origin_mode, loaded_from, precompile
 from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
@@ -78,11 +79,36 @@ def _open_options(args: argparse.Namespace) -> dict:
 
 
 def _open(args: argparse.Namespace, dataset: str | None = None) -> Any:
-    """The input recording, with the geometry of ``--probe`` and the flat-binary options."""
+    """The input recording, with the geometry of ``--probe`` and the flat-binary options;
+    with ``--time``/``--channels`` (where the command has them) that part of it, which closes
+    the recording when it is closed."""
     options = _open_options(args)
     if dataset is not None:
         options["dataset"] = dataset
-    return open_recording(args.input, **options)
+    rec = open_recording(args.input, **options)
+    span, channels = getattr(args, "time", None), getattr(args, "channels", None)
+    if span is None and channels is None:
+        return rec
+    try:
+        start, stop = (0, None) if span is None else \
+            (int(round(span[0] * rec.fs)), int(round(span[1] * rec.fs)))
+        if span is not None and not 0 <= span[0] < span[1]:
+            raise RecordingError(f"--time: expected 0 <= START < END seconds, got {span[0]:g} "
+                                 f"{span[1]:g}")
+        return SubsetRecording(rec, start, stop, None if channels is None
+                               else parse_channels(channels), own=True)
+    except BaseException:
+        rec.close()
+        raise
+
+
+def _subset_args(p: argparse.ArgumentParser) -> None:
+    """``--time`` and ``--channels``: a part of the recording."""
+    p.add_argument("--time", type=float, nargs=2, default=None, metavar=("START", "END"),
+                   help="only this time range of the recording, in seconds from its start")
+    p.add_argument("--channels", default=None, metavar="IDS",
+                   help="only these channels, by 0-based index in the recording's order: "
+                        "indices and inclusive ranges, e.g. 0-95,100")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -356,6 +382,7 @@ def parser() -> argparse.ArgumentParser:
     p_pre.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
     p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file")
     _pipeline_args(p_pre)
+    _subset_args(p_pre)
     p_pre.add_argument("--int16", action="store_true",
                        help="scaled int16 output (else float32)")
     p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
@@ -398,6 +425,7 @@ def parser() -> argparse.ArgumentParser:
                              "kernels into its cache: a machine's first GPU call then compiles "
                              "nothing")
     _pipeline_args(p_tune)
+    _subset_args(p_tune)
     p_tune.set_defaults(func=_tune)
     p_cache = command("tune-cache", "show or clear the tuner's stored choices")
     p_cache.add_argument("action", choices=("show", "clear"),
@@ -410,7 +438,8 @@ def parser() -> argparse.ArgumentParser:
 #: keyword's: how messages spell them on the command line (`dspk.argnames`)
 OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype": "--int16",
                 "layout": "--channels-first", "compression": "--compression",
-                "resume": "--resume", "overwrite": "--overwrite"}
+                "resume": "--resume", "overwrite": "--overwrite", "time": "--time",
+                "channels": "--channels"}
 
 
 def spelling() -> dict:

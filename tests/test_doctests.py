@@ -21,7 +21,8 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.pipeline.prepared", "dspk.pipeline.output", "dspk.pipeline.stream",
            "dspk.cli", "dspk.io", "dspk.io.errors", "dspk.io.scaling", "dspk.io.recording",
            "dspk.io.hdf5", "dspk.io.layout",
-           "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe", "dspk.dask"]
+           "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
+           "dspk.io.subset", "dspk.dask"]
 
 
 @pytest.mark.parametrize("name", MODULES)

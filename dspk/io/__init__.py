@@ -25,11 +25,12 @@ from .recording import (BINARY_SUFFIXES, MAX_CHANNELS, MAX_READ_BYTES, ArrayReco
                         SpikeInterfaceRecording, source_path)
 from .scaling import to_uv
 from .spikeglx import SpikeGLXRecording, meta_path
+from .subset import SubsetRecording
 
 __all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingWarning",
            "RecordingSpec", "ArrayRecording",
            "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
-           "SpikeInterfaceRecording", "HDF5Recording", "electrical_series",
+           "SpikeInterfaceRecording", "HDF5Recording", "SubsetRecording", "electrical_series",
            "to_channels_first", "to_uv", "recording_formats",
            "MAX_CHANNELS", "MAX_READ_BYTES", "BINARY_SUFFIXES"]
 
