@@ -12,9 +12,11 @@ import pytest
 import dspk
 from dspk import cli
 from dspk.ops import blank_saturation, phase_shift
-from dspk.pipeline import Context, FitBlocks, PhaseShift, Pipeline, PipelineError, Saturation
+from dspk.ops import common_reference
+from dspk.pipeline import (Context, FitBlocks, PhaseShift, Pipeline, PipelineError, Reference,
+                           Saturation)
 
-from .test_io_formats import np1_meta, write_sglx
+from .test_io_formats import np1_meta, np2_meta, rand16, write_sglx
 
 
 def np1_recording(tmp_path, n=6000, seed=0):
@@ -127,3 +129,50 @@ def test_phase_shift_and_saturation_steps_on_the_gpu_match_the_cpu(tmp_path):
     rec.close()
     scale = float(np.abs(outs["cpu"]).max())
     np.testing.assert_allclose(outs["gpu"], outs["cpu"], rtol=0, atol=2e-5 * scale)
+
+
+def np2_four_shanks(tmp_path, n=3000):
+    return write_sglx(tmp_path, "np2_g0_t0.imec0.ap.bin", rand16(n, 385, seed=4),
+                      np2_meta(24, 384, True))
+
+
+def test_spikeglx_shank_ids(tmp_path):
+    rec = dspk.open_recording(np2_four_shanks(tmp_path))
+    np.testing.assert_array_equal(rec.shank_ids, np.arange(384) // 96)
+    rec.close()
+    one = dspk.open_recording(np1_recording(tmp_path, n=1000))
+    np.testing.assert_array_equal(one.shank_ids, np.zeros(384))
+    one.close()
+
+
+def test_reference_per_shank_equals_common_reference_with_groups(tmp_path):
+    rec = dspk.open_recording(np2_four_shanks(tmp_path))
+    p = Pipeline([Reference("median", groups="shank")], backend="cpu").fit(rec)
+    np.testing.assert_array_equal(p.states[0]["shanks"], np.arange(384) // 96)
+    out = p.run(rec, tmp_path / "ref.h5", chunk_s=0.03, progress=False)
+    x = rec.read()
+    want = common_reference(x, "median", groups=[np.arange(s * 96, (s + 1) * 96)
+                                                 for s in range(4)])
+    with h5py.File(out, "r") as f:
+        np.testing.assert_array_equal(f["traces"][:].T, want)
+    assert not np.array_equal(want, common_reference(x, "median"))
+    again = Pipeline.from_options(reference_groups="shank", whiten="none", highpass=0,
+                                  backend="cpu")
+    assert again.steps == [Reference("median", "shank")]
+    rec.close()
+
+
+def test_reference_per_shank_needs_shanks(tmp_path, capsys):
+    x = np.random.default_rng(3).standard_normal((4, 3000)).astype(np.float32)
+    rec = dspk.open_recording(x, fs=30000.0)
+    with pytest.raises(PipelineError, match=r"reference_groups='shank' needs the recording's "
+                                            r"shank_ids \(the channels' shanks\)"):
+        Pipeline([Reference("median", "shank")]).fit(rec)
+    with pytest.raises(PipelineError, match="reference_groups=: expected 'shank' or 'none'"):
+        Reference("median", "probe")
+    path = tmp_path / "flat.bin"
+    (x.T * 100).astype(np.int16).tofile(path)
+    assert cli.main(["preprocess", str(path), str(tmp_path / "o.h5"), "--n-channels", "4",
+                     "--fs", "30000", "--whiten", "none", "--reference-groups", "shank"]) == 2
+    err = capsys.readouterr().err
+    assert "(the channels' shanks)" in err and "--reference-groups none" in err

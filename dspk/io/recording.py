@@ -199,6 +199,9 @@ class Recording:
         NP2.0), what SpikeInterface calls ``inter_sample_shift``; None where the format does
         not say (SpikeGLX imec streams and SpikeInterface recordings that carry the property
         say it).
+    shank_ids : numpy.ndarray or None
+        Per channel, the shank of its contact (int, 0-based) where the format says it
+        (SpikeGLX imec streams: the .meta's shank or geometry map); None otherwise.
     source : str
         Where the samples come from (file and dataset), for provenance.
 
@@ -223,6 +226,8 @@ class Recording:
     closed: bool = False
     # per channel, the ADC sample shift in samples, or None where the format does not say
     sample_shifts: np.ndarray | None = None
+    # per channel, its contact's shank (0-based), or None where the format does not say
+    shank_ids: np.ndarray | None = None
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
                  gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,

@@ -302,6 +302,7 @@ class SpikeGLXRecording(BinaryRecording):
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
         if self.stream == "imec":
             self.sample_shifts = self._imec_sample_shifts(ids)
+            self.shank_ids = self._imec_shanks(len(cols))
 
     def spec(self) -> RecordingSpec:
         """A `SpikeGLXRecording` of the same ``.bin`` with the metadata resolved here (see
@@ -570,6 +571,14 @@ class SpikeGLXRecording(BinaryRecording):
             except RecordingError:
                 return None          # a type that cannot be read (gains given): not known
         return neuropixels_sample_shifts(readout, part, ptype)
+
+    def _imec_shanks(self, n: int) -> np.ndarray | None:
+        """Each channel's shank (0-based) from ``~snsGeomMap`` or ``~snsShankMap`` (their
+        entries' first field); None when the .meta has neither."""
+        for key in ("snsGeomMap", "snsShankMap"):
+            if self.meta.get(key):
+                return self._map_entries(key, n, 4)[1][:, 0].astype(np.int64)
+        return None
 
     def _imec_geometry(self, n: int) -> np.ndarray | None:
         if self.meta.get("snsGeomMap"):

@@ -18,8 +18,8 @@ __all__ = ["SubsetRecording", "parse_channels"]
 
 class SubsetRecording(Recording):
     """Samples ``start:stop`` of channels ``channels`` of ``parent``: a `Recording` whose
-    reads go to the parent's (its gains, offsets, geometry and sample shifts are the parent's
-    rows of those channels, in the order given).
+    reads go to the parent's (its gains, offsets, geometry, sample shifts and shanks are the
+    parent's rows of those channels, in the order given).
 
     Parameters
     ----------
@@ -70,8 +70,9 @@ class SubsetRecording(Recording):
                          geometry=None if parent.geometry is None else parent.geometry[idx],
                          source=f"{parent.source} [{where}]")
         self.parent, self.start, self.channel_indices, self._own = parent, start, idx, own
-        shifts = parent.sample_shifts
+        shifts, shanks = parent.sample_shifts, parent.shank_ids
         self.sample_shifts = None if shifts is None else np.asarray(shifts)[idx]
+        self.shank_ids = None if shanks is None else np.asarray(shanks)[idx]
         self.samples_first = parent.samples_first
         self.compressed = parent.compressed
         self._all = idx.size == parent.n_channels and bool((idx == np.arange(idx.size)).all())

@@ -224,7 +224,9 @@ class Pipeline:
         --------
         >>> import dspk
         >>> dspk.Pipeline.from_options(whiten=None, reference="mean").options()
-        [{'step': 'HighPass', 'cutoff_hz': 300.0}, {'step': 'Reference', 'operator': 'mean'}]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'step': 'HighPass', 'cutoff_hz': 300.0},
+         {'step': 'Reference', 'operator': 'mean', 'groups': 'none'}]
         """
         return [{"step": type(s).__name__, **asdict(s)} for s in self.steps]
 

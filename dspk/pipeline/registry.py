@@ -11,7 +11,7 @@ Examples
 --------
 >>> from dspk.pipeline import registry
 >>> [o.name for o in registry.options()][:6]
-['saturation', 'phase_shift', 'highpass', 'bandpass', 'reference', 'whiten']
+['saturation', 'phase_shift', 'highpass', 'bandpass', 'reference', 'reference_groups']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
 [HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None)]
 """
@@ -228,8 +228,8 @@ def options() -> list:
     --------
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
-    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--reference', '--whiten',
-     '--neighbors', '--detect', '--threshold']
+    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--reference',
+     '--reference-groups', '--whiten', '--neighbors', '--detect', '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 
@@ -298,7 +298,7 @@ def stages(**values: Any) -> list:
     >>> from dspk.pipeline import registry
     >>> registry.stages(bandpass=(300, 3000), reference="mean", whiten=None, detect=True)
     ... # doctest: +NORMALIZE_WHITESPACE
-    [BandPass(cutoff_hz=300.0, high_hz=3000.0), Reference(operator='mean'),
+    [BandPass(cutoff_hz=300.0, high_hz=3000.0), Reference(operator='mean', groups='none'),
      Detect(threshold=7.0, n_neighbors=10, dead_time_ms=0.67, features=3)]
     """
     entries = list(_REGISTRY.entries)

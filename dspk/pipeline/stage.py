@@ -134,6 +134,9 @@ NEEDS = {
                      lambda rec: getattr(rec, "geometry", None) is not None,
                      "pass geometry= to dspk.open_recording (--probe FILE on the command "
                      "line)"),
+    "shank_ids": Need("the channels' shanks",
+                      lambda rec: getattr(rec, "shank_ids", None) is not None,
+                      "open a recording whose metadata says them (a SpikeGLX .meta)"),
 }
 
 

@@ -285,12 +285,19 @@ register(BandPass)         # made by the high-pass's options; by name in saved p
 
 @dataclass
 class Reference(Step):
-    """Common reference across channels, per sample: ``operator`` "median" or "mean".
+    """Common reference across channels, per sample: ``operator`` "median" or "mean", over
+    every channel or within each shank (``groups="shank"``: SpikeInterface's
+    ``common_reference(recording, groups=...)`` by shank).
+
+    Per shank, the channels' shanks (`Recording.shank_ids`) are the step's fitted state
+    (``"shanks"``), taken from the recording when the pipeline is fitted (nothing read).
 
     Parameters
     ----------
     operator : {"median", "mean"}
-        As for `dspk.common_reference` (all channels, one group).
+        As for `dspk.common_reference`.
+    groups : {"none", "shank"}
+        One reference for all channels, or one per shank.
 
     Examples
     --------
@@ -303,10 +310,34 @@ class Reference(Step):
            [ 8., -2., -3.]], dtype=float32)
     """
     operator: str = "median"
+    groups: str = "none"
+
+    reads_blocks = False
+
+    def __post_init__(self) -> None:
+        if self.groups not in ("none", "shank"):
+            raise PipelineError(f"{arg('reference_groups')}: expected 'shank' or 'none', got "
+                                f"{self.groups!r}")
+
+    @property
+    def fitted(self) -> tuple[str, ...]:        # type: ignore[override]
+        """``("shanks",)`` per shank, else nothing."""
+        return ("shanks",) if self.groups == "shank" else ()
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Per shank: the channels' shanks."""
+        return ("shank_ids",) if self.groups == "shank" else ()
 
     def describe(self) -> str:
-        """``reference='<operator>'``."""
-        return f"reference={self.operator!r}"
+        """``reference='<operator>'`` (and ``reference_groups='shank'``)."""
+        groups = "" if self.groups == "none" else f", reference_groups={self.groups!r}"
+        return f"reference={self.operator!r}{groups}"
+
+    def instead(self, need: str) -> str:
+        """One reference for all channels needs no shanks."""
+        return "use reference_groups='none' (--reference-groups none)" \
+            if need == "shank_ids" else ""
 
     def _one_channel(self, where: str) -> PipelineError:
         return PipelineError(f"{self.describe()}: {where} 1 channel; a common reference "
@@ -333,18 +364,43 @@ class Reference(Step):
         if recording.n_channels < 2:
             raise self._one_channel("the recording has")
 
-    def apply(self, x: Any, ctx: Context, prepared: Any) -> Any:
+    def fit(self, blocks: FitBlocks, ctx: Context) -> dict:
+        """``{"shanks": int64 [channels]}``: the recording's `shank_ids` (per shank only)."""
+        shanks = getattr(ctx.recording, "shank_ids", None)
+        if shanks is None or len(shanks) != ctx.n_channels:
+            raise PipelineError(f"{self.describe()} needs the recording's shanks (a SpikeGLX "
+                                f"recording gives them); "
+                                f"{self.instead('shank_ids')}")
+        shanks = np.asarray(shanks, dtype=np.int64)
+        log.info("common reference within each of %d shank(s)", len(np.unique(shanks)))
+        return {"shanks": shanks}
+
+    def prepare(self, ctx: Context, state: dict) -> list | None:
+        """Per shank, the channel indices of each shank; else None (all channels)."""
+        if self.groups == "none":
+            return None
+        if "shanks" not in state:
+            raise PipelineError(f"{self.describe()}: not fitted (call Pipeline.fit(recording) "
+                                f"first)")
+        shanks = np.asarray(state["shanks"])
+        return [np.flatnonzero(shanks == s) for s in np.unique(shanks)]
+
+    def apply(self, x: Any, ctx: Context, prepared: list | None) -> Any:
         """The reference subtracted from a block x [channels, samples]; `PipelineError` for
         one channel."""
         if x.shape[0] < 2:
             raise self._one_channel("the traces have")
-        return common_reference(x, self.operator)
+        return common_reference(x, self.operator, groups=prepared)
 
 
 register(Reference, (
     Option("reference", "--reference", "median", "common reference across channels",
-           choices=("median", "mean", "none")),),
-    make=lambda reference: None if reference in (None, "none") else Reference(reference))
+           choices=("median", "mean", "none")),
+    Option("reference_groups", "--reference-groups", "none", "one reference per shank "
+           "(shank: the recording's shanks, e.g. a multi-shank SpikeGLX probe) or for all "
+           "channels", choices=("none", "shank"))),
+    make=lambda reference, reference_groups: None if reference in (None, "none")
+    else Reference(reference, reference_groups or "none"))
 
 
 @dataclass
