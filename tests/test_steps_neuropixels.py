@@ -176,3 +176,41 @@ def test_reference_per_shank_needs_shanks(tmp_path, capsys):
                      "--fs", "30000", "--whiten", "none", "--reference-groups", "shank"]) == 2
     err = capsys.readouterr().err
     assert "(the channels' shanks)" in err and "--reference-groups none" in err
+
+
+def test_whitening_per_shank_is_block_diagonal_of_each_shanks_own(tmp_path):
+    """whiten_groups='shank': W is block-diagonal, each block the whitening matrix of that
+    shank's covariance alone (global and local)."""
+    from dspk.ops import CovarianceAccumulator, whitening_matrix
+    from dspk.pipeline import Whiten
+
+    rec = dspk.open_recording(np2_four_shanks(tmp_path, n=6000))
+    x = rec.read().astype(np.float64)
+    shanks = rec.shank_ids
+    for mode in ("global", "local"):
+        step = Whiten(mode, n_neighbors=8, groups="shank")
+        p = Pipeline([step], dtype=np.float64, backend="cpu")
+        p.fit(rec, n_chunks=1, chunk_s=0.2)             # one chunk: the whole recording
+        w = p.states[0]["W"]
+        for s in range(4):
+            g = np.flatnonzero(shanks == s)
+            assert not w[np.ix_(g, np.flatnonzero(shanks != s))].any()
+            acc = CovarianceAccumulator()
+            acc.add(x[g])
+            kw = {} if mode == "global" else dict(geometry_um=rec.geometry[g], n_neighbors=8)
+            want = whitening_matrix(acc.result().astype(np.float64), **kw)
+            np.testing.assert_allclose(w[np.ix_(g, g)], want, rtol=1e-7, atol=1e-12)
+        assert step.describe() == f"whiten={mode!r}, whiten_groups='shank'"
+    rec.close()
+
+
+def test_whitening_per_shank_needs_shanks():
+    from dspk.pipeline import Whiten
+
+    x = np.random.default_rng(3).standard_normal((4, 30000)).astype(np.float32)
+    rec = dspk.open_recording(x, fs=30000.0)
+    with pytest.raises(PipelineError, match=r"whiten='global', whiten_groups='shank' needs "
+                                            r"the recording's shank_ids"):
+        Pipeline([Whiten("global", groups="shank")]).fit(rec)
+    with pytest.raises(PipelineError, match="whiten_groups=: expected 'shank' or 'none'"):
+        Whiten("global", groups="x")

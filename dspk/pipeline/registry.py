@@ -13,7 +13,8 @@ Examples
 >>> [o.name for o in registry.options()][:6]
 ['saturation', 'phase_shift', 'highpass', 'bandpass', 'reference', 'reference_groups']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
-[HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None)]
+... # doctest: +NORMALIZE_WHITESPACE
+[HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None, groups='none')]
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ def options() -> list:
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
     ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--reference',
-     '--reference-groups', '--whiten', '--neighbors', '--detect', '--threshold']
+     '--reference-groups', '--whiten', '--neighbors', '--whiten-groups', '--detect',
+     '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 

@@ -435,21 +435,31 @@ class Whiten(Step):
     mode: str = "local"
     n_neighbors: int = 32
     eps: float | None = None
+    groups: str = "none"
 
     fitted = ("W",)
     whitens = True
 
+    def __post_init__(self) -> None:
+        if self.groups not in ("none", "shank"):
+            raise PipelineError(f"{arg('whiten_groups')}: expected 'shank' or 'none', got "
+                                f"{self.groups!r}")
+
     @property
     def needs(self) -> tuple[str, ...]:
-        """Local whitening needs the geometry."""
-        return ("geometry",) if self.mode == "local" else ()
+        """Local whitening needs the geometry; whitening per shank the channels' shanks."""
+        return (("geometry",) if self.mode == "local" else ()) + \
+            (("shank_ids",) if self.groups == "shank" else ())
 
     def describe(self) -> str:
-        """``whiten='<mode>'``."""
-        return f"whiten={self.mode!r}"
+        """``whiten='<mode>'`` (and ``whiten_groups='shank'``)."""
+        groups = "" if self.groups == "none" else f", whiten_groups={self.groups!r}"
+        return f"whiten={self.mode!r}{groups}"
 
     def instead(self, need: str) -> str:
-        """Global whitening needs no geometry."""
+        """Global whitening needs no geometry; whitening across shanks no shanks."""
+        if need == "shank_ids":
+            return "use whiten_groups='none' (--whiten-groups none)"
         return "use whiten='global' (--whiten global)" if need == "geometry" else ""
 
     def fit(self, blocks: FitBlocks, ctx: Context) -> dict:
@@ -479,9 +489,11 @@ class Whiten(Step):
         acc = CovarianceAccumulator()
         for x in blocks.inner():
             acc.add(x)
-        return self.from_covariance(acc, ctx.geometry)
+        shanks = getattr(ctx.recording, "shank_ids", None) if self.groups == "shank" else None
+        return self.from_covariance(acc, ctx.geometry, shanks)
 
-    def from_covariance(self, covariance: CovarianceAccumulator, geometry: Any = None) -> dict:
+    def from_covariance(self, covariance: CovarianceAccumulator, geometry: Any = None,
+                        shank_ids: Any = None) -> dict:
         """``{"W": ...}`` from an accumulated covariance (`fit`'s last part).
 
         Parameters
@@ -489,6 +501,10 @@ class Whiten(Step):
         covariance : CovarianceAccumulator
         geometry : [channels, 2] array, optional
             Needed by local whitening.
+        shank_ids : [channels] array, optional
+            Needed per shank (``groups="shank"``): W is then block-diagonal, each shank
+            whitened on its own channels' covariance (Kilosort4's and SpikeInterface's
+            per-shank whitening).
 
         Examples
         --------
@@ -504,13 +520,27 @@ class Whiten(Step):
                                 "positions); pass geometry= when opening it, or use "
                                 "whiten='global'")
         cov = covariance.result().astype(np.float64)
-        if self.mode == "global":
-            w = whitening_matrix(cov, eps=self.eps)
+        if self.groups == "none":
+            w = self._zca(cov, geometry)
         else:
-            w = whitening_matrix(cov, eps=self.eps, geometry_um=geometry,
-                                 n_neighbors=min(self.n_neighbors, cov.shape[0]))
-        log.info("fitted %s whitening on %d samples", self.mode, covariance.n)
+            if shank_ids is None or len(shank_ids) != cov.shape[0]:
+                raise PipelineError(f"{self.describe()} needs the recording's shanks; "
+                                    f"{self.instead('shank_ids')}")
+            shanks = np.asarray(shank_ids)
+            w = np.zeros_like(cov)
+            for s in np.unique(shanks):
+                g = np.flatnonzero(shanks == s)
+                w[np.ix_(g, g)] = self._zca(cov[np.ix_(g, g)],
+                                            None if geometry is None else np.asarray(geometry)[g])
+        log.info("fitted %s whitening on %d samples%s", self.mode, covariance.n,
+                 "" if self.groups == "none" else " within each shank")
         return {"W": to_numpy(w).astype(np.float64)}
+
+    def _zca(self, cov: np.ndarray, geometry: Any) -> np.ndarray:
+        if self.mode == "global":
+            return whitening_matrix(cov, eps=self.eps)
+        return whitening_matrix(cov, eps=self.eps, geometry_um=geometry,
+                                n_neighbors=min(self.n_neighbors, cov.shape[0]))
 
     def prepare(self, ctx: Context, state: dict) -> SpatialFilter:
         """W on the run's device, in its dtype, as a `dspk.SpatialFilter`; `PipelineError`
@@ -528,6 +558,9 @@ register(Whiten, (
     Option("whiten", "--whiten", "local", "ZCA whitening: local needs channel positions "
            "(--probe)", choices=("global", "local", "none")),
     Option("n_neighbors", "--neighbors", 32, "channels per neighbourhood for local whitening",
-           type=int, metavar="N")),
-    make=lambda whiten, n_neighbors: None if whiten in (None, "none")
-    else Whiten(whiten, int(n_neighbors)))
+           type=int, metavar="N"),
+    Option("whiten_groups", "--whiten-groups", "none", "whiten within each shank (shank: the "
+           "recording's shanks; W block-diagonal) or across all channels",
+           choices=("none", "shank"))),
+    make=lambda whiten, n_neighbors, whiten_groups: None if whiten in (None, "none")
+    else Whiten(whiten, int(n_neighbors), groups=whiten_groups or "none"))
