@@ -419,6 +419,9 @@ class Whiten(Step):
         Neighbourhood size for local whitening (at most the channel count is used).
     eps : float, optional
         Regularization, as for `dspk.whitening_matrix`.
+    groups : {"none", "shank"}
+        Whiten across all channels, or within each shank (W block-diagonal; needs the
+        recording's `shank_ids`).
 
     Examples
     --------
