@@ -201,8 +201,10 @@ def test_the_defaults_are_spikeinterfaces():
     """100 chunks of 0.3 s and every threshold as the reference's defaults."""
     x, geom, _, _ = np1_recording(0)
     sub = np.flatnonzero(geom[:, 1] >= 2800)     # the top 96 channels: out, fading, some in
-    reference = si_labels(x[sub], geom[sub], seed=4)
-    found = detect_bad_channels(x[sub], geom[sub], FS, seed=4)
+    with pytest.warns(UserWarning, match="Over 1/3 of channels"):
+        reference = si_labels(x[sub], geom[sub], seed=4)
+    with pytest.warns(UserWarning, match="43 of 104 channels are labelled bad"):
+        found = detect_bad_channels(x[sub], geom[sub], FS, seed=4)
     assert found.chunk_labels.shape == (100, len(sub))
     assert found.chunk_samples == int(0.3 * FS)
     assert (found.labels == reference).all(), disagreements(found, reference)
@@ -270,13 +272,14 @@ def test_the_result():
 def test_too_many_bad_channels_warn_as_the_reference():
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (1, 3000)) + rng.normal(0, 0.1, (24, 3000))
-    x[:10] = 0.0
+    x[:10] += rng.normal(0, 30, (10, 3000))        # noisy: 0.06 µV²/Hz at high frequencies
     with pytest.warns(UserWarning, match="10 of 24 channels are labelled bad"):
         found = detect_bad_channels(x, np.c_[np.zeros(24), np.arange(24.0)], FS,
                                     num_random_chunks=None, n_neighbors=5)
     assert (found.labels[:10] != "good").all()
 
 
+@pytest.mark.filterwarnings("ignore:.* channels are labelled bad")
 @settings(max_examples=25, deadline=None)
 @given(n_ch=st.integers(3, 24), n=st.integers(600, 4000), data=st.data(),
        dtype=st.sampled_from([np.float32, np.float64, np.int16]))
@@ -284,7 +287,7 @@ def test_shapes_and_dtypes(n_ch, n, data, dtype):
     """Any real dtype gives the labels of its values in float64; shapes follow the chunks."""
     seed = data.draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    x = rng.normal(0, 40, (1, n)) + rng.normal(0, 20, (n_ch, n))
+    x = rng.normal(0, 5, (1, n)) + rng.normal(0, 2, (n_ch, n))
     x = x.astype(dtype)
     geom = np1_geometry(n_ch)
     k = data.draw(st.integers(1, n_ch))
