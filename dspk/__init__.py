@@ -11,6 +11,7 @@ from .io import open_recording  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
 from .detect import detect_spikes, learn_templates, spike_features  # noqa: E402
 from .pipeline import Pipeline, preprocess  # noqa: E402
+from .ops import detect_bad_channels  # noqa: E402
 from .ops import (PCA, CovarianceAccumulator, bandpass_taps, blank_saturation,  # noqa: E402
                   common_reference, covariance, fir_bank, fir_filter, highpass_taps,
                   interpolation_matrix, knn, pairwise_sqdist, phase_shift, spatial_filter,
@@ -18,6 +19,7 @@ from .ops import (PCA, CovarianceAccumulator, bandpass_taps, blank_saturation,  
 
 __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
            "explain", "MatrixView",
+           "detect_bad_channels",
            "BackendError", "gpu_available", "resolve_backend", "covariance",
            "CovarianceAccumulator", "whitening_matrix", "spatial_filter", "SpatialFilter",
            "common_reference", "PCA", "pairwise_sqdist", "knn", "highpass_taps",

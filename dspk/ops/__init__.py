@@ -2,6 +2,7 @@
 covariance and whitening, spatial filters and references, PCA, distances, FIR filters, the
 Neuropixels steps (ADC phase shift, saturation blanking, bad-channel interpolation)."""
 
+from .bad_channels import BadChannels, detect_bad_channels
 from .covariance import CovarianceAccumulator, covariance
 from .delay import fractional_delay_taps, phase_shift
 from .distance import knn, pairwise_sqdist
@@ -13,6 +14,7 @@ from .spatial import (bipolar_matrix, common_reference, laplacian_matrix, neighb
                       spatial_filter, SpatialFilter, whitening_matrix)
 
 __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_filter",
+           "detect_bad_channels", "BadChannels",
            "SpatialFilter", "common_reference", "neighbors", "PCA", "pairwise_sqdist", "knn",
            "highpass_taps",
            "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank", "bipolar_matrix",
