@@ -582,7 +582,7 @@ def pipeline_keys() -> set:
     --------
     >>> from dspk.dask import pipeline_keys
     >>> sorted(pipeline_keys())[:4]
-    ['backend', 'bandpass', 'detect', 'detect_threshold']
+    ['backend', 'bad_channels', 'bandpass', 'detect']
     """
     return {o.name for o in registry.options()} | {"backend", "dtype_processing"}
 

@@ -214,3 +214,67 @@ def test_whitening_per_shank_needs_shanks():
         Pipeline([Whiten("global", groups="shank")]).fit(rec)
     with pytest.raises(PipelineError, match="whiten_groups=: expected 'shank' or 'none'"):
         Whiten("global", groups="x")
+
+
+def test_bad_channels_step_detects_and_interpolates():
+    """On the fit chunks the step finds what the op finds on the whole traces (the injected
+    dead, noisy and outside channels), and applies SpikeInterface's kriging of them."""
+    from dspk.ops import detect_bad_channels, interpolation_matrix, spatial_filter
+    from dspk.pipeline import BadChannels
+
+    from .test_bad_channels import np1_recording as np1_bad
+
+    x, geom, expected, unsure = np1_bad(0, seconds=2.0)
+    rec = dspk.open_recording(x, fs=30000.0, geometry=geom)
+    p = Pipeline([BadChannels("detect")], backend="cpu").fit(rec, n_chunks=4, chunk_s=0.3)
+    labels = p.states[0]["labels"]
+    names = ("good", "dead", "noise", "out")
+    for c, want in expected.items():
+        if c not in unsure:
+            assert names[labels[c]] == want, (c, want, names[labels[c]])
+    want = spatial_filter(interpolation_matrix(geom, labels != 0).astype(np.float32), x)
+    np.testing.assert_allclose(p.transform(x), want, rtol=0, atol=1e-3)
+    whole = detect_bad_channels(x, geom, 30000.0, num_random_chunks=None)
+    sure = [c for c in expected if c not in unsure]
+    assert [names.index(str(v)) for v in whole.labels[sure]] == labels[sure].tolist()
+
+
+def test_bad_channels_given_and_refused():
+    from dspk.pipeline import BadChannels
+
+    rng = np.random.default_rng(5)
+    col = np.arange(384)
+    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+    x = rng.standard_normal((384, 6000)).astype(np.float32)
+    rec = dspk.open_recording(x, fs=30000.0, geometry=geom)
+    p = Pipeline([BadChannels("5,7-8")]).fit(rec)
+    assert np.flatnonzero(p.states[0]["labels"]).tolist() == [5, 7, 8]
+    with pytest.raises(PipelineError, match=r"bad_channels=: channel 400 is not one of the "
+                                            r"recording's 0..383"):
+        Pipeline([BadChannels("400")]).fit(rec)
+    with pytest.raises(PipelineError, match="every channel is bad"):
+        Pipeline([BadChannels("0-383")]).fit(rec)
+    with pytest.raises(dspk.io.RecordingError, match="channels=: expected indices"):
+        BadChannels("3-1")
+    nogeom = dspk.open_recording(x, fs=30000.0)
+    with pytest.raises(PipelineError, match="bad_channels='2' needs the recording's geometry"):
+        Pipeline([BadChannels("2")]).fit(nogeom)
+
+
+def test_command_line_bad_channels(tmp_path):
+    rng = np.random.default_rng(6)
+    col = np.arange(384)
+    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+    x = rng.standard_normal((384, 6000)).astype(np.float32)
+    path = tmp_path / "flat.bin"
+    (x.T * 10).astype(np.int16).tofile(path)
+    probe = tmp_path / "probe.csv"
+    np.savetxt(probe, geom, delimiter=",", header="x,y", comments="")
+    out = tmp_path / "o.h5"
+    assert cli.main(["preprocess", str(path), str(out), "--n-channels", "384", "--fs", "30000",
+                     "--probe", str(probe), "--whiten", "none", "--reference", "none",
+                     "--bad-channels", "40,200", "--backend", "cpu"]) == 0
+    with h5py.File(out, "r") as f:
+        names = []
+        f.visit(names.append)
+        assert any(n.endswith("BadChannels/labels") for n in names), names

@@ -10,8 +10,8 @@ of the stages in a pipeline made from options (filters, reference, whitening, th
 Examples
 --------
 >>> from dspk.pipeline import registry
->>> [o.name for o in registry.options()][:6]
-['saturation', 'phase_shift', 'highpass', 'bandpass', 'reference', 'reference_groups']
+>>> [o.name for o in registry.options()][:4]
+['saturation', 'phase_shift', 'highpass', 'bandpass']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
 ... # doctest: +NORMALIZE_WHITESPACE
 [HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None, groups='none')]
@@ -229,9 +229,9 @@ def options() -> list:
     --------
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
-    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--reference',
-     '--reference-groups', '--whiten', '--neighbors', '--whiten-groups', '--detect',
-     '--threshold']
+    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
+     '--reference', '--reference-groups', '--whiten', '--neighbors', '--whiten-groups',
+     '--detect', '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 
@@ -242,8 +242,9 @@ def stage_classes() -> dict:
     Examples
     --------
     >>> from dspk.pipeline import registry
-    >>> sorted(registry.stage_classes())
-    ['BandPass', 'Detect', 'HighPass', 'PhaseShift', 'Reference', 'Saturation', 'Whiten']
+    >>> sorted(registry.stage_classes())      # doctest: +NORMALIZE_WHITESPACE
+    ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'PhaseShift', 'Reference', 'Saturation',
+     'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 
