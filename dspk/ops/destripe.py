@@ -316,11 +316,15 @@ def highpass_spatial_filter(x: Any, geometry: Any, fs: float | None = None, *,
     one group: ``recording.split_by("group")``).
 
     Agreement with SpikeInterface 0.105.3 (``NumpyRecording`` with a probe, ``get_traces``,
-    the same ``rms_values``) on 384-channel NP1.0-like traces with a common-mode stripe and
-    coloured noise, the largest absolute difference over the reference's largest value:
-    without AGC 1e-14 in float64 (float32-representable input) and 3e-7 in float32; with AGC
-    4e-7 (float32) and 1e-7 (float64, the reference's float32 rounding); the same on
-    2-column and 4-shank layouts (tests/test_destripe.py).
+    the same ``rms_values``) on 4000 samples of a 384-channel NP1.0 layout, a 192-channel
+    2-column layout and 4 shanks of 96 channels (each shank through ``split_by("group")``),
+    integer-valued coloured noise plus a common-mode stripe larger than it, the largest
+    absolute difference over the reference's largest value: without AGC 1.8e-13 in float64
+    (exact on integer-valued input: the reference's float32 rounding of its input and of
+    sosfiltfilt's odd extension loses nothing there) and 1.4e-6 in float32; with AGC 1.8e-6
+    in float32 and 3.7e-7 in float64 (the reference rounds its AGC-normalised traces to
+    float32). tests/test_destripe.py checks these (with margins), other paddings, tapers,
+    orders, both directions and unsorted channels.
 
     Parameters
     ----------
