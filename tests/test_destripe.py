@@ -298,7 +298,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="geometry: the position of channel 5 is not finite"):
         highpass_spatial_filter(x, g, FS)
     with pytest.raises(ValueError, match="geometry: 63 positions for the 64 channels of x"):
-        highpass_spatial_filter(x[:, :], geom[:63], FS, n_channel_pad=20)
+        highpass_spatial_filter(x, geom[:63], FS)                 # before n_channel_pad
     flat = np.c_[20.0 * np.arange(64), np.zeros(64)]          # all at one depth
     with pytest.raises(ValueError, match=r"geometry: the 64 channels of group 0 all have "
                                          r"y = 0 µm.*pass direction= or groups="):

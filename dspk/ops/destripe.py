@@ -95,9 +95,12 @@ def _group_order(pos: np.ndarray, dim: int) -> np.ndarray:
 
 
 def _matrix(geometry: Any, groups: Any, n_channel_pad: Any, n_channel_taper: Any,
-            direction: Any, order: Any, wn: Any) -> np.ndarray:
-    """The checked arguments of `highpass_spatial_matrix`, W from the cache."""
+            direction: Any, order: Any, wn: Any, n_channels: int | None = None) -> np.ndarray:
+    """The checked arguments of `highpass_spatial_matrix`, W from the cache (``n_channels``:
+    the channels of the traces it is for)."""
     g, lab = _positions_and_groups(geometry, groups)
+    if n_channels is not None and len(g) != n_channels:
+        raise ValueError(f"geometry: {len(g)} positions for the {n_channels} channels of x")
     if not isinstance(direction, str) or direction not in DIRECTIONS:
         raise ValueError(f"direction: expected 'x' or 'y' (the axis the filter runs along), "
                          f"got {direction!r}")
@@ -397,9 +400,7 @@ groups
         raise TypeError(f"dtype: expected float32, float64 or int16 (or None: x's), got "
                         f"{out_dtype}")
     w = _matrix(geometry, groups, n_channel_pad, n_channel_taper, direction,
-                highpass_butter_order, highpass_butter_wn)
-    if len(w) != n_ch:
-        raise ValueError(f"geometry: {len(w)} positions for the {n_ch} channels of x")
+                highpass_butter_order, highpass_butter_wn, n_channels=n_ch)
     finite = xp.isfinite(x)
     if not bool(finite.all()):
         c, t = (int(v) for v in xp.argwhere(~finite)[0])
