@@ -350,7 +350,7 @@ groups
         ε per channel is ``epsilon · rms_values`` (default 0.003), the floor of the gain.
     rms_values : array-like, optional
         [channels] RMS of each channel in x's units (default: over x itself).
-    dtype : dtype, optional
+    dtype : numpy dtype, optional
         Output dtype: float32, float64 or int16 (rounded, as the reference writes integers);
         default x's.
     halo : int
