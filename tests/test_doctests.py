@@ -15,13 +15,14 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.linalg.engine",
            "dspk.match", "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial",
            "dspk.ops.distance", "dspk.ops.fir", "dspk.ops.kaiser", "dspk.ops.delay",
-           "dspk.ops.saturation", "dspk.ops.interpolation", "dspk.ops.destripe", "dspk.detect", "dspk.pipeline",
+           "dspk.ops.saturation", "dspk.ops.interpolation", "dspk.detect", "dspk.pipeline",
            "dspk.pipeline.steps", "dspk.pipeline.pipeline", "dspk.pipeline.job",
            "dspk.pipeline.stage", "dspk.pipeline.registry", "dspk.pipeline.sinks",
            "dspk.pipeline.prepared", "dspk.pipeline.output", "dspk.pipeline.stream",
            "dspk.cli", "dspk.io", "dspk.io.errors", "dspk.io.scaling", "dspk.io.recording",
            "dspk.io.hdf5", "dspk.io.layout",
-           "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe", "dspk.dask"]
+           "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe", "dspk.dask",
+           "dspk.ops.destripe"]
 
 
 @pytest.mark.parametrize("name", MODULES)
