@@ -16,6 +16,7 @@ from .ops import (PCA, CovarianceAccumulator, bandpass_taps, blank_saturation,  
                   common_reference, covariance, fir_bank, fir_filter, highpass_taps,
                   interpolation_matrix, knn, pairwise_sqdist, phase_shift, spatial_filter,
                   SpatialFilter, whitening_matrix, zero_phase_taps)
+from .ops import highpass_spatial_filter, highpass_spatial_matrix  # noqa: E402
 
 __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
            "explain", "MatrixView",
@@ -26,4 +27,5 @@ __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul",
            "bandpass_taps", "zero_phase_taps",
            "fir_filter", "fir_bank", "phase_shift", "blank_saturation",
            "interpolation_matrix", "Pipeline", "preprocess", "detect_spikes",
-           "learn_templates", "spike_features"]
+           "learn_templates", "spike_features",
+           "highpass_spatial_filter", "highpass_spatial_matrix"]

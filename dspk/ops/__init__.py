@@ -5,6 +5,7 @@ Neuropixels steps (ADC phase shift, saturation blanking, bad-channel interpolati
 from .bad_channels import BadChannels, detect_bad_channels
 from .covariance import CovarianceAccumulator, covariance
 from .delay import fractional_delay_taps, phase_shift
+from .destripe import agc_window, highpass_spatial_filter, highpass_spatial_matrix
 from .distance import knn, pairwise_sqdist
 from .fir import bandpass_taps, fir_bank, fir_filter, highpass_taps, zero_phase_taps
 from .interpolation import interpolation_matrix
@@ -19,4 +20,5 @@ __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_f
            "highpass_taps",
            "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank", "bipolar_matrix",
            "laplacian_matrix", "phase_shift", "fractional_delay_taps", "blank_saturation",
-           "interpolation_matrix"]
+           "interpolation_matrix",
+           "highpass_spatial_filter", "highpass_spatial_matrix", "agc_window"]
