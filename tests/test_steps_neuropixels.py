@@ -278,3 +278,37 @@ def test_command_line_bad_channels(tmp_path):
         names = []
         f.visit(names.append)
         assert any(n.endswith("BadChannels/labels") for n in names), names
+
+
+@pytest.mark.parametrize("agc", [True, False])
+def test_spatial_highpass_step_in_chunks_equals_the_op(tmp_path, agc):
+    """Chunked with its margin (the AGC window's half length), the step gives the op's
+    result on the whole recording with the fitted RMS; per shank on a 4-shank probe."""
+    from dspk.ops import highpass_spatial_filter
+    from dspk.pipeline import SpatialHighpass
+
+    rec = dspk.open_recording(np2_four_shanks(tmp_path, n=9000))
+    step = SpatialHighpass(apply_agc=agc)
+    p = Pipeline([step], backend="cpu").fit(rec, n_chunks=2, chunk_s=0.1)
+    st = p.states[0]
+    np.testing.assert_array_equal(st["shanks"], np.arange(384) // 96)
+    assert step.margin(30000.0) == (1500 if agc else 0)
+    out = p.run(rec, tmp_path / "d.h5", chunk_s=0.1, progress=False)   # 3 chunks
+    x = rec.read()
+    want = highpass_spatial_filter(x, rec.geometry, 30000.0, apply_agc=agc,
+                                   rms_values=st["rms"], groups=rec.shank_ids)
+    with h5py.File(out, "r") as f:
+        got = f["traces"][:].T
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * float(np.abs(want).max()))
+    rec.close()
+
+
+def test_command_line_spatial_highpass(tmp_path):
+    path = np2_four_shanks(tmp_path, n=6000)
+    out = tmp_path / "cli.h5"
+    assert cli.main(["preprocess", str(path), str(out), "--spatial-highpass", "--whiten",
+                     "none", "--backend", "cpu"]) == 0
+    with h5py.File(out, "r") as f:
+        names = []
+        f.visit(names.append)
+        assert any("SpatialHighpass/rms" in n for n in names), names

@@ -50,14 +50,15 @@ from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
 from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
-from .steps import BadChannels, BandPass, HighPass, PhaseShift, Reference, Saturation, Whiten
+from .steps import (BadChannels, BandPass, HighPass, PhaseShift, Reference, Saturation,
+                    SpatialHighpass, Whiten)
 
 #: the registered stage classes by name (the names stored in saved pipelines and outputs); a
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
 STEP_TYPES = registry.stage_classes()
 
 __all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
-           "Reference",
+           "SpatialHighpass", "Reference",
            "Whiten", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted", "Step",
            "Sink", "Stage", "Context",
            "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",

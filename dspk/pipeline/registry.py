@@ -230,8 +230,8 @@ def options() -> list:
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
     ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
-     '--reference', '--reference-groups', '--whiten', '--neighbors', '--whiten-groups',
-     '--detect', '--threshold']
+     '--spatial-highpass', '--reference', '--reference-groups', '--whiten', '--neighbors',
+     '--whiten-groups', '--detect', '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 
@@ -244,7 +244,7 @@ def stage_classes() -> dict:
     >>> from dspk.pipeline import registry
     >>> sorted(registry.stage_classes())      # doctest: +NORMALIZE_WHITESPACE
     ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'PhaseShift', 'Reference', 'Saturation',
-     'Whiten']
+     'SpatialHighpass', 'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 

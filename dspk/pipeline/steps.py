@@ -9,6 +9,8 @@ its options on the command line, in `Pipeline.from_options` and in `dspk.dask`.
 - `HighPass` / `BandPass`: linear-phase FIR filters (`dspk.fir_filter`);
 - `BadChannels`: bad channels detected on the fit chunks (`dspk.ops.detect_bad_channels`)
   or given, replaced by their good neighbours' kriging (`dspk.ops.interpolation_matrix`);
+- `SpatialHighpass`: destriping, SpikeInterface's ``highpass_spatial_filter`` / IBL's
+  ``kfilt`` (`dspk.ops.highpass_spatial_filter`);
 - `Reference`: median or mean across channels (`dspk.common_reference`);
 - `Whiten`: ZCA whitening fitted on the recording (`dspk.whitening_matrix`, global or local).
 
@@ -32,15 +34,16 @@ import numpy as np
 from ..argnames import arg
 from ..backend import to_numpy
 from ..io.subset import parse_channels
-from ..ops import (CovarianceAccumulator, SpatialFilter, bandpass_taps, blank_saturation,
-                   common_reference, detect_bad_channels, fir_filter, highpass_taps,
-                   interpolation_matrix, phase_shift, whitening_matrix)
+from ..ops import (CovarianceAccumulator, SpatialFilter, agc_window, bandpass_taps,
+                   blank_saturation, common_reference, detect_bad_channels, fir_filter,
+                   highpass_spatial_filter, highpass_taps, interpolation_matrix, phase_shift,
+                   whitening_matrix)
 from .errors import PipelineError
 from .registry import Option, register
 from .stage import Context, FitBlocks, Step
 
-__all__ = ["Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels", "Reference",
-           "Whiten"]
+__all__ = ["Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
+           "SpatialHighpass", "Reference", "Whiten"]
 
 # one logger for all of the pipeline's messages (the command line prints its name)
 log = logging.getLogger("dspk.pipeline")
@@ -397,6 +400,90 @@ register(BadChannels, (
            "their 0-based indices (3,17,200-203)", metavar="detect|none|IDS"),),
     make=lambda bad_channels: None if bad_channels in (None, "none")
     else BadChannels(str(bad_channels)))
+
+
+@dataclass
+class SpatialHighpass(Step):
+    """Destriping: a spatial Butterworth high-pass along the probe's depth, with automatic gain
+    control, as SpikeInterface's ``highpass_spatial_filter`` (IBL's ``kfilt``;
+    `dspk.ops.highpass_spatial_filter`: one [C, C] matrix on `dspk.spatial_filter`, the AGC's
+    Hann window on `dspk.fir_filter`), each shank on its own where the recording gives its
+    shanks.
+
+    Fitted state: ``"rms"`` (each channel's RMS over the fit chunks, after the steps before
+    this one: the AGC's floor is ``epsilon · rms``, fixed for the recording as SpikeInterface
+    fixes it from random chunks; a per-chunk RMS would make the output depend on the
+    chunking), and the ``"geometry"`` and ``"shanks"`` the filter is built from.
+
+    Parameters
+    ----------
+    apply_agc : bool
+        The automatic gain control (SpikeInterface's default: on); its window's half length
+        (1500 samples at 30 kHz) is the step's margin.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline import Pipeline, SpatialHighpass
+    >>> rng = np.random.default_rng(0)
+    >>> geom = np.c_[np.zeros(96), 20.0 * np.arange(96)]
+    >>> stripe = rng.standard_normal(9000)
+    >>> x = (rng.standard_normal((96, 9000)) + 5 * stripe).astype(np.float32)
+    >>> rec = dspk.open_recording(x, fs=30000.0, geometry=geom)
+    >>> y = Pipeline([SpatialHighpass(apply_agc=False)]).fit(rec).transform(x)
+    >>> bool(np.abs(y.mean(axis=0)).std() < 0.2 * np.abs(x.mean(axis=0)).std())   # removed
+    True
+    """
+    apply_agc: bool = True
+
+    fitted = ("rms", "geometry", "shanks")
+    needs = ("geometry",)
+
+    def describe(self) -> str:
+        """``spatial_highpass=True`` (``apply_agc=False`` when off)."""
+        return "spatial_highpass=True" + ("" if self.apply_agc else ", apply_agc=False")
+
+    def margin(self, fs: float) -> int:
+        """The AGC window's half length (none without AGC)."""
+        return len(agc_window(fs)) // 2 if self.apply_agc else 0
+
+    def fit(self, blocks: FitBlocks, ctx: Context) -> dict:
+        """``{"rms", "geometry", "shanks"}`` (shanks: -1 everywhere when the recording does
+        not give them: one group)."""
+        sq, n = np.zeros(ctx.n_channels), 0
+        for x in blocks.inner():
+            h = to_numpy(x).astype(np.float64)
+            sq += np.einsum("ij,ij->i", h, h)
+            n += h.shape[1]
+        if n == 0:
+            raise PipelineError(f"{self.describe()}: no fit chunk to measure the RMS on")
+        shanks = getattr(ctx.recording, "shank_ids", None)
+        return {"rms": np.sqrt(sq / n), "geometry": np.asarray(ctx.geometry, np.float64),
+                "shanks": np.full(ctx.n_channels, -1, np.int64) if shanks is None
+                else np.asarray(shanks, np.int64)}
+
+    def prepare(self, ctx: Context, state: dict) -> dict:
+        """The filter's keywords from the fitted state."""
+        if not self.is_fitted(state):
+            raise PipelineError(f"{self.describe()}: not fitted (call Pipeline.fit(recording) "
+                                f"first)")
+        shanks = np.asarray(state["shanks"])
+        return dict(geometry=np.asarray(state["geometry"]), rms_values=np.asarray(state["rms"]),
+                    groups=None if (shanks < 0).all() else shanks)
+
+    def apply(self, x: Any, ctx: Context, prepared: dict) -> Any:
+        """The destriped block x [channels, samples]."""
+        return highpass_spatial_filter(x, prepared["geometry"], ctx.fs,
+                                       apply_agc=self.apply_agc,
+                                       rms_values=prepared["rms_values"],
+                                       groups=prepared["groups"])
+
+
+register(SpatialHighpass, (
+    Option("spatial_highpass", "--spatial-highpass", False, "destripe: a spatial high-pass "
+           "along depth with automatic gain control, as SpikeInterface's "
+           "highpass_spatial_filter (IBL's kfilt)", switch=True),),
+    make=lambda spatial_highpass: SpatialHighpass() if spatial_highpass else None)
 
 
 @dataclass
