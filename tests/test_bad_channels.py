@@ -331,7 +331,7 @@ def test_bad_input():
         detect_bad_channels(x, np.zeros((16, 3)), FS)
     with pytest.raises(ValueError, match="geometry: 15 positions for the 16 channels of x"):
         detect_bad_channels(x, geom[:15], FS)
-    with pytest.raises(ValueError, match="geometry: positions must be finite"):
+    with pytest.raises(ValueError, match="geometry: the position of channel 3 is not finite"):
         detect_bad_channels(x, np.where(np.arange(16)[:, None] == 3, np.nan, geom), FS)
     for fs in (0.0, -30000.0, float("nan")):
         with pytest.raises(ValueError, match="fs: expected a positive finite number.*pass fs="):

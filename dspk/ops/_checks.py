@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ..argnames import arg
 from ..backend import array_module, is_cupy_array
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -36,15 +37,30 @@ def channels_first_hint(x: Any, name: str = "x") -> None:
                          f"x.T)")
 
 
+def positions(geometry: Any) -> np.ndarray:
+    """[channels, 2] float64 positions in µm from an array (NumPy or CuPy) or a probeinterface
+    Probe (its ``contact_positions``): 2-D, two columns, at least one channel, finite."""
+    if hasattr(geometry, "contact_positions"):          # a probeinterface Probe
+        geometry = geometry.contact_positions
+    g = geometry.get() if hasattr(geometry, "get") else geometry
+    try:
+        g = np.asarray(g, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"geometry: expected [channels, 2] positions in µm, got "
+                        f"{type(geometry).__name__}") from None
+    if g.ndim != 2 or g.shape[1] != 2 or g.shape[0] == 0:
+        raise ValueError(f"geometry: expected [channels, 2] positions in µm (x, y), got shape "
+                         f"{g.shape}; pass {arg('geometry')}recording.geometry or a "
+                         f"probeinterface Probe")
+    bad = np.flatnonzero(~np.isfinite(g).all(axis=1))
+    if bad.size:
+        raise ValueError(f"geometry: the position of channel {int(bad[0])} is not finite")
+    return g
+
+
 def geometry(geom: Any, n_channels: int, xp: Any) -> Any:
-    """[channels, 2] positions in µm (a probeinterface Probe is accepted)."""
-    if hasattr(geom, "contact_positions"):
-        geom = geom.contact_positions
-    g = np.asarray(geom.get() if hasattr(geom, "get") else geom, dtype=np.float64)
-    if g.ndim != 2 or g.shape[1] != 2:
-        raise ValueError(f"geometry: expected [channels, 2] positions in µm, got shape {g.shape}")
+    """[channels, 2] positions in µm (`positions`), one per channel."""
+    g = positions(geom)
     if g.shape[0] != n_channels:
         raise ValueError(f"geometry: {g.shape[0]} positions for {n_channels} channels")
-    if not np.all(np.isfinite(g)):
-        raise ValueError("geometry: positions must be finite")
     return g

@@ -15,6 +15,7 @@ import numpy as np
 from ..argnames import arg
 from ..backend import array_module, is_cupy_array, to_numpy
 from ..linalg import matmul
+from ._checks import positions
 
 __all__ = ["detect_bad_channels", "BadChannels", "LABELS", "FEATURES"]
 
@@ -134,23 +135,10 @@ def _traces(x: Any) -> Any:
 
 
 def _geometry(geometry: Any, n: int) -> np.ndarray:
-    if hasattr(geometry, "contact_positions"):          # a probeinterface Probe
-        geometry = geometry.contact_positions
-    g = geometry.get() if hasattr(geometry, "get") else geometry
-    try:
-        g = np.asarray(g, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"geometry: expected [channels, 2] positions in µm, got "
-                        f"{type(geometry).__name__}") from None
-    if g.ndim != 2 or g.shape[1] != 2:
-        raise ValueError(f"geometry: expected [channels, 2] positions in µm (x, y), got shape "
-                         f"{g.shape}; pass {arg('geometry')}recording.geometry or a "
-                         f"probeinterface Probe")
+    g = positions(geometry)
     if g.shape[0] != n:
         raise ValueError(f"geometry: {g.shape[0]} positions for the {n} channels of x "
                          f"(x is [channels, samples])")
-    if not np.isfinite(g).all():
-        raise ValueError("geometry: positions must be finite")
     return g
 
 

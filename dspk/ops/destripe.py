@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
-from ._checks import traces
+from ._checks import positions, traces
 from .fir import fir_filter
 from .spatial import spatial_filter
 
@@ -33,23 +33,9 @@ OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int16))
 
 def _positions_and_groups(geometry: Any, groups: Any) -> tuple[np.ndarray, np.ndarray]:
     """[channels, 2] float64 positions, and one integer group label per channel."""
-    shanks = None
-    if hasattr(geometry, "contact_positions"):             # a probeinterface Probe
-        shanks = getattr(geometry, "shank_ids", None)
-        geometry = geometry.contact_positions
-    g = geometry.get() if hasattr(geometry, "get") else geometry
-    try:
-        g = np.asarray(g, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"geometry: expected [channels, 2] positions in µm, got "
-                        f"{type(geometry).__name__}") from None
-    if g.ndim != 2 or g.shape[1] != 2 or g.shape[0] == 0:
-        raise ValueError(f"geometry: expected [channels, 2] positions in µm (x, y), got shape "
-                         f"{g.shape}; pass {arg('geometry')}recording.geometry or a "
-                         f"probeinterface Probe")
-    bad = np.flatnonzero(~np.isfinite(g).all(axis=1))
-    if bad.size:
-        raise ValueError(f"geometry: the position of channel {int(bad[0])} is not finite")
+    shanks = getattr(geometry, "shank_ids", None) \
+        if hasattr(geometry, "contact_positions") else None       # a probeinterface Probe
+    g = positions(geometry)
     if groups is None:
         # a Probe's shanks, as SpikeInterface's set_probe makes them the channel groups
         if shanks is not None and len(shanks) == len(g) and all(str(s) != "" for s in shanks):

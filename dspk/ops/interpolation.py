@@ -10,31 +10,13 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from ._checks import positions
 
 __all__ = ["interpolation_matrix", "WEIGHT_THRESHOLD"]
 
 #: kernel values, and normalised weights, below this are dropped (the reference's
 #: ``weight_threshold``)
 WEIGHT_THRESHOLD = 0.005
-
-
-def _positions(geometry: Any) -> np.ndarray:
-    if hasattr(geometry, "contact_positions"):          # a probeinterface Probe
-        geometry = geometry.contact_positions
-    g = geometry.get() if hasattr(geometry, "get") else geometry
-    try:
-        g = np.asarray(g, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"geometry: expected [channels, 2] positions in µm, got "
-                        f"{type(geometry).__name__}") from None
-    if g.ndim != 2 or g.shape[1] != 2 or g.shape[0] == 0:
-        raise ValueError(f"geometry: expected [channels, 2] positions in µm (x, y), got shape "
-                         f"{g.shape}; pass {arg('geometry')}recording.geometry or a "
-                         f"probeinterface Probe")
-    bad = np.flatnonzero(~np.isfinite(g).all(axis=1))
-    if bad.size:
-        raise ValueError(f"geometry: the position of channel {int(bad[0])} is not finite")
-    return g
 
 
 def _bad_mask(bad: Any, n: int) -> np.ndarray:
@@ -150,7 +132,7 @@ def interpolation_matrix(geometry: Any, bad: Any, *, sigma_um: Any = 20.0, p: fl
     >>> spatial_filter(w, x)[2]                        # a linear gradient is kept
     array([6., 7., 8.], dtype=float32)
     """
-    g = _positions(geometry)
+    g = positions(geometry)
     n = len(g)
     mask = _bad_mask(bad, n)
     p = _check_positive("p", p)
