@@ -185,6 +185,12 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
     for o in registry.options():
         if o.nargs and options[o.name] is not None:
             options[o.name] = tuple(options[o.name])
+    if getattr(args, "preset", None) is not None:
+        # the preset's values, except for the options given on the command line
+        given = getattr(args, "given_flags", set())
+        flags = {o.name: o.flag for o in registry.options()}
+        options.update({k: v for k, v in registry.preset(args.preset).items()
+                        if flags[k] not in given})
     return {**options, "backend": args.backend or "auto"}
 
 
@@ -316,7 +322,12 @@ def _input_options(p: argparse.ArgumentParser) -> None:
 
 def _pipeline_args(p: argparse.ArgumentParser) -> None:
     """Every option of the stage registry (`dspk.pipeline.registry`: a step registered by
-    your code gets its option here too), the chunk length and the input options."""
+    your code gets its option here too), ``--preset``, the chunk length and the input
+    options."""
+    p.add_argument("--preset", default=None, choices=sorted(registry.PRESETS),
+                   help="the options of a known chain: ibl (phase shift, high-pass, bad "
+                        "channels, spatial high-pass: IBL's destripe), kilosort (high-pass, "
+                        "median reference, local whitening: Kilosort4's); options given win")
     groups: dict = {}
     for o in registry.options():
         if o.group is not None and o.group not in groups:
@@ -439,7 +450,7 @@ def parser() -> argparse.ArgumentParser:
 OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype": "--int16",
                 "layout": "--channels-first", "compression": "--compression",
                 "resume": "--resume", "overwrite": "--overwrite", "time": "--time",
-                "channels": "--channels"}
+                "channels": "--channels", "preset": "--preset"}
 
 
 def spelling() -> dict:
@@ -484,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     interrupted by Ctrl-C or SIGTERM, one line saying where a job stopped and that --resume
     continues it). Messages spell arguments as this command's options (`dspk.argnames`)."""
     args = parser().parse_args(argv)
+    # the options written out (a --preset gives way to them)
+    args.given_flags = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv)
+                        if a.startswith("--")}
     with command_line_spelling(spelling()), _terminate_as_interrupt():
         try:
             return args.func(args)

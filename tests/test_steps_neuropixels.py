@@ -312,3 +312,30 @@ def test_command_line_spatial_highpass(tmp_path):
         names = []
         f.visit(names.append)
         assert any("SpatialHighpass/rms" in n for n in names), names
+
+
+def test_presets():
+    ibl = Pipeline.from_options(preset="ibl")
+    assert [type(s).__name__ for s in ibl.steps] == ["PhaseShift", "HighPass", "BadChannels",
+                                                     "SpatialHighpass"]
+    ks = Pipeline.from_options(preset="kilosort", detect=True)
+    assert [s.describe() for s in ks.steps][:3] == ["highpass=300", "reference='median'",
+                                                    "whiten='local'"]
+    assert ks.steps[2].n_neighbors == 32
+    mine = Pipeline.from_options(preset="ibl", reference="median", bad_channels="none")
+    assert [type(s).__name__ for s in mine.steps] == ["PhaseShift", "HighPass",
+                                                      "SpatialHighpass", "Reference"]
+    with pytest.raises(PipelineError, match="preset=: expected one of ibl, kilosort, got 'ks'"):
+        Pipeline.from_options(preset="ks")
+
+
+def test_command_line_preset_gives_way_to_options_given(tmp_path, capsys):
+    path = np2_four_shanks(tmp_path, n=6000)
+    out = tmp_path / "ibl.h5"
+    assert cli.main(["preprocess", str(path), str(out), "--preset", "ibl", "--bad-channels",
+                     "none", "--reference", "median", "--backend", "cpu", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "steps: PhaseShift -> HighPass -> SpatialHighpass -> Reference" in printed
+    with pytest.raises(SystemExit):          # argparse's own refusal of a value not offered
+        cli.main(["preprocess", str(path), str(tmp_path / "x.h5"), "--preset", "x"])
+    assert "invalid choice: 'x'" in capsys.readouterr().err

@@ -167,7 +167,7 @@ class Pipeline:
 
     @classmethod
     def from_options(cls, backend: str = "auto", dtype: Any = np.float32,
-                     **options: Any) -> "Pipeline":
+                     preset: str | None = None, **options: Any) -> "Pipeline":
         """The pipeline of the command line's options (``dspk preprocess``), as keywords:
         every option of the stage registry (`dspk.pipeline.registry.options`), each stage
         left out when its option says so.
@@ -176,6 +176,9 @@ class Pipeline:
         ----------
         backend : {"auto", "cpu", "gpu"}
         dtype : float32 or float64
+        preset : {"ibl", "kilosort"}, optional
+            The option values of a known chain (`dspk.pipeline.registry.PRESETS`: IBL's
+            destripe, Kilosort4's preprocessing); ``options`` given win.
         **options
             ``highpass`` (Hz, default 300; None or 0: none), ``bandpass`` ((low, high) Hz,
             replaces the high-pass), ``reference`` ("median", "mean", "none"), ``whiten``
@@ -198,7 +201,11 @@ class Pipeline:
         >>> import dspk
         >>> [s["step"] for s in dspk.Pipeline.from_options(detect=True).options()]
         ['HighPass', 'Reference', 'Whiten', 'Detect']
+        >>> [s["step"] for s in dspk.Pipeline.from_options(preset="ibl").options()]
+        ['PhaseShift', 'HighPass', 'BadChannels', 'SpatialHighpass']
         """
+        if preset is not None:
+            options = {**registry.preset(preset), **options}
         return cls(registry.stages(**options), backend=backend, dtype=dtype)
 
     # -- description -----------------------------------------------------------------------------

@@ -23,11 +23,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..argnames import arg
 from .errors import PipelineError
 from .stage import Sink, Stage
 
 __all__ = ["Option", "register", "unregister", "options", "stage_class", "stage_classes",
-           "stages"]
+           "stages", "PRESETS", "preset"]
 
 
 @dataclass(frozen=True)
@@ -320,3 +321,41 @@ def stages(**values: Any) -> list:
         if stage is not None:
             made.append(stage)
     return made
+
+
+#: option values of the chains users know, by name (``dspk preprocess --preset NAME``,
+#: ``Pipeline.from_options(preset=NAME)``); options given alongside win
+PRESETS = {
+    # IBL's destripe: ADC shift correction, high-pass, bad channels interpolated, spatial
+    # high-pass with AGC (ibl-neuropixel's `destripe`; no common reference, no whitening)
+    "ibl": dict(phase_shift="auto", highpass=300.0, bad_channels="detect",
+                spatial_highpass=True, reference="none", whiten="none"),
+    # Kilosort4's: high-pass, median across channels, local whitening on 32 channels (KS4
+    # takes its median before its high-pass; here the high-pass comes first)
+    "kilosort": dict(highpass=300.0, reference="median", whiten="local", n_neighbors=32),
+}
+
+
+def preset(name: str) -> dict:
+    """The option values of a preset (`PRESETS`).
+
+    Parameters
+    ----------
+    name : str
+
+    Raises
+    ------
+    PipelineError
+        An unknown name (the message lists the known ones).
+
+    Examples
+    --------
+    >>> from dspk.pipeline import registry
+    >>> stages(**registry.preset("kilosort"))     # doctest: +NORMALIZE_WHITESPACE
+    [HighPass(cutoff_hz=300.0), Reference(operator='median', groups='none'),
+     Whiten(mode='local', n_neighbors=32, eps=None, groups='none')]
+    """
+    if name not in PRESETS:
+        raise PipelineError(f"{arg('preset')}: expected one of {', '.join(sorted(PRESETS))}, "
+                            f"got {name!r}")
+    return dict(PRESETS[name])
