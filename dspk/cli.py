@@ -48,6 +48,7 @@ from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .pipeline import JobInterrupted, Pipeline, registry
+from .pipeline.steps import BAD_CHANNEL_LABELS
 
 #: the raw sample types a flat binary may hold
 RAW_DTYPES = ("int16", "uint16", "int32", "float32", "float64", "int8", "uint8")
@@ -135,6 +136,20 @@ def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
     return f"{name} [{dims}] {dtype}"
 
 
+def _bad_channels(f: Any) -> str | None:
+    """The channels a `BadChannels` step replaced, by label (``"dead [3, 40], given [5]"``),
+    from an output's fitted state; None where no such step ran."""
+    fitted = f.get("fitted")
+    for name in ([] if fitted is None else sorted(fitted)):
+        if name.endswith("_BadChannels") and "labels" in fitted[name]:
+            labels = np.asarray(fitted[name]["labels"][()])
+            found = [f"{label} {np.flatnonzero(labels == code).tolist()}"
+                     for code, label in enumerate(BAD_CHANNEL_LABELS) if code and
+                     (labels == code).any()]
+            return ", ".join(found) or "none"
+    return None
+
+
 def _info_file(args: argparse.Namespace) -> int:
     path = args.input
     series: list = []
@@ -144,6 +159,7 @@ def _info_file(args: argparse.Namespace) -> int:
             series = electrical_series(f)
             datasets = contents(f)
             steps = pipeline_steps(f)
+            bad = _bad_channels(f)
         print(f"{path}: HDF5")
         for name in series:
             print(f"  ElectricalSeries {name}")
@@ -152,6 +168,8 @@ def _info_file(args: argparse.Namespace) -> int:
                 print(f"  dataset {_dataset_line(name, shape, dtype)}")
         if steps is not None:
             print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
+        if bad is not None:
+            print(f"  bad channels (interpolated): {bad}")
     names = series if (series and args.dataset is None) else [args.dataset]
     for name in names:
         with _open(args, dataset=name) as rec:

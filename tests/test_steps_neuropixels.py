@@ -261,7 +261,7 @@ def test_bad_channels_given_and_refused():
         Pipeline([BadChannels("2")]).fit(nogeom)
 
 
-def test_command_line_bad_channels(tmp_path):
+def test_command_line_bad_channels(tmp_path, capsys):
     rng = np.random.default_rng(6)
     col = np.arange(384)
     geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
@@ -278,6 +278,8 @@ def test_command_line_bad_channels(tmp_path):
         names = []
         f.visit(names.append)
         assert any(n.endswith("BadChannels/labels") for n in names), names
+    assert cli.main(["info", str(out)]) == 0
+    assert "bad channels (interpolated): given [40, 200]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("agc", [True, False])
