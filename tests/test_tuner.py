@@ -76,6 +76,22 @@ def test_tuned_choice_persists_and_is_reused(fresh_cache):
     assert e.candidate == entry["ranking"][0]
 
 
+def test_choices_in_memory_belong_to_their_cache_file(fresh_cache, tmp_path_factory,
+                                                      monkeypatch):
+    """A choice tuned while DSPK_CACHE_DIR named one folder is not used once it names another
+    (whose file does not hold it): processes sharing that file would choose on their own.
+    Back in the first folder, its file's choice is read again."""
+    a, b = operands()
+    matmul(a, b)
+    assert explain(a, b, tune=False).choice.source == "cache (memory)"
+    other = tmp_path_factory.mktemp("other-cache")
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(other))
+    e = explain(a, b, tune=False)
+    assert e.choice is None or e.choice.source not in ("cache (memory)", "cache (file)")
+    monkeypatch.setenv("DSPK_CACHE_DIR", str(fresh_cache))
+    assert explain(a, b, tune=False).choice.source == "cache (file)"
+
+
 def test_precision_check_rejects_tf32_and_wrong_results(fresh_cache):
     t = Tuner(lambda gpu: [RoundsToTF32(), Wrong(), NumpyMatmul()])
     a, b = operands(16, 2000, 16)

@@ -285,6 +285,7 @@ class Tuner:
         self._mode = mode
         self._by_name: dict[bool, dict[str, Candidate]] = {}
         self._memory: dict[tuple, dict] = {}
+        self._memory_of: tuple | None = None   # the cache the choices in memory belong to
         self._file_seen: tuple | None = None   # (path, stat signature) of the file last read
         self._file_entries: dict[str, dict] = {}
         self._warned_write = False
@@ -304,6 +305,19 @@ class Tuner:
         if self._cache_dir is not None:
             return self._cache_dir / f"tuner-v{CACHE_SCHEMA}.json"
         return cache_path()
+
+    def _memo(self) -> dict[tuple, dict]:
+        """The choices in memory, those of the cache in use: emptied when the cache is another
+        one than theirs (``DSPK_CACHE_DIR`` changed in this process), so a job never runs a
+        choice its cache file does not hold (other processes sharing that file would make
+        their own: measured, a resumed job's bits differed from its first run's under load).
+        Compares the setting's text, not a path: this is on every product's lookup."""
+        where = (self._cache_dir, None if self._cache_dir is not None
+                 else os.environ.get("DSPK_CACHE_DIR"))
+        if where != self._memory_of:
+            self._memory.clear()
+            self._memory_of = where
+        return self._memory
 
     # -- thorough tuning -----------------------------------------------------------------------
     @contextmanager
@@ -411,7 +425,7 @@ class Tuner:
         """The cached choice for ``p`` (memory, then the file), or None; never times anything."""
         key = self.key(p) if key is None else key
         names = self._names(p.gpu, p.dtype.kind)
-        entry = self._memory.get(key)
+        entry = self._memo().get(key)
         source = "cache (memory)"
         if entry is None:
             entry = self._from_file(key)
@@ -832,7 +846,7 @@ class Tuner:
         if mode == "off":
             return names[0], "DSPK_TUNE=off: first implementation", _NOT_RUN
         thorough = self.tuning_thoroughly
-        name = self._cached_name(key, runners, thorough, self._memory.get(key))
+        name = self._cached_name(key, runners, thorough, self._memo().get(key))
         if name is not None:
             return name, "cache", _NOT_RUN
         if mode == "readonly":
@@ -1101,7 +1115,7 @@ class Tuner:
             self._file_seen = seen
         entry = self._file_entries.get(self.key_str(key))
         if entry is not None:
-            self._memory[key] = entry
+            self._memo()[key] = entry
         return entry
 
     def _save(self, key: tuple, entry: dict) -> dict:
@@ -1115,12 +1129,13 @@ class Tuner:
                 warnings.warn(f"dspk tuner: cannot write its cache {path}: {exc}; choices are "
                               f"kept in memory only", RuntimeWarning, stacklevel=3)
                 self._warned_write = True
-        self._memory[key] = entry
+        self._memo()[key] = entry
         return entry
 
     def forget(self) -> None:
         """Drop the in-memory choices and candidates (the file is read again on next use)."""
         self._memory.clear()
+        self._memory_of = None
         self._file_seen = None
         self._file_entries = {}
         self._by_name.clear()
