@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -64,3 +65,26 @@ def geometry(geom: Any, n_channels: int, xp: Any) -> Any:
     if g.shape[0] != n_channels:
         raise ValueError(f"geometry: {g.shape[0]} positions for {n_channels} channels")
     return g
+
+
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a float, finite; the errors name the argument."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    return v
+
+
+def positive_number(name: str, value: Any) -> float:
+    """``value`` as a float, finite and > 0; the errors name the argument."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a positive number, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}; pass "
+                         f"{arg(name)}<a number > 0>")
+    return v

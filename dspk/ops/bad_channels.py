@@ -5,7 +5,6 @@ computes it (IBL's algorithm), with the features the labels come from."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 from ..argnames import arg
 from ..backend import array_module, is_cupy_array, to_numpy
 from ..linalg import matmul
-from ._checks import positions
+from ._checks import finite_number, positions, positive_number
 
 __all__ = ["detect_bad_channels", "BadChannels", "LABELS", "FEATURES"]
 
@@ -92,27 +91,6 @@ class BadChannels:
         (16,)
         """
         return {k: np.median(v, axis=0) for k, v in self.features.items()}
-
-
-def _positive(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a positive number, got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name}: expected a positive finite number, got {value!r}; pass "
-                         f"{arg(name)}<a number > 0>")
-    return v
-
-
-def _finite(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return v
 
 
 def _count(name: str, value: Any, minimum: int = 1) -> int:
@@ -355,11 +333,11 @@ def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: f
     _traces(x)
     n_channels, n_samples = x.shape
     g = _geometry(geometry, n_channels)
-    fs = _positive("fs", fs)
-    psd_hf_threshold = _finite("psd_hf_threshold", psd_hf_threshold)
-    dead = _finite("dead_channel_threshold", dead_channel_threshold)
-    noisy = _finite("noisy_channel_threshold", noisy_channel_threshold)
-    outside = _finite("outside_channel_threshold", outside_channel_threshold)
+    fs = positive_number("fs", fs)
+    psd_hf_threshold = finite_number("psd_hf_threshold", psd_hf_threshold)
+    dead = finite_number("dead_channel_threshold", dead_channel_threshold)
+    noisy = finite_number("noisy_channel_threshold", noisy_channel_threshold)
+    outside = finite_number("outside_channel_threshold", outside_channel_threshold)
     location = _choice("outside_channels_location", outside_channels_location, LOCATIONS)
     direction = _choice("direction", direction, DIRECTIONS)
     n_neighbors = _count("n_neighbors", n_neighbors)
@@ -367,17 +345,17 @@ def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: f
         raise ValueError(f"n_neighbors: {n_neighbors} neighbours for the running median, but x "
                          f"has {n_channels} channels; pass {arg('n_neighbors')}<at most "
                          f"{n_channels}>")
-    nyq = _finite("nyquist_threshold", nyquist_threshold)
+    nyq = finite_number("nyquist_threshold", nyquist_threshold)
     if not 0 < nyq < 1:
         raise ValueError(f"nyquist_threshold: expected a fraction of fs/2 in (0, 1), got "
                          f"{nyquist_threshold!r}")
-    window_ms = _positive("welch_window_ms", welch_window_ms)
+    window_ms = positive_number("welch_window_ms", welch_window_ms)
     if num_random_chunks is None:
         chunk = n_samples
         starts = np.zeros(1, dtype=np.int64)
     else:
         num = _count("num_random_chunks", num_random_chunks)
-        duration = _positive("chunk_duration_s", chunk_duration_s)
+        duration = positive_number("chunk_duration_s", chunk_duration_s)
         chunk = int(duration * fs)
         if chunk < 1:
             raise ValueError(f"chunk_duration_s: {duration} s is less than one sample at "

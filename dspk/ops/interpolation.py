@@ -4,13 +4,12 @@ and IBL's ``interpolate_bad_channels`` compute it; applied with `dspk.ops.spatia
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from ..argnames import arg
-from ._checks import positions
+from ._checks import positions, positive_number
 
 __all__ = ["interpolation_matrix", "WEIGHT_THRESHOLD"]
 
@@ -41,29 +40,19 @@ def _bad_mask(bad: Any, n: int) -> np.ndarray:
     return mask
 
 
-def _check_positive(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a positive number, got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
-    return v
-
-
 def _kernel(good: np.ndarray, bad: np.ndarray, sigma_um: Any, p: float) -> np.ndarray:
     """[good, bad] kernel exp(−(d/σ)^p): Euclidean d for one σ, or (x, y) distances with
     σx and σy (the reference's Kilosort 2.5 mode: exp(−(dx/σx)^p − (dy/σy)^p))."""
     dx = np.abs(good[:, None, 0] - bad[None, :, 0])
     dy = np.abs(good[:, None, 1] - bad[None, :, 1])
     if np.ndim(sigma_um) == 0:
-        sigma = _check_positive("sigma_um", sigma_um)
+        sigma = positive_number("sigma_um", sigma_um)
         return np.exp(-((np.sqrt(dx * dx + dy * dy) / sigma) ** p))
     pair = np.asarray(sigma_um, dtype=object).ravel()
     if pair.size != 2:
         raise ValueError(f"sigma_um: expected one number or a (sigma_x, sigma_y) pair in µm, "
                          f"got {sigma_um!r}")
-    sx, sy = (_check_positive("sigma_um", v) for v in pair)
+    sx, sy = (positive_number("sigma_um", v) for v in pair)
     return np.exp(-((dx / sx) ** p) - (dy / sy) ** p)
 
 
@@ -135,7 +124,7 @@ def interpolation_matrix(geometry: Any, bad: Any, *, sigma_um: Any = 20.0, p: fl
     g = positions(geometry)
     n = len(g)
     mask = _bad_mask(bad, n)
-    p = _check_positive("p", p)
+    p = positive_number("p", p)
     bad_idx, good_idx = np.flatnonzero(mask), np.flatnonzero(~mask)
     if good_idx.size == 0:
         raise ValueError(f"bad: all {n} channels are bad; at least one good channel is needed "

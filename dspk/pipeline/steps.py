@@ -48,6 +48,19 @@ __all__ = ["Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
 # one logger for all of the pipeline's messages (the command line prints its name)
 log = logging.getLogger("dspk.pipeline")
 
+#: the channel groups a reference or a whitening can be taken within
+GROUPS = ("none", "shank")
+
+
+def _check_groups(option: str, groups: str) -> None:
+    if groups not in GROUPS:
+        raise PipelineError(f"{arg(option)}: expected 'shank' or 'none', got {groups!r}")
+
+
+def _not_fitted(step: str) -> PipelineError:
+    """What `prepare` raises for a step whose state is not fitted yet."""
+    return PipelineError(f"{step}: not fitted (call Pipeline.fit(recording) first)")
+
 
 @dataclass
 class Saturation(Step):
@@ -160,7 +173,7 @@ class PhaseShift(Step):
     def prepare(self, ctx: Context, state: dict) -> np.ndarray | None:
         """The shifts (None: none known, the step passes the traces through)."""
         if "shifts" not in state:
-            raise PipelineError("PhaseShift: not fitted (call Pipeline.fit(recording) first)")
+            raise _not_fitted("PhaseShift")
         shifts = np.asarray(state["shifts"], dtype=np.float64)
         return shifts if shifts.size else None
 
@@ -383,8 +396,7 @@ class BadChannels(Step):
     def prepare(self, ctx: Context, state: dict) -> SpatialFilter | None:
         """The interpolation on the run's device (None: no bad channel, nothing to do)."""
         if not self.is_fitted(state):
-            raise PipelineError(f"{self.describe()}: not fitted (call Pipeline.fit(recording) "
-                                f"first)")
+            raise _not_fitted(self.describe())
         if not np.asarray(state["labels"]).any():
             return None
         return SpatialFilter(ctx.xp.asarray(np.asarray(state["W"]).astype(ctx.dtype)))
@@ -465,8 +477,7 @@ class SpatialHighpass(Step):
     def prepare(self, ctx: Context, state: dict) -> dict:
         """The filter's keywords from the fitted state."""
         if not self.is_fitted(state):
-            raise PipelineError(f"{self.describe()}: not fitted (call Pipeline.fit(recording) "
-                                f"first)")
+            raise _not_fitted(self.describe())
         shanks = np.asarray(state["shanks"])
         return dict(geometry=np.asarray(state["geometry"]), rms_values=np.asarray(state["rms"]),
                     groups=None if (shanks < 0).all() else shanks)
@@ -518,9 +529,7 @@ class Reference(Step):
     reads_blocks = False
 
     def __post_init__(self) -> None:
-        if self.groups not in ("none", "shank"):
-            raise PipelineError(f"{arg('reference_groups')}: expected 'shank' or 'none', got "
-                                f"{self.groups!r}")
+        _check_groups("reference_groups", self.groups)
 
     @property
     def fitted(self) -> tuple[str, ...]:        # type: ignore[override]
@@ -583,8 +592,7 @@ class Reference(Step):
         if self.groups == "none":
             return None
         if "shanks" not in state:
-            raise PipelineError(f"{self.describe()}: not fitted (call Pipeline.fit(recording) "
-                                f"first)")
+            raise _not_fitted(self.describe())
         shanks = np.asarray(state["shanks"])
         return [np.flatnonzero(shanks == s) for s in np.unique(shanks)]
 
@@ -601,7 +609,7 @@ register(Reference, (
            choices=("median", "mean", "none")),
     Option("reference_groups", "--reference-groups", "none", "one reference per shank "
            "(shank: the recording's shanks, e.g. a multi-shank SpikeGLX probe) or for all "
-           "channels", choices=("none", "shank"))),
+           "channels", choices=GROUPS)),
     make=lambda reference, reference_groups: None if reference in (None, "none")
     else Reference(reference, reference_groups or "none"))
 
@@ -647,9 +655,7 @@ class Whiten(Step):
     whitens = True
 
     def __post_init__(self) -> None:
-        if self.groups not in ("none", "shank"):
-            raise PipelineError(f"{arg('whiten_groups')}: expected 'shank' or 'none', got "
-                                f"{self.groups!r}")
+        _check_groups("whiten_groups", self.groups)
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -752,7 +758,7 @@ class Whiten(Step):
         """W on the run's device, in its dtype, as a `dspk.SpatialFilter`; `PipelineError`
         before the fit."""
         if "W" not in state:
-            raise PipelineError("Whiten: not fitted (call Pipeline.fit(recording) first)")
+            raise _not_fitted("Whiten")
         return SpatialFilter(ctx.xp.asarray(state["W"].astype(ctx.dtype)))
 
     def apply(self, x: Any, ctx: Context, prepared: SpatialFilter) -> Any:
@@ -767,6 +773,6 @@ register(Whiten, (
            type=int, metavar="N"),
     Option("whiten_groups", "--whiten-groups", "none", "whiten within each shank (shank: the "
            "recording's shanks; W block-diagonal) or across all channels",
-           choices=("none", "shank"))),
+           choices=GROUPS)),
     make=lambda whiten, n_neighbors, whiten_groups: None if whiten in (None, "none")
     else Whiten(whiten, int(n_neighbors), groups=whiten_groups or "none"))
