@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""The Neuropixels chain's ops against their references on the CPU (issue 33): for now the
-spatial high-pass (destriping), `dspk.ops.highpass_spatial_filter` against SpikeInterface's
-`highpass_spatial_filter` (IBL's `kfilt`), with and without its AGC, on one batch of 384
+"""The Neuropixels chain's ops against their references (issue 33), each on one batch of 384
 channels x 2 s float32 at 30 kHz (NP1.0 layout: 4 staggered columns, 20 µm rows; coloured
-noise plus a common-mode stripe).
+noise plus a common-mode stripe): saturation blanking, the ADC phase shift, bad-channel
+detection (one 0.3 s chunk, the reference's per-chunk function), bad-channel interpolation and
+the spatial high-pass (destriping, with and without its AGC), dspk against SpikeInterface's
+`blank_saturation`, `phase_shift`, `detect_bad_channels_ibl`, `interpolate_bad_channels` and
+`highpass_spatial_filter`, and IBL's `destripe` where ibl-neuropixel imports. With
+``--backend gpu`` dspk runs on CuPy arrays (timed to the device's completion), the references
+on the CPU as users run them, and IBL's `destripe_gpu` where it imports.
 
 Both get the same traces and the same per-channel RMS (`rms_values`, so SpikeInterface does
 not sample its noise levels inside the timing). SpikeInterface's preprocessor is built outside
@@ -15,7 +19,8 @@ an empty $DSPK_CACHE_DIR when the caller gives one) is reported apart. The accur
 the largest absolute difference over the reference's largest value. IBL's own `destripe`
 (ibl-neuropixel) is reported missing where it does not import.
 
-    python benchmarks/bench_chain.py [--seconds S] [--repeats N] [--out FILE.md]
+    python benchmarks/bench_chain.py [--backend cpu|gpu] [--seconds S] [--repeats N]
+                                     [--out FILE.md]
 
 The machine's load (``/proc/loadavg``, 1/5/15 min, our own run included) is written at the
 start and the end: on shared cores a loaded machine slows every row.
@@ -24,6 +29,7 @@ start and the end: on shared cores a loaded machine slows every row.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -60,17 +66,16 @@ def load() -> str:
         return "unknown"
 
 
-def timed(fn, repeats: int) -> tuple[float, float]:
-    """(first call ms, median ms of ``repeats`` calls after it)."""
-    t0 = time.perf_counter()
-    fn()
-    first = (time.perf_counter() - t0) * 1e3
-    times = []
-    for _ in range(repeats):
+def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, float]:
+    """(first call ms, median ms of ``repeats`` calls after it), each to ``sync()``'s return
+    (the device's completion on the GPU)."""
+    def once() -> float:
         t0 = time.perf_counter()
         fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return first, statistics.median(times)
+        sync()
+        return (time.perf_counter() - t0) * 1e3
+    first = once()
+    return first, statistics.median(once() for _ in range(repeats))
 
 
 def si_recording(x: np.ndarray, geom: np.ndarray):
@@ -85,21 +90,116 @@ def si_recording(x: np.ndarray, geom: np.ndarray):
     return rec if attached is None else attached
 
 
+def cases(x: np.ndarray, geom: np.ndarray, xp, rec) -> list[tuple]:
+    """(case, dspk's call, the reference's call or None, the reference's name[, samples left
+    out of the comparison at each end]) for each op; the calls return [channels, samples]
+    arrays (dspk's on the backend) or labels. The phase shift is compared in the interior:
+    at the batch's ends SpikeInterface's FFT sees its own margin's padding."""
+    import dspk.ops as ops
+
+    n = x.shape[0]
+    xd = xp.asarray(x)
+    rms = np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1))
+    # NP1.0's ADC shifts of readout channels 0..383 (k/13)
+    shifts = ((np.arange(n) % 24) // 2) / 13.0
+    bad = np.zeros(n, bool)
+    bad[[7, 100, 101, 250]] = True
+    chunk = x[:, :int(0.3 * FS)]
+    chunk_d = xp.asarray(chunk)
+    threshold = float(np.quantile(x, 0.999))
+    W = None
+
+    def interpolate():
+        nonlocal W
+        W = ops.interpolation_matrix(geom, bad)     # built in the call, as the step does
+        return ops.spatial_filter(W, xd)
+
+    out = [("saturation blanking (fill 0)",
+            lambda: ops.blank_saturation(xd, threshold, fill=0.0),
+            None if rec is None else
+            (lambda: spre.blank_saturation(rec, abs_threshold=threshold,
+                                           fill_value=0.0).get_traces().T),
+            "blank_saturation"),
+           ("ADC phase shift (NP1.0, k/13)", lambda: ops.phase_shift(xd, shifts),
+            None if rec is None else _si_phase_shift(rec, shifts), "phase_shift",
+            int(0.04 * FS)),
+           ("bad channels, one 0.3 s chunk",
+            lambda: ops.detect_bad_channels(chunk_d, geom, FS, num_random_chunks=1).labels,
+            None if rec is None else _si_bad_chunk(rec, chunk), "detect_bad_channels_ibl"),
+           ("bad channels interpolated (4 of 384)", interpolate,
+            None if rec is None else
+            (lambda: spre.interpolate_bad_channels(
+                rec, bad_channel_ids=rec.channel_ids[bad]).get_traces().T),
+            "interpolate_bad_channels")]
+    for agc in (True, False):
+        kwargs = dict(apply_agc=agc, rms_values=rms)
+        out.append((f"spatial high-pass, AGC {'on' if agc else 'off'}",
+                    lambda kwargs=kwargs: ops.highpass_spatial_filter(xd, geom, FS, **kwargs),
+                    None if rec is None else
+                    (lambda kwargs=kwargs: spre.highpass_spatial_filter(rec, **kwargs)
+                     .get_traces().T),
+                    "highpass_spatial_filter"))
+    return out
+
+
+def _si_phase_shift(rec, shifts):
+    rec.set_property("inter_sample_shift", shifts)
+    pre = spre.phase_shift(rec)
+    return lambda: pre.get_traces().T
+
+
+def _si_bad_chunk(rec, chunk):
+    import spikeinterface.core as sc
+    from spikeinterface.preprocessing.detect_bad_channels import detect_bad_channels_ibl
+
+    order_f, order_r = sc.order_channels_by_depth(rec)
+    labels = np.array(["good", "dead", "noise", "out"])
+    return lambda: labels[detect_bad_channels_ibl(chunk.T[:, order_f], FS,
+                                                  psd_hf_threshold=0.02)[order_r]]
+
+
+def ibl_rows(x: np.ndarray, geom: np.ndarray, backend: str, repeats: int, notes: list) -> list:
+    """IBL's `destripe` (CPU) or `destripe_gpu` on the same batch, where ibl-neuropixel
+    imports: its whole chain (high-pass, phase shift, bad channels, kfilt with AGC)."""
+    try:
+        if backend == "gpu":
+            from ibldsp.destripe_gpu import destripe_array as destripe  # noqa: PLC0415
+        else:
+            from ibldsp.voltage import destripe  # noqa: PLC0415
+    except ImportError as e:
+        notes.append(f"IBL destripe (ibl-neuropixel) missing on this machine: {e}")
+        return []
+    h = {"x": geom[:, 0], "y": geom[:, 1], "sample_shift": ((np.arange(len(geom)) % 24) // 2)
+         / 13.0}
+    try:
+        first, med = timed(lambda: destripe(x, fs=FS, h=h), repeats)
+    except Exception as e:  # noqa: BLE001 -- a reference that fails is reported, not fatal
+        notes.append(f"IBL destripe failed: {type(e).__name__}: {e}")
+        return []
+    return [dict(case="IBL destripe (whole chain)", impl=f"ibl-neuropixel destripe "
+                 f"({backend})", first_ms=first, median_ms=med, rel=None)]
+
+
 def main(argv=None) -> None:
+    global spre
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="write the Markdown table to this file")
     args = ap.parse_args(argv)
-
-    from dspk.ops import highpass_spatial_filter
+    gpu = args.backend == "gpu"
+    if gpu:
+        import cupy as xp
+        sync = xp.cuda.get_current_stream().synchronize
+    else:
+        xp, sync = np, (lambda: None)
 
     load_start = load()
     start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     geom = np1_geometry()
     n = int(round(args.seconds * FS))
     x = striped(len(geom), n)
-    rms = np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1))
     rows, notes = [], []
     try:
         import spikeinterface
@@ -109,52 +209,55 @@ def main(argv=None) -> None:
     except ImportError as e:
         rec, si_version = None, None
         notes.append(f"SpikeInterface missing ({e}): no reference rows")
-    try:
-        import ibldsp.voltage  # noqa: F401
-        notes.append("ibl-neuropixel is installed but not benchmarked yet")
-    except ImportError as e:
-        notes.append(f"IBL destripe (ibl-neuropixel) missing: {e}")
-    for agc in (True, False):
-        kwargs = dict(apply_agc=agc, rms_values=rms)
-        ours = lambda: highpass_spatial_filter(x, geom, FS, **kwargs)  # noqa: E731
-        first, med = timed(ours, args.repeats)
+    for case, ours, theirs, name, *trim in cases(x, geom, xp, rec):
+        cut = slice(trim[0], -trim[0]) if trim else slice(None)
+        first, med = timed(ours, args.repeats, sync)
         y = ours()
-        ref = None
-        if rec is not None:
-            pre = spre.highpass_spatial_filter(rec, **kwargs)
-            theirs = lambda: pre.get_traces()  # noqa: E731
+        y = y.get() if hasattr(y, "get") else y
+        rel = None
+        if theirs is not None:
             si_first, si_med = timed(theirs, args.repeats)
-            ref = theirs().T
-            rows.append(dict(case=f"AGC {'on' if agc else 'off'}", impl="SpikeInterface "
-                             f"{si_version} highpass_spatial_filter", first_ms=si_first,
-                             median_ms=si_med, rel=None))
-        rel = None if ref is None else float(
-            np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max())
-        rows.append(dict(case=f"AGC {'on' if agc else 'off'}",
-                         impl="dspk.ops.highpass_spatial_filter", first_ms=first,
+            ref = theirs()
+            rows.append(dict(case=case, impl=f"SpikeInterface {si_version} {name} (cpu)",
+                             first_ms=si_first, median_ms=si_med, rel=None))
+            if ref.dtype.kind in "USO":
+                rel = float(np.sum(np.asarray(y) != ref))      # labels that differ
+            else:
+                d = y[:, cut].astype(np.float64) - ref[:, cut]
+                rel = float(np.abs(d).max() / np.abs(ref[:, cut]).max())
+        rows.append(dict(case=case, impl=f"dspk ({args.backend})", first_ms=first,
                          median_ms=med, rel=rel))
+    rows += ibl_rows(x, geom, args.backend, args.repeats, notes)
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    env = environment(False)
+    env = environment(gpu)
     command = " ".join(["python", "benchmarks/bench_chain.py", *(argv or sys.argv[1:])])
-    lines = [f"# bench_chain — cpu ({os.cpu_count()} cores)", "",
+    lines = [f"# bench_chain — {args.backend} ({os.cpu_count()} cores)", "",
              "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
              f"Command: `{command}` (DSPK_CACHE_DIR="
              f"{os.environ.get('DSPK_CACHE_DIR', '~/.cache/dspk')})", "",
              f"Run {start} to {end}; load average (1/5/15 min) at start {load_start}, at end "
              f"{load()}.", "",
              f"Batch: 384 channels x {n} samples ({args.seconds:g} s at 30 kHz) float32, NP1.0 "
-             f"layout; median of {args.repeats} calls after the first.", "",
+             f"layout (bad-channel detection: its first 0.3 s); median of {args.repeats} "
+             f"calls after the first. The first call includes building the op's matrices "
+             f"and taps and, with an empty tuner cache, tuning.", "",
              "| case | implementation | first call ms | median ms | x real time | speed-up "
-             "| rel. max diff vs SI |",
+             "vs SI | difference vs SI |",
              "|---|---|---|---|---|---|---|"]
     ref_ms = {r["case"]: r["median_ms"] for r in rows if r["impl"].startswith("Spike")}
     for r in rows:
         si_ms = ref_ms.get(r["case"])
         speed = "" if si_ms is None else f"{si_ms / r['median_ms']:.2f}x"
-        rel = "" if r["rel"] is None else f"{r['rel']:.1e}"
-        lines.append(
-            f"| {r['case']} | {r['impl']} | {r['first_ms']:.1f} | {r['median_ms']:.1f} | "
-            f"{args.seconds * 1e3 / r['median_ms']:.1f} | {speed} | {rel} |")
+        if r["rel"] is None:
+            rel = ""
+        elif r["case"].startswith("bad channels,"):
+            rel = f"{r['rel']:.0f} labels differ"
+        else:
+            rel = f"{r['rel']:.1e} rel. max" + (" (interior)" if "phase" in r["case"] else "")
+        seconds = 0.3 if r["case"].startswith("bad channels,") else args.seconds
+        xrt = f"{seconds * 1e3 / r['median_ms']:.1f}"
+        lines.append(f"| {r['case']} | {r['impl']} | {r['first_ms']:.1f} | "
+                     f"{r['median_ms']:.1f} | {xrt} | {speed} | {rel} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {s}" for s in notes]
     md = "\n".join(lines) + "\n"
@@ -162,7 +265,11 @@ def main(argv=None) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(md)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(
+            dict(rows=rows, notes=notes, environment=env, command=command), indent=1))
 
+
+spre = None
 
 if __name__ == "__main__":
     main()

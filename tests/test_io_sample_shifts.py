@@ -189,3 +189,29 @@ def test_shifts_survive_reopening(tmp_path):
     rec = open_recording(path)
     np.testing.assert_array_equal(rec.spec().open().sample_shifts, rec.sample_shifts)
     np.testing.assert_array_equal(rec.reopen().sample_shifts, rec.sample_shifts)
+
+
+def test_an_hdf5_file_carries_its_shifts_and_shanks(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "np1.h5"
+    shifts, shanks = np.arange(4) / 13, np.array([0, 0, 1, 1])
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("traces", data=rand16(100, 4))
+        d.attrs["fs"] = 30000.0
+        d.attrs["sample_shifts"] = shifts
+        d.attrs["shank_ids"] = shanks
+    rec = open_recording(path)
+    np.testing.assert_array_equal(rec.sample_shifts, shifts)
+    np.testing.assert_array_equal(rec.shank_ids, shanks)
+    assert rec.shank_ids.dtype == np.int64
+    np.testing.assert_array_equal(rec.reopen().sample_shifts, shifts)
+    rec.close()
+    for key, bad, why in [("sample_shifts", np.array([0.0, np.nan, 0.1, 0.2]), "finite"),
+                          ("sample_shifts", np.zeros(3), "one finite number per channel"),
+                          ("shank_ids", np.array([0, 0.5, 1, 1]), "whole numbers")]:
+        with h5py.File(path, "a") as f:
+            f["traces"].attrs[key] = bad
+        with pytest.raises(RecordingError, match=f"{key}.*{why}"):
+            open_recording(path)
+        with h5py.File(path, "a") as f:
+            f["traces"].attrs[key] = shifts if key == "sample_shifts" else shanks

@@ -237,7 +237,9 @@ class HDF5Recording(Recording):
     Metadata not given as arguments is taken from attributes: for a plain dataset, the
     sampling rate from ``fs``/``sampling_rate``/``sampling_frequency``/``rate``/
     ``sample_rate`` (on the dataset or its group; the dataset's win), ``gain_to_uv``,
-    ``offset_to_uv``, ``geometry`` and ``layout``; for NWB, the series' rate or timestamps,
+    ``offset_to_uv``, ``geometry`` and ``layout``, and the Neuropixels metadata
+    ``sample_shifts`` (each channel's ADC shift in samples, for `dspk.ops.phase_shift`) and
+    ``shank_ids`` where present; for NWB, the series' rate or timestamps,
     conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y.
     The file is opened read-only and kept open while the recording is in use (``close()``,
     or a ``with`` block).
@@ -354,6 +356,11 @@ class HDF5Recording(Recording):
         self._gzip_io: GzipReader | None = None
         self.compressed = dset.compression is not None
         self.samples_first = self._samples_first
+        # per-channel Neuropixels metadata a file may carry beside the traces (a SpikeGLX
+        # recording converted to HDF5 keeps its ADC shifts and shanks this way)
+        self.sample_shifts = _per_channel(attrs.get("sample_shifts"), c, "sample_shifts",
+                                         source, np.float64)
+        self.shank_ids = _per_channel(attrs.get("shank_ids"), c, "shank_ids", source, np.int64)
 
     @property
     def decompress_s(self) -> float:
@@ -496,6 +503,22 @@ def _failing_chunk(dset: Any, start: int, stop: int, samples_first: bool) -> str
 
 
 # -- metadata ---------------------------------------------------------------------------------
+def _per_channel(value: Any, n_channels: int, key: str, source: str,
+                dtype: Any) -> np.ndarray | None:
+    """A per-channel attribute (``sample_shifts`` in samples, ``shank_ids``) checked: one
+    finite value per channel, integers where ``dtype`` is one; None where absent."""
+    if value is None:
+        return None
+    v = np.asarray(value)
+    if v.shape != (n_channels,) or v.dtype.kind not in "iuf" or \
+            not np.all(np.isfinite(v.astype(np.float64))):
+        raise RecordingError(f"{source}: attribute {key!r} must hold one finite number per "
+                             f"channel ({n_channels}), got {v.dtype} of shape {v.shape}")
+    if np.dtype(dtype).kind in "iu" and np.any(v != np.round(v)):
+        raise RecordingError(f"{source}: attribute {key!r} must hold whole numbers")
+    return v.astype(dtype)
+
+
 def _plain_meta(dset: Any) -> dict:
     meta: dict = {}
     for holder in (dset.parent, dset):            # the dataset's own attributes win
@@ -503,7 +526,7 @@ def _plain_meta(dset: Any) -> dict:
         for key in FS_ATTRS:
             if key in a:
                 meta["fs"] = float(np.asarray(a[key]).ravel()[0])
-        for key in ("gain_to_uv", "offset_to_uv", "geometry"):
+        for key in ("gain_to_uv", "offset_to_uv", "geometry", "sample_shifts", "shank_ids"):
             if key in a:
                 meta[key] = np.asarray(a[key])
         if "layout" in a:
