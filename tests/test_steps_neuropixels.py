@@ -4,6 +4,7 @@ whole recording; it passes the traces through where the recording has no shifts 
 log); `Saturation` blanks samples at or beyond its level; both from the command line."""
 
 import logging
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -314,6 +315,27 @@ def test_command_line_spatial_highpass(tmp_path):
         names = []
         f.visit(names.append)
         assert any("SpatialHighpass/rms" in n for n in names), names
+
+
+def test_spatial_highpass_refuses_a_flat_geometry_before_any_work(tmp_path, capsys):
+    x = np.random.default_rng(0).normal(size=(3000, 64)).astype(np.float32)
+    flat = np.c_[20.0 * np.arange(64), np.zeros(64)]           # all channels at y = 0
+    rec = dspk.open_recording(x, fs=30000.0, geometry=flat)
+    p = Pipeline.from_options(spatial_highpass=True, reference="none", whiten="none",
+                              backend="cpu")
+    with pytest.raises(PipelineError, match=r"spatial_highpass=True: geometry: the 64 channels "
+                                            r"of group 0 all have y = 0 µm"):
+        p.fit(rec)
+    out = tmp_path / "flat.h5"
+    np.save(tmp_path / "flat.npy", flat)
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("traces", data=x).attrs["fs"] = 30000.0
+    assert cli.main(["preprocess", str(path), str(out), "--spatial-highpass", "--probe",
+                     str(tmp_path / "flat.npy"), "--whiten", "none", "--reference", "none",
+                     "--backend", "cpu"]) != 0
+    assert "all have y = 0" in capsys.readouterr().err
+    assert not out.exists() and not Path(str(out) + ".partial").exists()
 
 
 def test_presets():

@@ -36,8 +36,8 @@ from ..backend import to_numpy
 from ..io.subset import parse_channels
 from ..ops import (CovarianceAccumulator, SpatialFilter, agc_window, bandpass_taps,
                    blank_saturation, common_reference, detect_bad_channels, fir_filter,
-                   highpass_spatial_filter, highpass_taps, interpolation_matrix, phase_shift,
-                   whitening_matrix)
+                   highpass_spatial_filter, highpass_spatial_matrix, highpass_taps,
+                   interpolation_matrix, phase_shift, whitening_matrix)
 from .errors import PipelineError
 from .registry import Option, register
 from .stage import Context, FitBlocks, Step
@@ -458,6 +458,33 @@ class SpatialHighpass(Step):
     def margin(self, fs: float) -> int:
         """The AGC window's half length (none without AGC)."""
         return len(agc_window(fs)) // 2 if self.apply_agc else 0
+
+    def check(self, recording: Any) -> None:
+        """Refuse, before any work, a geometry the filter cannot order along depth (a group
+        whose channels all sit at one depth, too few channels for the padding).
+
+        Parameters
+        ----------
+        recording : Recording
+
+        Examples
+        --------
+        >>> import numpy as np, dspk
+        >>> from dspk.pipeline import SpatialHighpass
+        >>> flat = np.c_[20.0 * np.arange(64), np.zeros(64)]   # 64 channels at one depth
+        >>> rec = dspk.open_recording(np.zeros((3000, 64), np.int16), fs=3e4, geometry=flat)
+        >>> SpatialHighpass().check(rec)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dspk.pipeline.PipelineError: spatial_highpass=True: geometry: the 64 channels of group 0 all have y = 0 µm...
+        """
+        if recording.geometry is None:
+            return                       # the pipeline's `needs` check says what is missing
+        shanks = getattr(recording, "shank_ids", None)
+        try:
+            highpass_spatial_matrix(recording.geometry, groups=shanks)
+        except ValueError as e:
+            raise PipelineError(f"{self.describe()}: {e}") from None
 
     def fit(self, blocks: FitBlocks, ctx: Context) -> dict:
         """``{"rms", "geometry", "shanks"}`` (shanks: -1 everywhere when the recording does
