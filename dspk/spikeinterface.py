@@ -50,6 +50,7 @@ True
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ except ImportError as exc:   # pragma: no cover - installed with the test extras
 from .backend import blocked_transpose, resolve_backend, to_numpy
 from .io import RecordingError, SpikeInterfaceRecording, open_recording
 from .io.hdf5 import h5py_module, pipeline_steps
-from .pipeline import Pipeline, PipelineError, registry
+from .pipeline import Detect, Pipeline, PipelineError, registry
 from .pipeline.output import UNITS_UV, UNITS_WHITENED
 from .pipeline.peaks import detect_peaks
 
@@ -131,7 +132,7 @@ def _si_recording(recording: Any) -> BaseRecording:
     return recording
 
 
-# -- the preprocessor ---------------------------------------------------------------------------
+# -- the preprocessor -----------------------------------------------------------------------------
 class DspkRecording(BasePreprocessor):
     """A SpikeInterface recording through a dspk pipeline, lazily: `dspk.Pipeline.block` on
     the chunks SpikeInterface asks for (see the module's description).
@@ -316,7 +317,7 @@ def dspk_preprocess(recording: Any, pipeline: Pipeline | dict | None = None,
     return DspkRecording(recording, pipeline=pipeline, **options)
 
 
-# -- reading a dspk output ----------------------------------------------------------------------
+# -- reading a dspk output ------------------------------------------------------------------------
 def _output_metadata(path: str) -> dict:
     """What `DspkOutputRecording` needs from a dspk output: /traces' shape, dtype, layout,
     rate, gain and units; the channel ids, geometry and shanks; the steps."""
@@ -542,6 +543,8 @@ def dspk_detect_peaks(recording: Any, chunk_s: float = 1.0, pipeline: Pipeline |
                             f"and {sorted(options)})")
     if pipeline is None:
         p = Pipeline.from_options(**{**options, "detect": True})
+        # only the spikes are kept: no PCA of their waveforms fitted
+        p.steps = [replace(s, features=0) if isinstance(s, Detect) else s for s in p.steps]
     elif isinstance(pipeline, Pipeline):
         p = _copy(pipeline)
     else:
