@@ -50,6 +50,7 @@ True
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,7 @@ class DspkOutputSegment(BaseRecordingSegment):
         BaseRecordingSegment.__init__(self, sampling_frequency=fs)
         self.file_path, self.n_samples, self.num_channels = file_path, n_samples, n_channels
         self._rec: Any = None
+        self._opening = threading.Lock()     # SpikeInterface's thread pools: one handle
 
     def get_num_samples(self) -> int:
         """The samples of /traces."""
@@ -457,8 +459,9 @@ class DspkOutputSegment(BaseRecordingSegment):
     def get_traces(self, start_frame: int | None, end_frame: int | None,
                    channel_indices: Any) -> np.ndarray:
         """The stored samples, [samples, channels], unscaled."""
-        if self._rec is None:
-            self._rec = open_recording(self.file_path, dataset="/traces")
+        with self._opening:
+            if self._rec is None:
+                self._rec = open_recording(self.file_path, dataset="/traces")
         start = 0 if start_frame is None else int(start_frame)
         end = self.n_samples if end_frame is None else int(end_frame)
         block = self._rec.read(start, max(start, end), channels=channel_indices, scaled=False)

@@ -110,8 +110,10 @@ def test_detection_alone_gives_the_spikes_of_preprocess_detect(written):
     assert len(peaks) > 100
     assert np.array_equal(peaks["sample_index"], spikes["sample_index"])
     assert np.array_equal(peaks["channel_index"], spikes["channel_index"])
-    assert np.array_equal(peaks["amplitude"],
-                          traces[spikes["sample_index"], spikes["channel_index"]].astype(float))
+    # the trace at the trough, up to float32 rounding (other chunks than the job's)
+    np.testing.assert_allclose(peaks["amplitude"],
+                               traces[spikes["sample_index"], spikes["channel_index"]],
+                               rtol=0, atol=2e-6 * float(np.abs(traces).max()))
     assert np.array_equal(loc["x"], spikes["x"].astype(float))
     again, _ = detect_peaks(p, str(raw), chunk_s=1.0)       # fitted: checked, not refitted
     assert np.array_equal(again, peaks)
