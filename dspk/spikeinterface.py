@@ -211,14 +211,21 @@ class DspkRecording(BasePreprocessor):
             raise PipelineError(f"pipeline: fitted at {p.fs:g} Hz; the recording is {fs:g} "
                                 f"Hz (fit it on this recording: pass an unfitted pipeline)")
         first = SpikeInterfaceRecording(recording, segment=0)
-        if p.is_fitted:
+        if not p.is_fitted:
+            p.fit(first)
+        else:
             p.check(first)
             p.fs = fs
-        else:
-            p.fit(first)
+            if isinstance(pipeline, Pipeline):   # fitted elsewhere: it must fit this one
+                try:
+                    p.block(first, 0, min(first.n_samples, 2))
+                except (ValueError, IndexError) as exc:
+                    raise PipelineError(f"pipeline: its fitted state does not apply to this "
+                                        f"recording of {first.n_channels} channels (fitted "
+                                        f"on another probe?): {exc}") from exc
         BasePreprocessor.__init__(self, recording, dtype=np.float32)
         self.pipeline = p
-        self._label_units(recording, p)
+        self._label_units(p)
         for k, parent in enumerate(recording.segments):
             dspk_rec = first if k == 0 else SpikeInterfaceRecording(recording, segment=k)
             self.add_recording_segment(DspkRecordingSegment(parent, dspk_rec, p))
@@ -228,7 +235,7 @@ class DspkRecording(BasePreprocessor):
             self._preferred_mp_context = "spawn"
         self._kwargs = dict(recording=recording, pipeline=_pipeline_spec(p))
 
-    def _label_units(self, parent: BaseRecording, p: Pipeline) -> None:
+    def _label_units(self, p: Pipeline) -> None:
         """µV (gain 1, offset 0) or, whitened, no µV gains and SpikeInterface's physical
         unit properties; ``is_filtered`` after a filter; the ADC shifts dropped once a
         PhaseShift step has corrected them."""

@@ -77,6 +77,7 @@ def close(y, ref, scale=None):
 
 # -- the preprocessor -----------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The extractor is not serializable to file")  # in memory
 def test_a_chain_gives_the_traces_of_dspk_preprocess_with_one_and_two_jobs(si_rec, tmp_path):
     _, ref = dspk_output(si_rec, tmp_path / "out.h5", whiten="local")
     pre = dsi.dspk_preprocess(si_rec, whiten="local")
@@ -91,11 +92,17 @@ def test_a_chain_gives_the_traces_of_dspk_preprocess_with_one_and_two_jobs(si_re
     close(two.get_traces(), ref)
 
 
+@pytest.fixture(scope="module")
+def white(si_rec):
+    """The recording globally whitened by dspk, and all its traces."""
+    pre = dsi.dspk_preprocess(si_rec, whiten="global", backend="cpu")
+    return pre, pre.get_traces()
+
+
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
-def test_any_chunk_and_channels_are_those_of_the_whole(si_rec, data):
-    pre = _whitened(si_rec)
-    whole = _whole(si_rec)
+def test_any_chunk_and_channels_are_those_of_the_whole(si_rec, white, data):
+    pre, whole = white
     a = data.draw(st.integers(0, N - 1), label="start")
     b = data.draw(st.integers(a + 1, min(N, a + 4000)), label="end")
     chans = data.draw(st.lists(st.integers(0, C - 1), min_size=1, max_size=C, unique=True),
@@ -106,29 +113,14 @@ def test_any_chunk_and_channels_are_those_of_the_whole(si_rec, data):
     close(y, whole[a:b][:, chans], scale=float(np.abs(whole).max()))
 
 
-_CACHE: dict = {}
-
-
-def _whitened(rec):
-    if "pre" not in _CACHE:
-        _CACHE["pre"] = dsi.dspk_preprocess(rec, whiten="global", backend="cpu")
-    return _CACHE["pre"]
-
-
-def _whole(rec):
-    if "whole" not in _CACHE:
-        _CACHE["whole"] = _whitened(rec).get_traces()
-    return _CACHE["whole"]
-
-
-def test_an_empty_range_gives_no_samples(si_rec):
-    pre = _whitened(si_rec)
+def test_an_empty_range_gives_no_samples(white):
+    pre = white[0]
     assert pre.get_traces(start_frame=100, end_frame=100).shape == (0, C)
     assert pre.get_traces(start_frame=5, end_frame=5, channel_ids=["A1", "A2"]).shape == (0, 2)
 
 
-def test_the_fitted_state_travels_and_is_not_refitted(si_rec, monkeypatch):
-    pre = _whitened(si_rec)
+def test_the_fitted_state_travels_and_is_not_refitted(si_rec, white, monkeypatch):
+    pre = white[0]
 
     def refit(*args, **kwargs):
         raise AssertionError("refitted")
@@ -145,8 +137,8 @@ def test_the_fitted_state_travels_and_is_not_refitted(si_rec, monkeypatch):
         pre.pipeline.fingerprint()
 
 
-def test_an_edited_fitted_state_is_refused(si_rec):
-    spec = json.loads(json.dumps(_whitened(si_rec).to_dict()["kwargs"]["pipeline"]))
+def test_an_edited_fitted_state_is_refused(si_rec, white):
+    spec = json.loads(json.dumps(white[0].to_dict()["kwargs"]["pipeline"]))
     spec["states"][-1]["W"]["values"][0] += 1e-9
     with pytest.raises(PipelineError, match="fingerprint"):
         dsi.DspkRecording(si_rec, pipeline=spec)
@@ -160,17 +152,21 @@ def test_a_fitted_pipeline_is_used_as_it_is_and_an_unfitted_one_is_not_changed(s
     assert not p.is_fitted and pre.pipeline.is_fitted         # a copy was fitted
     again = dsi.DspkRecording(si_rec, pipeline=pre.pipeline)
     assert again.pipeline.fingerprint() == pre.pipeline.fingerprint()
+    eight = si.NumpyRecording([spiky_int16()[:, :8]], sampling_frequency=FS)
+    eight.set_dummy_probe_from_locations(si_rec.get_channel_locations()[:8])
+    with pytest.raises(PipelineError, match="does not apply to this recording of 8 channels"):
+        dsi.DspkRecording(eight, pipeline=pre.pipeline)
     other = pre.pipeline
     other.fs = 20000.0
     with pytest.raises(PipelineError, match="fitted at 20000 Hz; the recording is 30000 Hz"):
         dsi.DspkRecording(si_rec, pipeline=other)
 
 
-def test_units_whitened_is_not_uv_and_unwhitened_is(si_rec):
-    white = _whitened(si_rec)
-    assert not white.has_scaleable_traces()
-    assert list(white.get_property("physical_unit")) == ["whitened (noise SD)"] * C
-    assert white.get_property("gain_to_physical_unit").tolist() == [1.0] * C
+def test_units_whitened_is_not_uv_and_unwhitened_is(si_rec, white):
+    pre = white[0]
+    assert not pre.has_scaleable_traces()
+    assert list(pre.get_property("physical_unit")) == ["whitened (noise SD)"] * C
+    assert pre.get_property("gain_to_physical_unit").tolist() == [1.0] * C
     plain = dsi.dspk_preprocess(si_rec, whiten="none", reference="none", backend="cpu")
     assert plain.has_scaleable_traces() and plain.get_dtype() == np.float32
     assert plain.get_channel_gains().tolist() == [1.0] * C
@@ -182,8 +178,8 @@ def test_units_whitened_is_not_uv_and_unwhitened_is(si_rec):
           .transform(uv, FS).T)
 
 
-def test_the_metadata_are_the_parents(si_rec):
-    pre = _whitened(si_rec)
+def test_the_metadata_are_the_parents(si_rec, white):
+    pre = white[0]
     assert list(pre.channel_ids) == list(si_rec.channel_ids)
     assert np.array_equal(pre.get_channel_locations(), si_rec.get_channel_locations())
     assert np.array_equal(pre.get_channel_groups(), si_rec.get_channel_groups())

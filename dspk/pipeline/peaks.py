@@ -2,10 +2,12 @@
 them, and its `Detect` sink's spikes kept — as SpikeInterface's peaks (`detect_peaks`) —
 with no traces written. ``dspk detect`` and `dspk.spikeinterface.detect_peaks` run it.
 
-The chunks, their halos and the fit are those of `Pipeline.run` (`dspk.pipeline.Job`), so
-the peaks are the ``/spikes`` that ``dspk preprocess --detect`` writes for the same
-recording and options, with the signed value of the processed trace at each spike's trough
-on its channel as the amplitude (`dspk.detect.spikes_to_peaks`).
+The halos and the fit are those of `Pipeline.run` (`dspk.pipeline.Job`), so the peaks are
+the ``/spikes`` that ``dspk preprocess --detect`` writes for the same recording and options
+(the same spikes for any chunk length; on the GPU, where a job moves and scales the raw
+samples on the device, a score within float rounding of the threshold may go either way),
+with the signed value of the processed trace at each spike's trough on its channel as the
+amplitude (`dspk.detect.spikes_to_peaks`).
 
 Examples
 --------
