@@ -6,6 +6,8 @@ commands:
                                   shape, rate, units, geometry)
   dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file
   dspk preprocess-many GLOB DIR   the same for many recordings on a Dask cluster
+  dspk detect IN OUTDIR           detection alone: peaks in SpikeInterface's form
+                                  (OUTDIR/peaks.npy, peak_locations.npy, detect.json)
   dspk tune IN                    pre-tune the products and kernels a recording will need
   dspk tune --compile             load or compile every GPU kernel for this machine's GPU,
                                   and warm up CuPy's own kernels (every GPU call once)
@@ -28,11 +30,13 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import textwrap
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -47,7 +51,9 @@ from .kernels import kernel_origin_mode, loaded_from, precompile
 from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
-from .pipeline import JobInterrupted, Pipeline, registry
+from .pipeline import Detect, JobInterrupted, Pipeline, registry
+from .pipeline.output import UNITS_UV, UNITS_WHITENED
+from .pipeline.peaks import detect_peaks
 from .pipeline.steps import BAD_CHANNEL_LABELS
 
 #: the raw sample types a flat binary may hold
@@ -260,6 +266,123 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+# -- dspk detect ----------------------------------------------------------------------------------
+#: what ``dspk detect`` writes into OUTDIR (SpikeInterface's names for the first two: its
+#: ``save_motion_info`` and ``load_motion_info`` use them)
+DETECT_FILES = ("peaks.npy", "peak_locations.npy", "detect.json")
+#: the steps turned off on a dspk output, unless given: its traces are processed already
+DETECT_OFF_ON_OUTPUT = {"highpass": None, "reference": "none", "whiten": "none"}
+
+
+def _dspk_output_units(path: str) -> str | None:
+    """The units of a dspk output's traces (None: not a dspk output)."""
+    if not (os.path.isfile(path) and is_hdf5(path)):
+        return None
+    with h5py_module().File(path, "r") as f:
+        steps = pipeline_steps(f)
+        if steps is None or "traces" not in f:
+            return None
+        units = f["traces"].attrs.get("units")
+    if units is None:           # written before the attribute: whitened when it whitened
+        return UNITS_WHITENED if "Whiten" in steps else UNITS_UV
+    return units.decode() if isinstance(units, bytes) else str(units)
+
+
+def _detect_pipeline(args: argparse.Namespace, on_output: bool) -> Pipeline:
+    """The pipeline of the options with detection (without its PCA features: only the
+    spikes are kept); on a dspk output the steps that `DETECT_OFF_ON_OUTPUT` names are off
+    unless given (or a preset is)."""
+    options = {**_pipeline_options(args), "detect": True}
+    if on_output and getattr(args, "preset", None) is None:
+        given = getattr(args, "given_flags", set())
+        for o in registry.options():
+            if o.name in DETECT_OFF_ON_OUTPUT and o.flag not in given and \
+                    options[o.name] == o.default:
+                options[o.name] = DETECT_OFF_ON_OUTPUT[o.name]
+    pipe = Pipeline.from_options(**options)
+    pipe.steps = [replace(s, features=0) if isinstance(s, Detect) else s for s in pipe.steps]
+    return pipe
+
+
+def _peaks_folder(path: str, overwrite: bool) -> tuple:
+    """(OUTDIR, its partial folder), refused before any work: an existing file; an existing
+    folder without --overwrite, or holding anything but what `dspk detect` writes; a
+    missing parent folder."""
+    out = os.path.abspath(path)
+    partial = out + ".partial"
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise ValueError(f"{path}: is a file; OUTDIR is the folder dspk detect writes "
+                             f"{', '.join(DETECT_FILES)} into")
+        others = sorted(set(os.listdir(out)) - set(DETECT_FILES))
+        if others:
+            raise ValueError(f"{path}: holds files dspk detect did not write "
+                             f"({', '.join(others[:5])}); give a new or empty folder")
+        if os.listdir(out) and not overwrite:
+            raise ValueError(f"{path}: holds the peaks of an earlier run; pass --overwrite "
+                             f"to replace them")
+    if not os.path.isdir(os.path.dirname(out)):
+        raise ValueError(f"{path}: its folder {os.path.dirname(out)} does not exist")
+    if os.path.exists(partial) and not os.path.isdir(partial):
+        raise ValueError(f"{partial}: is a file (dspk detect writes that folder first)")
+    return out, partial
+
+
+def _write_peaks(out: str, partial: str, peaks: np.ndarray, locations: np.ndarray,
+                 meta: dict) -> None:
+    """The peaks, their locations and ``detect.json`` into ``partial``, then moved to
+    ``out`` (a run that fails leaves no folder that looks complete)."""
+    os.makedirs(partial, exist_ok=True)
+    try:
+        for name in os.listdir(partial):        # a failed run's leftovers
+            os.unlink(os.path.join(partial, name))
+        np.save(os.path.join(partial, DETECT_FILES[0]), peaks)
+        np.save(os.path.join(partial, DETECT_FILES[1]), locations)
+        with open(os.path.join(partial, DETECT_FILES[2]), "w") as fh:
+            json.dump(meta, fh, indent=1)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if os.path.isdir(out):                      # --overwrite: dspk detect's files only
+        for name in os.listdir(out):
+            os.unlink(os.path.join(out, name))
+        os.rmdir(out)
+    os.replace(partial, out)
+
+
+def _jsonable_ids(rec: Any) -> list:
+    ids = getattr(rec, "channel_ids", None)
+    if ids is None:
+        return list(range(rec.n_channels))
+    return [int(v) if np.asarray(v).dtype.kind in "iu" else str(v) for v in ids]
+
+
+def _detect(args: argparse.Namespace) -> int:
+    """``dspk detect``: `dspk.pipeline.peaks.detect_peaks` into OUTDIR."""
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    out, partial = _peaks_folder(args.output, args.overwrite)
+    input_units = _dspk_output_units(args.input)
+    pipe = _detect_pipeline(args, on_output=input_units is not None)
+    with _open(args) as rec:
+        steps = [o["step"] for o in pipe.options()]
+        print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
+              f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
+        print("steps: " + " -> ".join(steps))
+        t0 = time.perf_counter()
+        peaks, locations = detect_peaks(pipe, rec, chunk_s=args.chunk_s)
+        dt = time.perf_counter() - t0
+        units = UNITS_WHITENED if pipe.whitens else (input_units or UNITS_UV)
+        meta = {"dspk": __version__, "input": rec.source, "fs": rec.fs,
+                "n_samples": rec.n_samples, "n_channels": rec.n_channels,
+                "channel_ids": _jsonable_ids(rec), "pipeline": pipe.options(),
+                "n_peaks": int(len(peaks)), "amplitude_units": units,
+                "peaks": DETECT_FILES[0], "peak_locations": DETECT_FILES[1]}
+        _write_peaks(out, partial, peaks, locations, meta)
+        print(f"{len(peaks)} peaks ({len(peaks) / rec.duration_s:.1f} per s) in {dt:.2f} s "
+              f"-> {args.output}: {', '.join(DETECT_FILES)}")
+    return 0
+
+
 def _tune(args: argparse.Namespace) -> int:
     """Fit the pipeline and push one chunk through it: every tuner decision the job will need
     (products, FIR and reference implementations) is taken now and stored in the cache. With
@@ -442,6 +565,26 @@ def parser() -> argparse.ArgumentParser:
                         help="scaled int16 output (else float32)")
     p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p_many.set_defaults(func=_preprocess_many)
+    p_det = command("detect", "detection alone, its peaks in SpikeInterface's form",
+                    "Spike detection on IN without writing traces: on a dspk output its "
+                    "traces as they are (the high-pass, reference and whitening off unless "
+                    "given), on a recording the steps of `dspk preprocess` first (the same "
+                    "options, the same fit: the peaks are the /spikes that `dspk preprocess "
+                    "--detect` writes). OUTDIR gets peaks.npy (SpikeInterface's peak dtype: "
+                    "sample_index, channel_index, amplitude — the processed trace at the "
+                    "spike's trough, in noise SDs when whitened — and segment_index), "
+                    "peak_locations.npy (x, y in µm: the detecting channel's position), "
+                    "the names SpikeInterface's motion tools use, and detect.json (rate, "
+                    "channel ids, steps, amplitude units). --detect is implied.")
+    p_det.add_argument("input", metavar="IN", help="a dspk output or a recording (see dspk "
+                                                   "--help)")
+    p_det.add_argument("output", metavar="OUTDIR", help="the folder of the peaks (new, "
+                                                        "empty, or with --overwrite one "
+                                                        "dspk detect wrote)")
+    _pipeline_args(p_det)
+    p_det.add_argument("--overwrite", action="store_true",
+                       help="replace the peaks in an OUTDIR that dspk detect wrote")
+    p_det.set_defaults(func=_detect)
     p_tune = command("tune", "pre-tune what preprocessing a recording needs",
                      "Fit the pipeline on IN and push a chunk through it, so that every "
                      "tuner decision a job will need is in the cache before it starts.")

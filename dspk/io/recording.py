@@ -201,7 +201,11 @@ class Recording:
         say it).
     shank_ids : numpy.ndarray or None
         Per channel, the shank of its contact (int, 0-based) where the format says it
-        (SpikeGLX imec streams: the .meta's shank or geometry map); None otherwise.
+        (SpikeGLX imec streams: the .meta's shank or geometry map; SpikeInterface recordings:
+        their ``group`` property); None otherwise.
+    channel_ids : numpy.ndarray or None
+        Per channel, its name where the format gives one (SpikeInterface recordings: their
+        channel ids, int or str); None otherwise (the channels are then known by index).
     source : str
         Where the samples come from (file and dataset), for provenance.
 
@@ -228,6 +232,8 @@ class Recording:
     sample_shifts: np.ndarray | None = None
     # per channel, its contact's shank (0-based), or None where the format does not say
     shank_ids: np.ndarray | None = None
+    # per channel, its id (int or str) as the format names it, or None where it names none
+    channel_ids: np.ndarray | None = None
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
                  gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,
@@ -910,9 +916,10 @@ def _stored_columns(columns: Any, stored: int, source: str) -> np.ndarray:
 
 class SpikeInterfaceRecording(Recording):
     """A SpikeInterface recording (one segment) read through its ``get_traces``; its gains,
-    offsets and channel locations carried over, and its ``inter_sample_shift`` property (the
-    Neuropixels ADC shifts its readers set) as `sample_shifts`. Needs spikeinterface
-    (optional).
+    offsets and channel locations carried over, its ``inter_sample_shift`` property (the
+    Neuropixels ADC shifts its readers set) as `sample_shifts`, its channel ids as
+    `channel_ids` and its ``group`` property (the shank of each channel when a probe is
+    attached by shank) as `shank_ids`. Needs spikeinterface (optional).
 
     Parameters
     ----------
@@ -983,9 +990,12 @@ class SpikeInterfaceRecording(Recording):
                          dtype=r.get_dtype(), source=f"SpikeInterface {type(r).__name__}",
                          **meta)
         self._si, self._segment = r, segment
+        self.channel_ids = np.asarray(r.get_channel_ids())
         keys = getattr(r, "get_property_keys", None)       # a minimal look-alike has none
         if keys is not None and "inter_sample_shift" in keys():
             self.sample_shifts = self._shifts(r.get_property("inter_sample_shift"))
+        if keys is not None and "group" in keys():
+            self.shank_ids = self._groups(r.get_property("group"))
 
     def _shifts(self, value: Any) -> np.ndarray | None:
         """SpikeInterface's ``inter_sample_shift`` property, one finite value per channel."""
@@ -997,6 +1007,17 @@ class SpikeInterfaceRecording(Recording):
                                  f"must hold one finite shift per channel ({self.n_channels}), "
                                  f"got shape {v.shape}")
         return v
+
+    def _groups(self, value: Any) -> np.ndarray | None:
+        """SpikeInterface's ``group`` property, one integer per channel."""
+        if value is None:
+            return None
+        v = np.asarray(value)
+        if v.shape != (self.n_channels,) or v.dtype.kind not in "iu":
+            raise RecordingError(f"group: the SpikeInterface recording's property must hold "
+                                 f"one integer group per channel ({self.n_channels}), got "
+                                 f"{v.dtype} of shape {v.shape}")
+        return v.astype(np.int64)
 
     @classmethod
     def recognizes(cls, source: Any, options: OpenOptions) -> bool:

@@ -30,9 +30,10 @@ The package's modules: `dspk.pipeline.stage` (the contract of a stage: `Step`, `
 `Pipeline.from_options` and `dspk.dask` read it), `dspk.pipeline.steps` and
 `dspk.pipeline.sinks` (the stages), `dspk.pipeline.pipeline` (`Pipeline`, `preprocess`),
 `dspk.pipeline.prepared` (a pipeline prepared for a run; the fit pass),
-`dspk.pipeline.job` (`Job`: one run), `dspk.pipeline.output` (the output file) and
-`dspk.pipeline.stream` (the chunk loop). Every name below is importable from
-``dspk.pipeline``.
+`dspk.pipeline.job` (`Job`: one run), `dspk.pipeline.output` (the output file),
+`dspk.pipeline.stream` (the chunk loop) and `dspk.pipeline.peaks` (detection alone:
+`detect_peaks`, SpikeInterface's peaks without a trace output). Every name below is
+importable from ``dspk.pipeline``.
 
 Examples
 --------
@@ -47,6 +48,7 @@ from . import registry  # noqa: F401
 from .errors import PipelineError
 from .job import Job, JobInterrupted
 from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
+from .peaks import detect_peaks
 from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
@@ -62,4 +64,4 @@ __all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "BadC
            "Whiten", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted", "Step",
            "Sink", "Stage", "Context",
            "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
-           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs"]
+           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs", "detect_peaks"]

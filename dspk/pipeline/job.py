@@ -40,7 +40,8 @@ from ..io.hdf5 import h5py_module
 from ..io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .errors import PipelineError
 from .output import (PartialOutput, TraceOutput, check_output, check_output_options,
-                     chunk_samples, int16_scale, job_record, write_metadata, write_traces)
+                     UNITS_UV, UNITS_WHITENED, chunk_samples, int16_scale, job_record,
+                     write_metadata, write_traces)
 from .prepared import PreparedPipeline
 from .stage import Context
 from .stream import ChunkStream, Staging, ahead, output_block, read_block
@@ -219,6 +220,7 @@ class Job:
         self.pipeline, self.rec = pipeline, recording
         self.layout, self.compression = layout, compression
         self.scale = int16_scale(self.out_dtype, output_scale, pipeline.whitens)
+        self.units = UNITS_WHITENED if pipeline.whitens else UNITS_UV
         self.chunk = chunk_samples(chunk_s, recording.fs)
         self.xp = pipeline.xp
         self.staged = raw_transfer(recording, self.xp)
@@ -360,7 +362,7 @@ class Job:
             TraceOutput.create_traces(f, (n, c) if self.layout == "samples_channels" else
                                       (c, n), self.out_dtype, self.layout, self.chunk,
                                       self.compression)
-            write_metadata(f, rec, job, p.options())
+            write_metadata(f, rec, job, p.options(), self.units)
             p.write_fitted(f, rec.fs, states)    # a resumed job reads it back (read_fitted)
         output = TraceOutput(f, files.partial, self.layout, transposed=self.staged)
         counts = dict(rows)
@@ -417,7 +419,7 @@ class Job:
         with new_file(files.partial) as f:
             shape = (n, c) if self.layout == "samples_channels" else (c, n)
             dset = create_contiguous(f, "traces", shape, self.out_dtype)
-            write_metadata(f, rec, self.record(states), self.pipeline.options())
+            write_metadata(f, rec, self.record(states), self.pipeline.options(), self.units)
             self.pipeline.write_fitted(f, rec.fs, states)
             return raw_offset(dset)
 

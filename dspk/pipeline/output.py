@@ -36,14 +36,17 @@ from ..io import Recording
 from ..io.rawio import RawDatasetWriter, create_contiguous, create_dataset, raw_offset
 from .errors import PipelineError
 
-__all__ = ["OUTPUT_DTYPES", "LAYOUTS", "check_output", "check_output_options", "int16_scale",
-           "chunk_samples", "PartialOutput", "job_record", "write_metadata", "TraceOutput",
-           "write_traces"]
+__all__ = ["OUTPUT_DTYPES", "LAYOUTS", "UNITS_UV", "UNITS_WHITENED", "check_output",
+           "check_output_options", "int16_scale", "chunk_samples", "PartialOutput",
+           "job_record", "write_metadata", "channel_ids", "TraceOutput", "write_traces"]
 
 #: the sample types a job writes
 OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.int16))
 #: the layouts of ``/traces``
 LAYOUTS = ("samples_channels", "channels_samples")
+#: the ``units`` attribute of ``/traces``: what ``raw x gain_to_uv`` is in, µV (as
+#: SpikeInterface writes it) or, after whitening, the noise's standard deviation
+UNITS_UV, UNITS_WHITENED = "uV", "whitened (noise SD)"
 
 
 # -- before any work ---------------------------------------------------------------------------
@@ -371,10 +374,23 @@ def job_record(fingerprint: str, rec: Recording, chunk: int, out_dtype: Any, sca
             "scale": scale, "layout": layout, "compression": compression}
 
 
-def write_metadata(f: Any, rec: Recording, job: dict, steps: list) -> None:
+def write_metadata(f: Any, rec: Recording, job: dict, steps: list,
+                   units: str = UNITS_UV) -> None:
     """The output's attributes (version, rate, layout, the pipeline's steps, the job record),
-    those of ``/traces`` that make the output readable by `dspk.open_recording`, and the
-    geometry. The pipeline's fitted state follows (`Pipeline.write_fitted`).
+    those of ``/traces`` that make the output readable by `dspk.open_recording` and say its
+    units, the geometry, and the channels' ids and shanks. The pipeline's fitted state
+    follows (`Pipeline.write_fitted`).
+
+    What a reader finds (``dspk.spikeinterface.read_dspk`` reads all of it):
+
+    - ``/traces`` attributes ``fs``, ``layout``, ``gain_to_uv`` (the units of one stored
+      step: 1 for float32, the int16 scale), ``geometry`` (when known) and ``units``
+      (`UNITS_UV`, or `UNITS_WHITENED`: whitened traces are in units of the noise's standard
+      deviation, not µV, whatever ``gain_to_uv`` is called);
+    - ``/geometry`` [channels, 2] µm (when known);
+    - ``/channel_ids`` [channels]: the input's channel ids (`channel_ids`: int64, or UTF-8
+      strings);
+    - ``/shank_ids`` [channels] int64, when the input says them (`Recording.shank_ids`).
 
     Parameters
     ----------
@@ -386,6 +402,8 @@ def write_metadata(f: Any, rec: Recording, job: dict, steps: list) -> None:
         `job_record`.
     steps : list of dict
         `Pipeline.options`.
+    units : str
+        The ``units`` attribute of ``/traces`` (`UNITS_UV` or `UNITS_WHITENED`).
 
     Examples
     --------
@@ -398,10 +416,15 @@ def write_metadata(f: Any, rec: Recording, job: dict, steps: list) -> None:
     >>> with h5py.File(os.path.join(tmp.name, "o.h5"), "w") as f:
     ...     _ = f.create_dataset("traces", (3000, 2), np.float32)
     ...     write_metadata(f, rec, job, [])
-    ...     float(f["traces"].attrs["fs"]), f.attrs["layout"]
-    (30000.0, 'samples_channels')
+    ...     float(f["traces"].attrs["fs"]), f.attrs["layout"], f["traces"].attrs["units"]
+    ...     f["channel_ids"][()]
+    (30000.0, 'samples_channels', 'uV')
+    array([0, 1])
     >>> tmp.cleanup()
     """
+    if units not in (UNITS_UV, UNITS_WHITENED):
+        raise PipelineError(f"units: expected {UNITS_UV!r} or {UNITS_WHITENED!r}, got "
+                            f"{units!r}")
     # the order of creation is part of the file's bytes (two runs write the same file)
     f.attrs["dspk_version"] = __version__
     f.attrs["fs"] = rec.fs
@@ -415,6 +438,52 @@ def write_metadata(f: Any, rec: Recording, job: dict, steps: list) -> None:
     if rec.geometry is not None:
         f["traces"].attrs["geometry"] = rec.geometry
         create_dataset(f, "geometry", data=rec.geometry)
+    # after what earlier versions wrote (their objects keep their places in the file)
+    traces.attrs["units"] = units
+    create_dataset(f, "channel_ids", data=channel_ids(rec))
+    if rec.shank_ids is not None:
+        create_dataset(f, "shank_ids", data=np.asarray(rec.shank_ids, dtype=np.int64))
+
+
+def channel_ids(rec: Recording) -> np.ndarray:
+    """The channel ids an output stores for ``rec``: its `Recording.channel_ids` (integers
+    as int64, anything else as fixed-length UTF-8 strings, which h5py stores as such), or
+    the channel indices when it names none.
+
+    Parameters
+    ----------
+    rec : Recording
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, or bytes (``S``) with h5py's UTF-8 string dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.output import channel_ids
+    >>> rec = dspk.open_recording(np.zeros((3000, 3), np.int16), fs=30000.0)
+    >>> channel_ids(rec)
+    array([0, 1, 2])
+    >>> rec.channel_ids = np.array(["AP0", "AP1", "µ2"])
+    >>> channel_ids(rec)
+    array([b'AP0', b'AP1', b'\\xc2\\xb52'], dtype='|S3')
+    """
+    ids = rec.channel_ids
+    if ids is None:
+        return np.arange(rec.n_channels, dtype=np.int64)
+    ids = np.asarray(ids)
+    if ids.shape != (rec.n_channels,):
+        raise PipelineError(f"channel_ids: expected one id per channel ({rec.n_channels}), "
+                            f"got shape {ids.shape}")
+    if ids.dtype.kind in "iu":
+        return ids.astype(np.int64)
+    encoded = [str(v).encode("utf-8") for v in ids]
+    import h5py  # noqa: PLC0415 (h5py deferred: imported when an output is written)
+
+    width = max(1, max((len(v) for v in encoded), default=1))
+    return np.array(encoded, dtype=h5py.string_dtype("utf-8", width))
 
 
 class TraceOutput:

@@ -912,7 +912,7 @@ def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
     ...                       output_dtype=np.int16, progress=False)
     >>> with h5py.File(out, "r") as f:
     ...     sorted(f), f["traces"].shape, f["traces"].dtype, float(f["traces"].attrs["gain_to_uv"])
-    (['fitted', 'geometry', 'traces'], (30000, 6), dtype('int16'), 0.01)
+    (['channel_ids', 'fitted', 'geometry', 'traces'], (30000, 6), dtype('int16'), 0.01)
     >>> tmp.cleanup()
     """
     pipe_keys = {o.name for o in registry.options()} | {"dtype"}
