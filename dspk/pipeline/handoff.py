@@ -67,7 +67,7 @@ from ..argnames import arg
 from ..io import Recording, SubsetRecording
 from ..io.kilosort import (write_chanmap_mat, write_kilosort_probe, write_phy_params,
                            write_probeinterface)
-from ..io.nwb import create_processed_series, input_metadata
+from ..io.nwb import create_processed_series, input_metadata, pynwb_module
 from ..io.rawio import new_file
 from .errors import PipelineError
 from .job import Job, JobInterrupted, OnChunk, progress_bar, resumable
@@ -486,6 +486,7 @@ def run_nwb(pipeline: Any, rec: Recording, out: str | os.PathLike, *, chunk_s: f
         The file, and the job that wrote it (its ``timing``: `Job.run_span`'s).
     """
     files = PartialOutput(check_output(out, rec, overwrite))
+    pynwb_module()                              # before any work: a clear error without it
     out_dtype = format_dtype("nwb", output_dtype)
     job = Job(pipeline, rec, chunk_s=chunk_s, output_dtype=out_dtype,
               output_scale=output_scale)
