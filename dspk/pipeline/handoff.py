@@ -137,8 +137,8 @@ def check_format(format: str, layout: str, compression: str | None, resume: bool
                             f"{'Kilosort' if format == 'kilosort' else 'NWB'} reads it; leave "
                             f"{arg('layout')} out")
     if compression is not None:
-        raise PipelineError(f"compression: {said} writes the traces uncompressed (what "
-                            f"{'Kilosort and Phy read' if format == 'kilosort' else 'is written in place'}); "
+        why = "what Kilosort and Phy read" if format == "kilosort" else "written in place"
+        raise PipelineError(f"compression: {said} writes the traces uncompressed ({why}); "
                             f"leave {arg('compression')} out")
     if pipeline.sinks:
         raise PipelineError(f"detect: {said} holds the traces only; the spikes of "

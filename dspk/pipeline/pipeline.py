@@ -719,6 +719,12 @@ class Pipeline:
             written — with the samples of the recording done so far. For progress reports,
             or a test that stops the process there as a kill would. An exception it raises
             stops the job as a failed write would.
+        format : {"hdf5", "kilosort", "nwb"}
+            ``"hdf5"``: the HDF5 file described here. ``"kilosort"``: ``out_path`` is a folder
+            that Kilosort4, Phy and SpikeInterface read as it is (a flat binary, the probe,
+            Phy's params.py; resumable); ``"nwb"``: an NWB file with a processed
+            ElectricalSeries (needs pynwb; not resumable). Both hold the traces only
+            [samples, channels], uncompressed (see `dspk.pipeline.handoff`).
 
         Returns
         -------
@@ -738,12 +744,6 @@ class Pipeline:
             resume could get past (an OSError such as a full disk) keeps ``OUT.partial`` for
             ``resume=True``; any other (a non-finite or damaged input sample, say) deletes
             it.
-        format : {"hdf5", "kilosort", "nwb"}
-            ``"hdf5"``: the HDF5 file described here. ``"kilosort"``: ``out_path`` is a folder
-            that Kilosort4, Phy and SpikeInterface read as it is (a flat binary, the probe,
-            Phy's params.py; resumable); ``"nwb"``: an NWB file with a processed
-            ElectricalSeries (needs pynwb; not resumable). Both hold the traces only
-            [samples, channels], uncompressed (see `dspk.pipeline.handoff`).
 
         Examples
         --------
