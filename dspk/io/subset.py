@@ -73,6 +73,11 @@ class SubsetRecording(Recording):
         shifts, shanks = parent.sample_shifts, parent.shank_ids
         self.sample_shifts = None if shifts is None else np.asarray(shifts)[idx]
         self.shank_ids = None if shanks is None else np.asarray(shanks)[idx]
+        # the parent's ids of these channels, or their indices in it where it names none
+        self.channel_ids = idx.copy() if parent.channel_ids is None else \
+            np.asarray(parent.channel_ids)[idx]
+        self.contact_ids = None if parent.contact_ids is None else \
+            np.asarray(parent.contact_ids)[idx]
         self.samples_first = parent.samples_first
         self.compressed = parent.compressed
         self._all = idx.size == parent.n_channels and bool((idx == np.arange(idx.size)).all())
