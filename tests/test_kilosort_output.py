@@ -11,6 +11,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.io import loadmat
 
 import dspk
@@ -31,7 +33,8 @@ def geometry(c=16):
 def recording(n=12000, c=16, seed=0, shanks=None):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((n, c)) * 40).astype(np.int16)
-    rec = dspk.open_recording(x, fs=FS, geometry=geometry(c), gain_to_uv=0.5)
+    rec = dspk.open_recording(x, fs=FS, geometry=geometry(c), gain_to_uv=0.5,
+                              layout="samples_channels")
     rec.shank_ids = shanks
     return rec
 
@@ -277,3 +280,34 @@ def test_command_line_writes_the_folder_and_names_options_in_errors(tmp_path, ca
         main(["preprocess", str(src), str(tmp_path / "k4"), "--format", "phy"])
     assert "--format: invalid choice: 'phy'" in capsys.readouterr().err
     assert not any(Path(tmp_path, k).exists() for k in ("k2", "k3", "k4"))
+
+
+# -- any length, any chunk, stopped anywhere -------------------------------------------------------
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 2500), chunk=st.integers(100, 1200), stop=st.integers(1, 4),
+       int16=st.booleans())
+def test_any_chunking_writes_the_hdf5_outputs_samples_and_resumes_to_them(tmp_path_factory, n,
+                                                                          chunk, stop, int16):
+    folder = tmp_path_factory.mktemp("ks")
+    rec = recording(n=n, c=4, seed=n)
+    options = dict(chunk_s=chunk / FS, progress=False,
+                   output_dtype=np.int16 if int16 else np.float32)
+    h5 = Pipeline.from_options(whiten="global").run(rec, folder / "o.h5", **options,
+                                                      output_scale=1 / 200 if int16 else None)
+    with h5py.File(h5, "r") as f:
+        want = f["traces"][:]
+
+    def halt(done):
+        if done >= min(n, stop * chunk) and done < n:
+            raise KeyboardInterrupt
+
+    out = folder / "ks"
+    try:
+        Pipeline.from_options(whiten="global").run(rec, out, format="kilosort", on_chunk=halt,
+                                                   **options)
+    except JobInterrupted:
+        Pipeline.from_options(whiten="global").run(rec, out, format="kilosort", resume=True,
+                                                   **options)
+    got, _ = traces(out, c=4)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
