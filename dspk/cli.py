@@ -4,7 +4,9 @@ commands:
   dspk info                       backend, devices and the tuner cache
   dspk info IN                    what a recording or output file holds (series, datasets,
                                   shape, rate, units, geometry)
-  dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file
+  dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file;
+                                  --format kilosort: a folder Kilosort4 and Phy read as it
+                                  is; --format nwb: an NWB file
   dspk preprocess-many GLOB DIR   the same for many recordings on a Dask cluster
   dspk detect IN OUTDIR           detection alone: peaks in SpikeInterface's form
                                   (OUTDIR/peaks.npy, peak_locations.npy, detect.json)
@@ -20,6 +22,7 @@ as it needs). Local whitening and --detect need the channel positions: from the 
 
   dspk preprocess raw.bin out.h5 --n-channels 384 --fs 30000 --gain-to-uv 2.34375 \\
       --probe probe.json --detect
+  dspk preprocess run_g0_t0.imec0.ap.bin ks_in --preset kilosort --format kilosort
 
 `dspk COMMAND --help` lists each command's options and their defaults.
 """
@@ -52,6 +55,7 @@ from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .pipeline import Detect, JobInterrupted, Pipeline, registry
+from .pipeline.handoff import FORMATS
 from .pipeline.output import UNITS_UV, UNITS_WHITENED
 from .pipeline.peaks import detect_peaks
 from .pipeline.steps import BAD_CHANNEL_LABELS
@@ -215,7 +219,39 @@ def _pipeline_options(args: argparse.Namespace) -> dict:
         flags = {o.name: o.flag for o in registry.options()}
         options.update({k: v for k, v in registry.preset(args.preset).items()
                         if flags[k] not in given})
+    _spikeinterface_filter(args, options)
     return {**options, "backend": args.backend or "auto"}
+
+
+#: values of options spelled as SpikeInterface spells them (`common_reference`'s
+#: ``operator="average"`` is ``--reference mean``), mapped when the command line is read
+VALUE_ALIASES = {"reference": {"average": "mean"}}
+
+
+def _alias(name: str) -> Any:
+    """The argparse ``type`` of an option with `VALUE_ALIASES`: the alias's dspk value."""
+    aliases = VALUE_ALIASES[name]
+    return lambda value: aliases.get(value, value)
+
+
+def _spikeinterface_filter(args: argparse.Namespace, options: dict) -> None:
+    """``--freq-min``/``--freq-max`` (SpikeInterface's ``highpass_filter(freq_min)`` and
+    ``bandpass_filter(freq_min, freq_max)``) into ``options``: ``--freq-min LO`` is
+    ``--highpass LO``, with ``--freq-max HI`` it is ``--bandpass LO HI``. Refused with
+    ``--highpass``/``--bandpass`` (the same option twice), and ``--freq-max`` alone (dspk has
+    no low-pass alone)."""
+    lo, hi = getattr(args, "freq_min", None), getattr(args, "freq_max", None)
+    if lo is None and hi is None:
+        return
+    given = [f for f in ("--highpass", "--bandpass") if f in getattr(args, "given_flags", ())]
+    if given:
+        raise ValueError(f"--freq-min/--freq-max: SpikeInterface's names for --highpass and "
+                         f"--bandpass; give {given[0]} or them, not both")
+    if lo is None:
+        raise ValueError(f"--freq-max: dspk filters with a high-pass or a band-pass; give "
+                         f"--freq-min too (--freq-min LO --freq-max HI is --bandpass LO HI), "
+                         f"got --freq-max {hi:g} alone")
+    options["highpass"], options["bandpass"] = (lo, None) if hi is None else (None, (lo, hi))
 
 
 def _pipeline(args: argparse.Namespace) -> Pipeline:
@@ -231,12 +267,13 @@ def _preprocess(args: argparse.Namespace) -> int:
         print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
         t0 = time.perf_counter()
         out = pipe.run(rec, args.output, chunk_s=args.chunk_s,
-                       output_dtype=np.int16 if args.int16 else np.float32,
+                       output_dtype=np.int16 if args.int16 else
+                       np.float32 if args.float32 else None,
                        overwrite=args.overwrite, resume=args.resume,
                        compression=None if args.compression == "none" else args.compression,
                        layout="channels_samples" if args.channels_first else
                        "samples_channels",
-                       progress=not args.quiet)
+                       progress=not args.quiet, format=args.format)
         dt = time.perf_counter() - t0
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
               f"{'gpu' if pipe.xp.__name__ == 'cupy' else 'cpu'} backend)")
@@ -477,8 +514,19 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
         if o.switch:
             where.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
             continue
-        where.add_argument(o.flag, dest=o.name, default=o.default, type=o.type,
-                           choices=o.choices, nargs=o.nargs, metavar=o.metavar, help=o.help)
+        aliases = VALUE_ALIASES.get(o.name)
+        where.add_argument(o.flag, dest=o.name, default=o.default,
+                           type=o.type if aliases is None else _alias(o.name),
+                           choices=o.choices, nargs=o.nargs, metavar=o.metavar,
+                           help=o.help if aliases is None else o.help + " (" + ", ".join(
+                               f"{a} is {v}" for a, v in aliases.items()) + ", as "
+                               "SpikeInterface names it)")
+    p.add_argument("--freq-min", type=float, default=None, metavar="HZ",
+                   help="SpikeInterface's freq_min: --highpass HZ (with --freq-max: "
+                        "--bandpass FREQ_MIN FREQ_MAX)")
+    p.add_argument("--freq-max", type=float, default=None, metavar="HZ",
+                   help="SpikeInterface's freq_max: the band-pass's upper edge, with "
+                        "--freq-min")
     p.add_argument("--chunk", dest="chunk_s", type=float, default=1.0, metavar="SECONDS",
                    help="chunk length (the output does not depend on it)")
     _input_options(p)
@@ -530,13 +578,28 @@ def parser() -> argparse.ArgumentParser:
                     "any work if it exists (without --overwrite), is any file of IN (its "
                     ".meta, structure.oebin, ...) or not a regular file, with --overwrite or "
                     "without, or its folder is missing. Ctrl-C or SIGTERM stops a job with "
-                    "OUT.partial kept (exit status 130); --resume continues it.")
+                    "OUT.partial kept (exit status 130); --resume continues it. With --format "
+                    "kilosort OUT is a folder (written as OUT.partial/, renamed when "
+                    "complete): new or empty, or with --overwrite one holding a dspk Kilosort "
+                    "output and nothing else. --format nwb writes an NWB file in one go (not "
+                    "resumable).")
     p_pre.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
-    p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file")
+    p_pre.add_argument("output", metavar="OUT", help="the output HDF5 file (with --format "
+                       "kilosort a folder, with --format nwb an .nwb file)")
     _pipeline_args(p_pre)
     _subset_args(p_pre)
-    p_pre.add_argument("--int16", action="store_true",
-                       help="scaled int16 output (else float32)")
+    p_pre.add_argument("--format", default="hdf5", choices=FORMATS,
+                       help="hdf5: dspk's HDF5 output; kilosort: a folder that Kilosort4, "
+                            "Phy and SpikeInterface read as it is (traces.bin int16 "
+                            "[samples, channels], chanMap.json/.mat, probe.json, params.py, "
+                            "dspk.json); nwb: an NWB file with a processed ElectricalSeries "
+                            "(needs pynwb)")
+    kind = p_pre.add_mutually_exclusive_group()
+    kind.add_argument("--int16", action="store_true",
+                      help="scaled int16 output (the default of --format kilosort: whitened "
+                           "traces 200 steps per noise SD, else 0.1 µV per step)")
+    kind.add_argument("--float32", action="store_true",
+                      help="float32 output (the default, except for --format kilosort)")
     p_pre.add_argument("--compression", default="none", choices=("none", "gzip", "lzf"),
                        help="HDF5 compression of the output")
     p_pre.add_argument("--channels-first", action="store_true",
@@ -611,7 +674,7 @@ def parser() -> argparse.ArgumentParser:
 OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype": "--int16",
                 "layout": "--channels-first", "compression": "--compression",
                 "resume": "--resume", "overwrite": "--overwrite", "time": "--time",
-                "channels": "--channels", "preset": "--preset"}
+                "channels": "--channels", "preset": "--preset", "format": "--format"}
 
 
 def spelling() -> dict:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate data/sample.nwb bit for bit: a synthetic extracellular recording in NWB 2.x
-layout (written with h5py alone) for the demo, the tests and the notebooks.
+"""Regenerate data/sample.nwb: a synthetic extracellular recording in NWB (written through
+pynwb, so that pynwb, SpikeInterface and dspk read it) for the demo, the tests and the
+notebooks; the same samples and ground truth on every run (pynwb's object ids excepted).
 
 32 channels on a two-column probe (16 rows, 20 µm apart; columns 32 µm apart), 8 s at 30 kHz,
 int16 with 0.195 µV per bit (an Intan amplifier's step). The signal in µV:
@@ -10,8 +11,9 @@ int16 with 0.195 µV per bit (an Intan amplifier's step). The signal in µV:
 - noise correlated across channels (covariance exp(−d / 40 µm), 10 µV per channel);
 - a slow common-mode drift (sum of a few sinusoids between 0.5 and 8 Hz, 40 µV), which the
   high-pass removes.
-The ground truth (spike sample indices, unit of each spike, unit positions, the templates in
-µV on every channel) is stored under /analysis/ground_truth.
+The ground truth: the spikes' sample indices and units in /analysis/ground_truth
+(``sample_index``, ``unit_index``), the units' spike times, positions and templates in µV on
+every channel in /units (``spike_times``, ``position_um``, ``templates_uv``).
 
     python scripts/make_sample_data.py [OUT]     (default: data/sample.nwb)
 """
@@ -19,10 +21,15 @@ The ground truth (spike sample indices, unit of each spike, unit positions, the 
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
-import h5py
 import numpy as np
+from hdmf.common import DynamicTable, VectorData
+from pynwb import NWBHDF5IO, NWBFile
+from pynwb.ecephys import ElectricalSeries
+from pynwb.file import Subject
+from pynwb.misc import Units
 
 FS = 30000.0
 DURATION_S = 8.0
@@ -90,42 +97,51 @@ def generate(seed: int = SEED) -> dict:
 
 
 def write(path: Path, g: dict) -> None:
+    """The NWB file, through pynwb: the recording as /acquisition/ElectricalSeries with its
+    electrodes (rel_x, rel_y), the ground truth as /analysis/ground_truth (a table of the
+    spikes: sample_index, unit_index) and /units (one row per unit: spike_times in s,
+    position_um, templates_uv). Every value pynwb would otherwise take from the clock is
+    fixed (the object ids are pynwb's own, new on every write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with h5py.File(tmp, "w", track_order=False) as f:
-        f.attrs["neurodata_type"] = "NWBFile"
-        f.attrs["namespace"] = "core"
-        f.attrs["nwb_version"] = "2.7.0"
-        f.create_dataset("identifier", data="dspk-sample-20261202")
-        f.create_dataset("session_description",
-                         data="dspk synthetic sample: 8 units on a 32-channel two-column probe")
-        table = f.create_group("general/extracellular_ephys/electrodes")
-        table.attrs["neurodata_type"] = "DynamicTable"
-        table.attrs["colnames"] = np.array([b"rel_x", b"rel_y"])
-        table.create_dataset("id", data=np.arange(len(g["geometry"])))
-        table.create_dataset("rel_x", data=g["geometry"][:, 0])
-        table.create_dataset("rel_y", data=g["geometry"][:, 1])
-        es = f.create_group("acquisition/ElectricalSeries")
-        es.attrs["neurodata_type"] = "ElectricalSeries"
-        es.attrs["description"] = "synthetic extracellular voltage"
-        data = es.create_dataset("data", data=g["data"])
-        data.attrs["conversion"] = UV_PER_BIT * 1e-6
-        data.attrs["offset"] = 0.0
-        data.attrs["unit"] = "volts"
-        start = es.create_dataset("starting_time", data=0.0)
-        start.attrs["rate"] = FS
-        start.attrs["unit"] = "seconds"
-        el = es.create_dataset("electrodes", data=np.arange(len(g["geometry"])))
-        el.attrs["neurodata_type"] = "DynamicTableRegion"
-        el.attrs["table"] = table.ref
-        gt = f.create_group("analysis/ground_truth")
-        gt.attrs["description"] = ("spike sample indices (trough), unit of each spike, unit "
-                                   "positions [x, y, distance from the probe plane] in µm, "
-                                   "templates [units, channels, taps] in µV (trough at tap 20)")
-        gt.create_dataset("sample_index", data=g["times"])
-        gt.create_dataset("unit_index", data=g["units"])
-        gt.create_dataset("unit_position_um", data=g["positions"])
-        gt.create_dataset("templates_uv", data=g["templates"].astype(np.float32))
+    tmp = path.with_name(path.stem + ".tmp.nwb")
+    when = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    nwb = NWBFile(session_description="dspk synthetic sample: 8 units on a 32-channel "
+                                      "two-column probe",
+                  identifier="dspk-sample-20261202", session_start_time=when,
+                  file_create_date=[when],
+                  subject=Subject(subject_id="synthetic", sex="U",
+                                  description="none: a synthetic recording made by "
+                                              "scripts/make_sample_data.py"))
+    device = nwb.create_device(name="probe", description="a 32-contact two-column probe "
+                               "(16 rows 20 µm apart, columns 32 µm apart)")
+    group = nwb.create_electrode_group(name="shank0", description="the probe's one shank",
+                                       location="unknown", device=device)
+    for x, y in g["geometry"]:
+        nwb.add_electrode(group=group, location="unknown", rel_x=float(x), rel_y=float(y))
+    region = nwb.create_electrode_table_region(region=list(range(len(g["geometry"]))),
+                                               description="every contact")
+    nwb.add_acquisition(ElectricalSeries(
+        name="ElectricalSeries", data=g["data"], electrodes=region, starting_time=0.0,
+        rate=FS, conversion=UV_PER_BIT * 1e-6, offset=0.0,
+        description="synthetic extracellular voltage"))
+    nwb.add_analysis(DynamicTable(
+        name="ground_truth", description="every spike of the ground truth, by time",
+        columns=[VectorData(name="sample_index", data=g["times"],
+                            description="the sample of the spike's trough"),
+                 VectorData(name="unit_index", data=g["units"],
+                            description="the unit that fired it (the row of /units)")]))
+    nwb.units = Units(name="units", description="the ground truth's units",
+                      resolution=1.0 / FS)
+    nwb.add_unit_column(name="position_um", description="the unit's position [x, y, "
+                        "distance from the probe plane] in µm")
+    nwb.add_unit_column(name="templates_uv", description="the unit's spike on every channel "
+                        "[channels, taps] in µV, trough at tap 20")
+    for u in range(len(g["positions"])):
+        nwb.add_unit(spike_times=g["times"][g["units"] == u] / FS,
+                     position_um=g["positions"][u],
+                     templates_uv=g["templates"][u].astype(np.float32))
+    with NWBHDF5IO(str(tmp), "w") as io:
+        io.write(nwb)
     tmp.replace(path)
 
 

@@ -24,7 +24,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.io.hdf5", "dspk.io.layout",
            "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
            "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.pipeline.peaks",
-           "dspk.spikeinterface"]
+           "dspk.spikeinterface", "dspk.io.kilosort", "dspk.io.nwb", "dspk.pipeline.handoff"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -31,6 +31,14 @@ def np1_xy(col, row):
     return (27.0 if row % 2 == 0 else 11.0) + 32.0 * col, 20.0 * row
 
 
+def pi_xy(col, row, x0=11.0):
+    """The same site as probeinterface places it (``read_spikeglx``, by part number, what
+    dspk reads): SpikeGLX's layout with the x origin at the probe's leftmost column (NP1.0:
+    11 µm; NP2.0: 27 µm)."""
+    x, y = np1_xy(col, row)
+    return x - x0, y
+
+
 def printer_list(ids):
     """A SpikeGLX printer-like list of sorted channel numbers ("0:9,100:109,768")."""
     out, i = [], 0
@@ -108,11 +116,20 @@ def test_spikeglx_np1_ap(tmp_path, geom):
     np.testing.assert_allclose(rec.gain_to_uv, want_gain, rtol=1e-12)
     assert rec.gain_to_uv[3] == pytest.approx(2.34375)              # 0.6 V / 512 / 500
     np.testing.assert_array_equal(rec.offset_to_uv, 0)
-    # staggered NP1.0 columns, the same from the shank map and the geometry map
-    np.testing.assert_array_equal(rec.geometry[:4], [[27, 0], [59, 0], [11, 20], [43, 20]])
-    np.testing.assert_array_equal(rec.geometry[383], [43, 191 * 20])
-    assert set(rec.geometry[:, 0]) == {11.0, 27.0, 43.0, 59.0}
+    # probeinterface's NP1.0 (by the part number): the staggered columns, x from 0
+    np.testing.assert_array_equal(rec.geometry[:4], [[16, 0], [48, 0], [0, 20], [32, 20]])
+    np.testing.assert_array_equal(rec.geometry[383], [32, 191 * 20])
+    assert rec.contact_ids[:2].tolist() == ["e0", "e1"] and rec.shank_ids.max() == 0
     assert rec.used.sum() == 383 and not rec.used[191]
+    # without a part number (older SpikeGLX): SpikeGLX's own coordinates, the same from the
+    # shank map and the geometry map
+    meta = np1_meta(geom=geom)
+    del meta["imDatPrb_pn"]
+    own = open_recording(write_sglx(tmp_path, "own_g0_t0.imec0.ap.bin", data, meta))
+    np.testing.assert_array_equal(own.geometry[:4], [[27, 0], [59, 0], [11, 20], [43, 20]])
+    np.testing.assert_array_equal(own.geometry[383], [43, 191 * 20])
+    assert set(own.geometry[:, 0]) == {11.0, 27.0, 43.0, 59.0}
+    assert own.used.sum() == 383 and not own.used[191] and own.contact_ids is None
     np.testing.assert_array_equal(rec.read(scaled=False), data[:, :384].T)
     np.testing.assert_array_equal(rec.read(10, 20, channels=[383, 0], scaled=False),
                                   data[10:20, [383, 0]].T)
@@ -143,7 +160,7 @@ def test_spikeglx_saved_subset_maps_gains_and_geometry(tmp_path):
     rec = open_recording(path)
     assert rec.n_channels == 20 and rec.saved_channels.tolist() == ids
     np.testing.assert_allclose(rec.gain_to_uv, [1e6 * 0.6 / 512 / np1_ap_gain(c) for c in ids])
-    np.testing.assert_array_equal(rec.geometry[10], np1_xy(0, 50))      # site 100
+    np.testing.assert_array_equal(rec.geometry[10], pi_xy(0, 50))       # site 100
     np.testing.assert_array_equal(rec.read(scaled=False), data[:, :20].T)
 
     # LF channels are numbered after the AP ones (384 + c); their IMRO entry is c
@@ -165,7 +182,7 @@ def test_spikeglx_random_saved_subsets(tmp_path_factory, ids, n, start, length):
     rec = open_recording(path)
     assert rec.saved_channels.tolist() == ids
     np.testing.assert_allclose(rec.gain_to_uv, [1e6 * 0.6 / 512 / np1_ap_gain(c) for c in ids])
-    np.testing.assert_array_equal(rec.geometry, [np1_xy(c % 2, c // 2) for c in ids])
+    np.testing.assert_array_equal(rec.geometry, [pi_xy(c % 2, c // 2) for c in ids])
     start = min(start, n)
     stop = min(n, start + length)
     np.testing.assert_array_equal(rec.read(start, stop, scaled=False), data[start:stop, :-1].T)
@@ -199,12 +216,25 @@ def test_spikeglx_np2(tmp_path, ptype, with_maxint):
     # fixed gain 80; 14-bit (imMaxInt 8192, the default for NP2.0 when absent)
     np.testing.assert_allclose(rec.gain_to_uv, 1e6 * 0.5 / 8192 / 80)
     assert rec.gain_to_uv[0] == pytest.approx(0.762939453125)
+    # probeinterface's (by the part number): SpikeGLX's layout with x from 0
     if ptype == 24:
-        np.testing.assert_array_equal(rec.geometry[0], [27, 0])
-        np.testing.assert_array_equal(rec.geometry[97], [250 + 59, 0])     # shank 1
-        np.testing.assert_array_equal(rec.geometry[383], [750 + 59, 15 * 47])
-    else:   # NP2.0 single shank from the shank map: 32 µm columns, 15 µm rows, not staggered
-        np.testing.assert_array_equal(rec.geometry[:3], [[27, 0], [59, 0], [27, 15]])
+        np.testing.assert_array_equal(rec.geometry[0], [0, 0])
+        np.testing.assert_array_equal(rec.geometry[97], [250 + 32, 0])     # shank 1
+        np.testing.assert_array_equal(rec.geometry[383], [750 + 32, 15 * 47])
+        assert rec.shank_ids.tolist() == np.repeat(np.arange(4), 96).tolist()
+    else:   # NP2.0 single shank: 32 µm columns, 15 µm rows, not staggered
+        np.testing.assert_array_equal(rec.geometry[:3], [[0, 0], [32, 0], [0, 15]])
+    # without a part number: SpikeGLX's own coordinates, from the geometry or shank map
+    meta = np2_meta(ptype, 384, with_maxint)
+    del meta["imDatPrb_pn"]
+    own = open_recording(write_sglx(tmp_path, "own_g0_t0.imec0.ap.bin", data, meta))
+    if ptype == 24:
+        np.testing.assert_array_equal(own.geometry[0], [27, 0])
+        np.testing.assert_array_equal(own.geometry[97], [250 + 59, 0])     # shank 1
+        np.testing.assert_array_equal(own.geometry[383], [750 + 59, 15 * 47])
+        assert own.shank_ids.tolist() == rec.shank_ids.tolist()
+    else:
+        np.testing.assert_array_equal(own.geometry[:3], [[27, 0], [59, 0], [27, 15]])
     np.testing.assert_array_equal(rec.read(scaled=False), data[:, :384].T)
 
 
@@ -301,7 +331,7 @@ def test_spikeglx_inconsistent_meta(tmp_path):
         open_recording(path)
     meta = np1_meta()
     meta["imDatPrb_type"] = "3000"                              # a type dspk has no gains for
-    del meta["~snsShankMap"]
+    del meta["~snsShankMap"], meta["imDatPrb_pn"]               # nor any geometry
     path = write_sglx(tmp_path, "j.imec0.ap.bin", rand16(50, 385), meta)
     with pytest.raises(RecordingError, match="probe type 3000 .* pass gain_to_uv="):
         open_recording(path)
@@ -737,6 +767,7 @@ def test_spikeglx_geometry_map_headers(tmp_path):
     """A one-shank map whose header lacks the shank pitch (written by some tools) reads; a
     several-shank one does not."""
     meta = np1_meta(stored_ids=range(4), geom=("geom",))
+    del meta["imDatPrb_pn"]                           # dspk's own reading of the map
     meta["~snsGeomMap"] = "(0,0)" + meta["~snsGeomMap"].split(")", 1)[1]
     path = write_sglx(tmp_path, "g.imec0.ap.bin", rand16(10, 5), meta)
     np.testing.assert_array_equal(open_recording(path).geometry[:, 0], [27, 59, 11, 43])

@@ -1,11 +1,13 @@
-"""data/sample.nwb: the committed file is what scripts/make_sample_data.py generates, and
-dspk reads it as the NWB recording it describes."""
+"""data/sample.nwb: the committed file is what scripts/make_sample_data.py generates, pynwb
+and SpikeInterface read it as valid NWB with its geometry and ground truth, and dspk reads
+it as the NWB recording it describes."""
 
 import importlib.util
 from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 import dspk
 
@@ -21,19 +23,35 @@ def load_script():
     return mod
 
 
+def plain(value):
+    """An attribute as comparable bytes or values (variable-length strings as str)."""
+    if isinstance(value, np.ndarray):
+        return tuple(str(v) for v in value.tolist()) if value.dtype.kind == "O" else \
+            value.tobytes()
+    return value
+
+
 def contents(path):
-    """Every object's name, attributes and data (bytes), not the HDF5 library's file layout."""
+    """Every dataset's name, attributes and data, and every group's attributes, except what
+    pynwb makes new on every write (the objects' ids) or takes from its own version (the
+    schema it caches under /specifications, the root's nwb_version and .specloc): what the
+    script generates, not the HDF5 library's file layout."""
     items = {}
 
     def visit(name, obj):
-        attrs = {k: (v.tobytes() if isinstance(v, np.ndarray) else v)
-                 for k, v in obj.attrs.items() if k != "table"}
+        if name.startswith("specifications"):
+            return
+        attrs = {k: plain(v) for k, v in obj.attrs.items()
+                 if k not in ("object_id",) and not isinstance(v, h5py.Reference)}
         data = obj[()] if isinstance(obj, h5py.Dataset) else None
+        if isinstance(data, np.ndarray) and data.dtype.kind == "O":    # references
+            data = None
         items[name] = (attrs, data.tobytes() if isinstance(data, np.ndarray) else data)
 
     with h5py.File(path, "r") as f:
         f.visititems(visit)
-        items["/"] = dict(f.attrs)
+        items["/"] = {k: v for k, v in f.attrs.items()
+                      if k not in ("object_id", "nwb_version", ".specloc")}
     return items
 
 
@@ -44,6 +62,27 @@ def test_committed_sample_is_regenerated_exactly(tmp_path):
     assert contents(out) == contents(SAMPLE)
 
 
+def test_sample_is_valid_nwb_for_pynwb_and_spikeinterface():
+    pynwb = pytest.importorskip("pynwb")
+    with pynwb.NWBHDF5IO(str(SAMPLE), "r") as io:
+        nwb = io.read()
+        es = nwb.acquisition["ElectricalSeries"]
+        assert es.data.shape == (240000, 32) and es.rate == 30000.0
+        table = nwb.electrodes.to_dataframe()
+        assert np.array_equal(table[["rel_x", "rel_y"]].to_numpy(), load_script().probe())
+        assert len(nwb.units) == 8
+    se = pytest.importorskip("spikeinterface.extractors")
+    rec = se.read_nwb(str(SAMPLE))
+    assert np.array_equal(rec.get_channel_locations(), load_script().probe())
+    assert np.allclose(rec.get_channel_gains(), 0.195)
+    sorting = se.read_nwb_sorting(str(SAMPLE), electrical_series_path="acquisition/"
+                                  "ElectricalSeries")
+    with h5py.File(SAMPLE, "r") as f:
+        times = f["analysis/ground_truth/sample_index"][:]
+    assert sorted(np.concatenate([sorting.get_unit_spike_train(u)
+                                  for u in sorting.unit_ids]).tolist()) == times.tolist()
+
+
 def test_sample_reads_as_nwb_with_ground_truth():
     rec = dspk.open_recording(SAMPLE)
     assert (rec.n_channels, rec.n_samples, rec.fs) == (32, 240000, 30000.0)
@@ -51,7 +90,7 @@ def test_sample_reads_as_nwb_with_ground_truth():
     with h5py.File(SAMPLE, "r") as f:
         gt = f["analysis/ground_truth"]
         times, units = gt["sample_index"][:], gt["unit_index"][:]
-        templates = gt["templates_uv"][:]
+        templates = f["units/templates_uv"][:]
     assert np.all(np.diff(times) >= 0) and len(times) > 100
     # the biggest unit's trough is visible on its peak channel at its spike times
     u = int(np.argmax(-templates.min(axis=(1, 2))))

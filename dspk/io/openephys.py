@@ -25,6 +25,7 @@ import numpy as np
 
 from ..argnames import arg
 from .errors import RecordingError
+from .neuropixels import openephys_probe
 from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
                         source_path)
 
@@ -46,7 +47,9 @@ PER_SAMPLE_FILES = ("sample_numbers.npy", "timestamps.npy")
 
 def is_auxiliary(channel_name: str) -> bool:
     """Whether a channel is an auxiliary (accelerometer, ``AUX``) or analog input (``ADC``)
-    channel rather than an electrode, by its Open Ephys name.
+    channel, or a Neuropixels stream's sync word (a name with ``SYNC``: ``AP_SYNC``,
+    ``CH_SYNC``; Neo, and so SpikeInterface, keep it apart too), rather than an electrode,
+    by its Open Ephys name.
 
     Parameters
     ----------
@@ -59,10 +62,11 @@ def is_auxiliary(channel_name: str) -> bool:
 
     Examples
     --------
-    >>> is_auxiliary("ADC1"), is_auxiliary("CH12")
-    (True, False)
+    >>> is_auxiliary("ADC1"), is_auxiliary("CH12"), is_auxiliary("AP_SYNC")
+    (True, False, True)
     """
-    return channel_name.strip().upper().startswith(("ADC", "AUX"))
+    name = channel_name.strip().upper()
+    return name.startswith(("ADC", "AUX")) or "SYNC" in name
 
 
 def find_oebins(folder: str) -> list[str]:
@@ -181,12 +185,18 @@ class OpenEphysRecording(BinaryRecording):
       else the one fastest neural stream (older Neuropixels folders ``...-100.0`` spike band
       and ``...-100.1`` LFP band). Neural: not all channels ADC/AUX and no ``ADC``,
       ``NI-DAQ``, ``AUX`` or ``ANALOG`` in its name. Otherwise the error lists the streams.
-    - **Channels**: the stream's channels without the ``ADC*``/``AUX*`` ones (analog inputs
-      and accelerometers are not electrodes: they must not be referenced or whitened with
-      them); a stream of only such channels is read whole.
+    - **Channels**: the stream's channels without the ``ADC*``/``AUX*`` ones and the sync
+      word (``*SYNC*``; analog inputs, accelerometers and sync words are not electrodes: they
+      must not be referenced or whitened with them); a stream of only such channels is read
+      whole.
     - **µV per bit**: each channel's ``bit_volts``, in its ``units`` (µV when absent).
-    - **Geometry**: none (the .oebin has no positions): pass ``geometry=`` (an array, a
-      probeinterface Probe or a probe file).
+    - **Geometry, shanks, contact ids**: a Neuropixels probe's, from the experiment's
+      ``settings.xml`` in the GUI's layout (the Record Node's ``settings.xml`` for
+      experiment 1, ``settings_E.xml`` for experiment E), read by probeinterface
+      (``read_openephys_neuropixels`` for the stream, as SpikeInterface reads it;
+      `dspk.io.neuropixels`). Otherwise none (the .oebin has no positions): pass
+      ``geometry=`` (an array, a probeinterface Probe or a probe file).
+    - **Channel ids**: the channels' names (``channel_ids``, as `channel_names`).
 
     Parameters
     ----------
@@ -211,7 +221,10 @@ class OpenEphysRecording(BinaryRecording):
     channel_names : list of str
         The recording's channels' names.
     excluded_columns : numpy.ndarray
-        Stored columns not in the recording (ADC/AUX channels).
+        Stored columns not in the recording (ADC/AUX channels and sync words).
+    shank_ids, contact_ids : numpy.ndarray or None
+        Each channel's shank (0-based) and probeinterface contact id, where the settings
+        give the probe.
 
     Raises
     ------
@@ -290,11 +303,17 @@ class OpenEphysRecording(BinaryRecording):
             raise FileNotFoundError(f"{dat}: no such file (the data of stream {name!r} in "
                                     f"{oebin})")
         _check_length(dat, n_stored, name)
+        probe = openephys_probe(oebin, name, len(keep))
+        if geometry is None and probe is not None:
+            geometry = probe.geometry
         super().__init__(dat, n_stored, fs, np.int16, 0, columns=keep, gain_to_uv=gain_to_uv,
                          offset_to_uv=offset_to_uv, geometry=geometry)
         self.oebin, self.stream = oebin, name
         self.channel_names = [names[i] for i in keep]
+        self.channel_ids = np.array(self.channel_names)
         self.excluded_columns = np.setdiff1d(np.arange(n_stored), keep)
+        if probe is not None:
+            self.shank_ids, self.contact_ids = probe.shank_ids, probe.contact_ids
 
     def spec(self) -> RecordingSpec:
         """An `OpenEphysRecording` of the same stream with the metadata resolved here (see

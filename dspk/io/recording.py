@@ -234,6 +234,9 @@ class Recording:
     shank_ids: np.ndarray | None = None
     # per channel, its id (int or str) as the format names it, or None where it names none
     channel_ids: np.ndarray | None = None
+    # per channel, the id of its probe contact (str, probeinterface's contact_ids: "e12",
+    # "s1e40"), or None where the format does not say
+    contact_ids: np.ndarray | None = None
 
     def __init__(self, *, fs: float, n_channels: int, n_samples: int, dtype: Any,
                  gain_to_uv: Any = None, offset_to_uv: Any = None, geometry: Any = None,

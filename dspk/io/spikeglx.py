@@ -29,6 +29,7 @@ import numpy as np
 from ..argnames import arg
 from .adc import neuropixels_sample_shifts
 from .errors import RecordingError, RecordingWarning
+from .neuropixels import spikeglx_probe
 from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
                         source_path)
 
@@ -162,17 +163,23 @@ class SpikeGLXRecording(BinaryRecording):
     - **µV per bit** = 1e6 · Vmax / Imax / gain. imec: Vmax ``imAiRangeMax``, Imax
       ``imMaxInt`` (default 512 for NP1.0-like probes, 8192 for NP2.0, when absent: older
       files), gain per channel from ``~imroTbl`` (NP1.0-like: the AP or LF gain field of the
-      channel's entry, by its acquired channel number; NP2.0 types 21, 24, 20xx: 80; UHD
-      type 1110: the gains of the header). NI-DAQ: ``niAiRangeMax``, ``niMaxInt`` (default
+      channel's entry, by its acquired channel number; NP2.0 types 21, 24, 20xx: the
+      ``imChan0apGain``/``imChan0lfGain`` of newer metadata, else 80; UHD type 1110: the gains
+      of the header). NI-DAQ: ``niAiRangeMax``, ``niMaxInt`` (default
       32768), gain ``niMNGain`` (MN), ``niMAGain`` (MA), 1 (XA).
-    - **Geometry** (imec only): ``~snsGeomMap`` when present (header ``(part, shanks,
-      shank pitch, shank width)``, entries ``(shank:x:z:used)``; x + shank · pitch, z);
-      else ``~snsShankMap`` entries ``(shank:col:row:used)`` laid out as SpikeGLX's own
-      tools do (NP1.0: x = 27 µm on even rows, 11 µm on odd rows, + 32 µm per column;
-      20 µm rows, so the staggered 27/59, 11/43 µm columns; NP2.0: x = 27 + 32 · col, 15 µm
-      rows, 250 µm between shanks); None for probes whose layout is not known (pass
-      ``geometry=``). Entries marked unused (reference sites) are kept as channels; their
-      flags are in ``used``.
+    - **Geometry, shanks, contact ids** (imec only): the probe probeinterface builds for the
+      ``.meta`` (``probeinterface.read_spikeglx``: the part number's model, the IMRO table's
+      electrodes, the saved channels; `dspk.io.neuropixels`), as SpikeInterface gives them.
+      Where probeinterface cannot build it (no or an unknown ``imDatPrb_pn``): from
+      ``~snsGeomMap`` when present (header ``(part, shanks, shank pitch, shank width)``,
+      entries ``(shank:x:z:used)``; x + shank · pitch, z); else ``~snsShankMap`` entries
+      ``(shank:col:row:used)`` laid out as SpikeGLX's own tools do (NP1.0: x = 27 µm on even
+      rows, 11 µm on odd rows, + 32 µm per column; 20 µm rows, so the staggered 27/59,
+      11/43 µm columns; NP2.0: x = 27 + 32 · col, 15 µm rows, 250 µm between shanks); None
+      for probes whose layout is not known (pass ``geometry=``). (probeinterface places
+      the same contacts, up to a shift of the x origin: NP1.0's columns at 16/48, 0/32 µm.)
+      Entries marked unused (reference sites) are kept as channels; their flags are in
+      ``used``.
     - **Size**: the file must be a whole number of ``nSavedChans`` int16 frames and, when
       the meta has ``fileSizeBytes``, exactly that long. Without ``fileSizeBytes`` (older
       files), a sample count that disagrees with ``fileTimeSecs`` × the rate (beyond the
@@ -204,6 +211,9 @@ class SpikeGLXRecording(BinaryRecording):
         Stored columns not in the recording (sync and digital words).
     used : numpy.ndarray or None
         The geometry map's "used" flag of each channel (False: a reference or disabled site).
+    shank_ids, contact_ids : numpy.ndarray or None
+        imec streams: each channel's shank (0-based) and probeinterface contact id (None
+        where probeinterface cannot build the probe).
     sample_shifts : numpy.ndarray or None
         imec streams: each channel's ADC sample shift in samples (k/13 on NP1.0 and its
         variants, k/16 on NP2.0), from the part number (``imDatPrb_pn``; a 3A probe as NP1.0)
@@ -294,15 +304,21 @@ class SpikeGLXRecording(BinaryRecording):
             gain_to_uv = self._imec_gains(bands, ids) if self.stream == "imec" else \
                 self._nidq_gains(bands)
         self.used = None
-        if geometry is None and self.stream == "imec":
-            geometry = self._imec_geometry(len(cols))
+        probe = None
+        if self.stream == "imec":
+            own = self._imec_geometry(len(cols))        # the map's flags: `used`
+            probe = spikeglx_probe(meta_file, len(cols))
+            if geometry is None:
+                geometry = own if probe is None else probe.geometry
         super().__init__(path, n_saved, fs, np.int16, 0, columns=cols,
                          gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
         self.saved_channels = ids
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
         if self.stream == "imec":
             self.sample_shifts = self._imec_sample_shifts(ids)
-            self.shank_ids = self._imec_shanks(len(cols))
+            self.shank_ids = self._imec_shanks(len(cols)) if probe is None else \
+                probe.shank_ids
+            self.contact_ids = None if probe is None else probe.contact_ids
 
     def spec(self) -> RecordingSpec:
         """A `SpikeGLXRecording` of the same ``.bin`` with the metadata resolved here (see
@@ -525,7 +541,11 @@ class SpikeGLXRecording(BinaryRecording):
             raise RecordingError(f"imMaxInt: missing from {self._meta_file} (probe type "
                                  f"{ptype}: no default known)")
         if ptype in NP2_TYPES:
-            gain = np.full(len(bands), 80.0)
+            # the IMRO entries hold no gain: the .meta's imChan0apGain/imChan0lfGain where
+            # SpikeGLX writes them (100 on NP2.0 2013 and 2020 probes), else the fixed 80
+            ap, lf = (self._float(k) if k in self.meta else 80.0
+                      for k in ("imChan0apGain", "imChan0lfGain"))
+            gain = np.where(bands == 0, ap, lf)
         elif ptype == 1110:                  # UHD with switches: one AP/LF gain in the header
             try:
                 ap, lf = float(header[3]), float(header[4])

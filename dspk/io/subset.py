@@ -76,6 +76,8 @@ class SubsetRecording(Recording):
         # the parent's ids of these channels, or their indices in it where it names none
         self.channel_ids = idx.copy() if parent.channel_ids is None else \
             np.asarray(parent.channel_ids)[idx]
+        self.contact_ids = None if parent.contact_ids is None else \
+            np.asarray(parent.contact_ids)[idx]
         self.samples_first = parent.samples_first
         self.compressed = parent.compressed
         self._all = idx.size == parent.n_channels and bool((idx == np.arange(idx.size)).all())

@@ -233,10 +233,19 @@ class Job:
         return job_record(self.pipeline.fingerprint(states), self.rec, self.chunk,
                           self.out_dtype, self.scale, self.layout, self.compression)
 
-    def _fitted(self) -> list:
+    def fitted_states(self) -> list:
         """The pipeline's fitted states, fitting it first when it has not been fitted: `fit`
         when a stage needs fitting; a pipeline with nothing left to fit and no rate yet
-        takes the recording's (what `fit` would record) — never another change."""
+        takes the recording's (what `fit` would record) — never another change.
+
+        Examples
+        --------
+        >>> import numpy as np, dspk
+        >>> from dspk.pipeline import Job
+        >>> rec = dspk.open_recording(np.ones((3000, 2), np.float32), fs=3e4)
+        >>> sorted(Job(dspk.Pipeline.from_options(whiten="global"), rec).fitted_states()[-1])
+        ['W']
+        """
         p = self.pipeline
         if not p.is_fitted:
             p.fit(self.rec)
@@ -275,7 +284,7 @@ class Job:
                 self.pipeline.set_fitted(k, st)
             log.info("%s: resuming at sample %d with the fitted state stored there",
                      files.partial, done)
-        states = self._fitted()
+        states = self.fitted_states()
         job = self.record(states)
         if done == 0:
             files.discard()
@@ -412,7 +421,7 @@ class Job:
         if self.pipeline.sinks:
             raise PipelineError("spans write traces only; the Detect step writes spikes: "
                                 "use Pipeline.run (preprocess_many on a cluster)")
-        states = self._fitted()
+        states = self.fitted_states()
         rec, files = self.rec, self.files
         n, c = rec.n_samples, rec.n_channels
         files.discard()

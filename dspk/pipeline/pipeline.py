@@ -41,6 +41,7 @@ from ..io.rawio import create_dataset
 from ..linalg import current_engine
 from . import registry
 from .errors import PipelineError
+from .handoff import check_format, format_dtype, run_kilosort, run_nwb
 from .job import Job, OnChunk, opened
 from .prepared import PreparedPipeline, fitted_states
 from .sinks import Detect
@@ -668,11 +669,12 @@ class Pipeline:
 
     # -- runs ----------------------------------------------------------------------------------
     def run(self, recording: Recording | str, out_path: str, chunk_s: float = 1.0,
-            output_dtype: Any = np.float32, output_scale: float | None = None,
+            output_dtype: Any = None, output_scale: float | None = None,
             layout: str = "samples_channels", compression: str | None = None,
             overwrite: bool = False, resume: bool = False, progress: bool = True,
-            on_chunk: OnChunk | None = None) -> Path:
-        """Process a recording chunk by chunk into an HDF5 file (a `dspk.pipeline.Job`).
+            on_chunk: OnChunk | None = None, format: str = "hdf5") -> Path:
+        """Process a recording chunk by chunk into an HDF5 file (a `dspk.pipeline.Job`), a
+        Kilosort folder or an NWB file (``format``: `dspk.pipeline.handoff`).
 
         Everything that can be checked is checked first — the output (it exists and
         ``overwrite`` is not set; it is the input or any file of it, under any spelling or
@@ -693,9 +695,11 @@ class Pipeline:
             The output file; refused if it exists unless ``overwrite``.
         chunk_s : float
             Chunk length in seconds (the output does not depend on it).
-        output_dtype : float32 or int16
+        output_dtype : float32 or int16, optional
             int16 stores round(y / output_scale) (default scale: 0.01 when whitened — units of
-            the noise's standard deviation — else 0.1 µV), clipped to the int16 range.
+            the noise's standard deviation — else 0.1 µV; a Kilosort folder's whitened
+            traces: 1/200), clipped to the int16 range. Default: float32; int16 for a
+            Kilosort folder.
         output_scale : float, optional
             The units of one int16 step (see ``output_dtype``).
         layout : {"samples_channels", "channels_samples"}
@@ -715,6 +719,12 @@ class Pipeline:
             written — with the samples of the recording done so far. For progress reports,
             or a test that stops the process there as a kill would. An exception it raises
             stops the job as a failed write would.
+        format : {"hdf5", "kilosort", "nwb"}
+            ``"hdf5"``: the HDF5 file described here. ``"kilosort"``: ``out_path`` is a folder
+            that Kilosort4, Phy and SpikeInterface read as it is (a flat binary, the probe,
+            Phy's params.py; resumable); ``"nwb"``: an NWB file with a processed
+            ElectricalSeries (needs pynwb; not resumable). Both hold the traces only
+            [samples, channels], uncompressed (see `dspk.pipeline.handoff`).
 
         Returns
         -------
@@ -749,8 +759,19 @@ class Pipeline:
         [3000, 6000, 9000]
         >>> tmp.cleanup()
         """
+        check_format(format, layout, compression, resume, self)
         with opened(recording) as rec:
-            job = Job(self, rec, out_path, chunk_s=chunk_s, output_dtype=output_dtype,
+            if format != "hdf5":
+                write = run_kilosort if format == "kilosort" else run_nwb
+                more = {"resume": resume} if format == "kilosort" else {}
+                out, job = write(self, rec, out_path, chunk_s=chunk_s,
+                                 output_dtype=output_dtype, output_scale=output_scale,
+                                 overwrite=overwrite, progress=progress, on_chunk=on_chunk,
+                                 **more)
+                self.last_run = job.timing
+                return out
+            job = Job(self, rec, out_path, chunk_s=chunk_s,
+                      output_dtype=format_dtype(format, output_dtype),
                       output_scale=output_scale, layout=layout, compression=compression,
                       overwrite=overwrite)
             out = job.run(resume=resume, progress=progress, on_chunk=on_chunk)
