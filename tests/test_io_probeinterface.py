@@ -143,6 +143,24 @@ def test_open_ephys_matches_spikeinterface(tmp_path):
     np.testing.assert_array_equal(si.get_channel_locations(), rec.geometry)
     np.testing.assert_allclose(si.get_channel_gains(), rec.gain_to_uv, rtol=1e-12)
     np.testing.assert_array_equal(si.get_property("group"), rec.shank_ids)
+    np.testing.assert_array_equal(si.get_property("inter_sample_shift"), rec.sample_shifts)
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda p: p.name.split(".")[0])
+def test_open_ephys_sample_shifts_are_spikeinterfaces_rule(settings, tmp_path):
+    """Each channel's ADC shift from the settings' sampling order, as SpikeInterface's
+    readers compute it (its function on probeinterface's probe), in the recording's order."""
+    nu = pytest.importorskip("spikeinterface.extractors.neuropixels_utils")
+    rec_dir, stream = open_ephys(settings, tmp_path)
+    rec = dspk.open_recording(tmp_path)
+    probe = pi.read_openephys_neuropixels(rec_dir.parents[1] / "settings.xml",
+                                          stream_name=stream)
+    want = nu.get_neuropixels_sample_shifts_from_probe(probe)[
+        np.argsort(probe.device_channel_indices)]
+    np.testing.assert_array_equal(rec.sample_shifts, want)
+    assert 0 <= rec.sample_shifts.min() and rec.sample_shifts.max() < 1
+    assert len(np.unique(rec.sample_shifts)) in (13 - 1, 16)   # NP1.0: 12 of 13 slots used
+    np.testing.assert_array_equal(rec.reopen().sample_shifts, rec.sample_shifts)
 
 
 def test_open_ephys_without_its_settings_has_no_geometry(tmp_path):

@@ -50,6 +50,9 @@ class ProbeInfo:
         [channels] int64, each contact's shank (0-based; 0 on a single-shank probe).
     contact_ids : numpy.ndarray
         [channels] str, probeinterface's contact ids (``"e12"``, ``"s1e40"``).
+    sample_shifts : numpy.ndarray or None
+        [channels] float64, each channel's ADC sample shift in samples where the probe's
+        metadata give its ADC sampling order (`adc_sample_shifts`), else None.
 
     Examples
     --------
@@ -62,6 +65,44 @@ class ProbeInfo:
     geometry: np.ndarray
     shank_ids: np.ndarray
     contact_ids: np.ndarray
+    sample_shifts: np.ndarray | None = None
+
+
+def adc_sample_shifts(probe: Any) -> np.ndarray | None:
+    """Each contact's ADC sample shift (in samples) from a probeinterface Neuropixels probe's
+    metadata, in the probe's contact order: its ``adc_sample_order`` over the ADC's cycle,
+    ``num_channels_per_adc · (1 + lf rate / ap rate)`` slots (13 on NP1.0: 12 AP channels and
+    an LFP slot; 16 on NP2.0, which has no LFP band), as SpikeInterface's
+    ``get_neuropixels_sample_shifts_from_probe`` computes ``inter_sample_shift`` for its Open
+    Ephys and SpikeGLX readers; None where the probe does not give these.
+
+    Parameters
+    ----------
+    probe : probeinterface.Probe
+
+    Returns
+    -------
+    numpy.ndarray or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io.neuropixels import adc_sample_shifts
+    >>> class Probe:
+    ...     annotations = {"num_channels_per_adc": 12, "ap_sample_frequency_hz": 30000.0,
+    ...                    "lf_sample_frequency_hz": 2500.0}
+    ...     contact_annotations = {"adc_sample_order": np.array([0, 0, 1, 1, 12])}
+    >>> adc_sample_shifts(Probe()) * 13
+    array([ 0.,  0.,  1.,  1., 12.])
+    """
+    notes = getattr(probe, "annotations", None) or {}
+    order = (getattr(probe, "contact_annotations", None) or {}).get("adc_sample_order")
+    per_adc, ap, lf = (notes.get(k) for k in ("num_channels_per_adc", "ap_sample_frequency_hz",
+                                              "lf_sample_frequency_hz"))
+    if order is None or per_adc is None or ap is None or lf is None or float(ap) <= 0:
+        return None
+    cycle = int(int(per_adc) * (1 + float(lf) / float(ap)))
+    return np.asarray(order, dtype=np.float64) / cycle
 
 
 def probe_arrays(probe: Any, n_channels: int, source: str) -> ProbeInfo | None:
@@ -107,7 +148,9 @@ def probe_arrays(probe: Any, n_channels: int, source: str) -> ProbeInfo | None:
     ids = getattr(probe, "contact_ids", None)
     contact = np.array([str(i) for i in range(len(pos))] if ids is None else
                        [str(i) for i in ids])
-    return ProbeInfo(pos[rows, :2], shank[rows], contact[rows])
+    shifts = adc_sample_shifts(probe)
+    return ProbeInfo(pos[rows, :2], shank[rows], contact[rows],
+                     None if shifts is None or len(shifts) != len(pos) else shifts[rows])
 
 
 def _probeinterface() -> Any:

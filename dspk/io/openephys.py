@@ -314,6 +314,8 @@ class OpenEphysRecording(BinaryRecording):
         self.excluded_columns = np.setdiff1d(np.arange(n_stored), keep)
         if probe is not None:
             self.shank_ids, self.contact_ids = probe.shank_ids, probe.contact_ids
+            # the Neuropix-PXI settings give each channel's ADC sampling order
+            self.sample_shifts = probe.sample_shifts
 
     def spec(self) -> RecordingSpec:
         """An `OpenEphysRecording` of the same stream with the metadata resolved here (see
