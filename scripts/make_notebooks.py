@@ -264,8 +264,165 @@ GPU worker against the single process on an H200."""),
 fig = plot.benchmark_bars(res, value="xrt")'''),
 ]
 
+SPIKEINTERFACE = [
+    ("md", """# dspk with SpikeInterface and Kilosort4
+
+dspk inside a SpikeInterface chain (a lazy preprocessor, its outputs read back, its peaks in
+SpikeInterface's form), then the hand-off to Kilosort4: a folder it sorts without
+preprocessing again. Runs on the CPU; the sort itself runs where a GPU and Kilosort4 are."""),
+    ("code", SETUP),
+    ("md", """## dspk inside a SpikeInterface chain
+
+`dspk.spikeinterface` puts dspk's pipeline into a SpikeInterface chain and reads dspk's
+outputs back as SpikeInterface recordings. `dspk_preprocess(recording, **options)` takes the
+options of `dspk preprocess` (`highpass`, `reference`, `whiten`, `preset`, `backend`, ...),
+fits the pipeline on the recording now and computes traces only when SpikeInterface asks for
+them, chunk by chunk (`Pipeline.block`, with the filters' halo on each side)."""),
+    ("code", '''import spikeinterface.core as si
+from dspk.spikeinterface import dspk_detect_peaks, dspk_preprocess, read_dspk
+
+# the bundled recording, as SpikeInterface would hand it over (any SpikeInterface recording
+# works: read_spikeglx, read_openephys, read_nwb, ...)
+raw = dspk.open_recording(root / "data" / "sample.nwb")
+rec = si.NumpyRecording([raw.read(scaled=False).T], sampling_frequency=raw.fs)
+rec.set_channel_gains(raw.gain_to_uv)
+rec.set_channel_offsets(raw.offset_to_uv)
+rec.set_dummy_probe_from_locations(raw.geometry)
+pre = dspk_preprocess(rec, highpass=300, reference="median", whiten="local", n_neighbors=16)
+print(pre)
+print("steps:", [s["step"] for s in pre.pipeline.options()])
+print("units:", pre.get_property("physical_unit")[0], "| µV gains:",
+      "yes" if pre.has_scaleable_traces() else "none (whitened traces are not µV)")'''),
+    ("md", """Whitened traces are in units of the noise's standard deviation, so the recording carries no
+µV gains: SpikeInterface will not take them for µV. The traces served are those that
+`dspk preprocess` writes for the same recording and options (up to float32 rounding), for
+any chunk SpikeInterface asks for:"""),
+    ("code", '''import tempfile
+
+folder = Path(tempfile.mkdtemp())
+out = dspk.Pipeline.from_options(highpass=300, reference="median", whiten="local",
+                                 n_neighbors=16).run(dspk.open_recording(rec),
+                                                     folder / "sample-dspk.h5", progress=False)
+written = read_dspk(out)                   # the output as a SpikeInterface recording
+
+whole = written.get_traces()               # [samples, channels] float32
+chunk = pre.get_traces(start_frame=123_456, end_frame=129_000)
+print("largest difference, one chunk:", float(np.abs(chunk - whole[123_456:129_000]).max()))
+saved = pre.save(format="binary", folder=folder / "binary", n_jobs=2, chunk_duration="0.5s",
+                 progress_bar=False)       # two worker processes, the same fitted W
+print("largest difference, n_jobs=2:", float(np.abs(saved.get_traces() - whole).max()))'''),
+    ("code", '''fig, ax = plt.subplots(figsize=(9, 3))
+t = np.arange(120_000, 123_000) / rec.sampling_frequency
+ax.plot(t, whole[120_000:123_000, 10], lw=0.8, label="dspk preprocess (read_dspk)")
+ax.plot(t, pre.get_traces(start_frame=120_000, end_frame=123_000)[:, 10], lw=0.8, ls="--",
+        label="dspk_preprocess in SpikeInterface")
+ax.set_xlabel("time (s)"); ax.set_ylabel("noise SDs"); ax.legend(loc="upper right")
+plt.show()'''),
+    ("md", """`read_dspk` reads `/traces` by its own shape (`/spikes` and the fitted state follow it in the
+file) with the channel ids, the positions as a probe, the shanks as groups and the units dspk
+stored:"""),
+    ("code", '''print(written)
+print("channel ids:", written.channel_ids[:4], "...")
+print("locations:", written.get_channel_locations()[:2].tolist(), "...")
+print("groups:", np.unique(written.get_channel_groups()))
+print("units:", written.get_property("physical_unit")[0])'''),
+    ("md", """Peaks in SpikeInterface's form: `dspk_detect_peaks` runs dspk's detection and returns
+SpikeInterface's peak dtype (the amplitude is the processed trace at the spike's trough) with
+the locations apart, as `localize_peaks` gives them: `NumpySorting.from_peaks`,
+`select_peaks` and the motion estimation take them. (`dspk detect OUT peaks/` writes the same
+on the command line: `peaks.npy`, `peak_locations.npy`.)"""),
+    ("code", '''peaks, locations = dspk_detect_peaks(written, highpass=None, reference="none", whiten="none")
+print(len(peaks), "peaks;", peaks.dtype)
+sorting = si.NumpySorting.from_peaks(peaks, written.sampling_frequency, written.channel_ids)
+print(sorting)'''),
+    ("md", """## From a SpikeInterface recording to Kilosort4, preprocessed once
+
+Kilosort4 high-pass filters and whitens the data again on every run, in every one of its
+passes over the recording. dspk can do that work once and write a folder that Kilosort4
+sorts as it is: `format="kilosort"` (`dspk preprocess IN OUT --format kilosort` in a shell).
+Here the input is a SpikeInterface recording of the bundled NWB file; `dspk.open_recording`
+takes it with its channel locations."""),
+    ("code", '''import json
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import probeinterface
+import spikeinterface.extractors as se
+
+import dspk
+from dspk import plot
+
+si_rec = se.read_nwb(str(root / "data" / "sample.nwb"))
+rec = dspk.open_recording(si_rec)            # the SpikeInterface recording, its locations too
+pipe = dspk.Pipeline.from_options(preset="kilosort")   # Kilosort4's steps: high-pass, CAR, whitening
+work = Path(tempfile.mkdtemp())
+ks_in = pipe.run(rec, work / "ks_in", format="kilosort", progress=False)
+print(ks_in, sorted(p.name for p in ks_in.iterdir()))'''),
+    ("md", """The folder holds the traces as a flat int16 binary ([samples, channels], no header), the
+probe three times (Kilosort's `chanMap.json` and `chanMap.mat`, probeinterface's
+`probe.json`), Phy's `params.py` and `dspk.json`, which says what one int16 step is: whitened
+traces are stored at 200 steps per noise SD, the factor Kilosort4 itself uses when it saves
+whitened data."""),
+    ("code", '''about = json.loads((ks_in / "dspk.json").read_text())
+print({k: about[k] for k in ("dtype", "n_channels", "n_samples", "fs", "scale", "units")})
+print((ks_in / "params.py").read_text())
+traces = np.fromfile(ks_in / "traces.bin", dtype=about["dtype"]).reshape(-1, about["n_channels"])
+white = traces.T * about["scale"]            # back to noise SDs, [channels, samples]
+print(f"noise SD per channel: {np.median(white.std(axis=1)):.2f} (median)")
+assert traces.shape == (rec.n_samples, rec.n_channels)
+assert 0.8 < np.median(white.std(axis=1)) < 1.2          # whitened: unit noise
+_ = plot.traces(white, rec.fs, start_s=1.0, duration_s=0.05, unit="noise SD",
+                title="traces.bin, whitened (the first 16 channels)")'''),
+    ("md", """The probe as Kilosort4 and SpikeInterface read it: the same positions as the recording's."""),
+    ("code", '''ks_probe = json.loads((ks_in / "chanMap.json").read_text())
+print({k: (v[:4] if isinstance(v, list) else v) for k, v in ks_probe.items()})
+pi_probe = probeinterface.read_probeinterface(ks_in / "probe.json").probes[0]
+assert np.array_equal(np.c_[ks_probe["xc"], ks_probe["yc"]], rec.geometry)
+assert np.array_equal(pi_probe.contact_positions, rec.geometry)
+_ = plot.probe(rec.geometry)
+try:                                         # Kilosort4's own loader, where kilosort is installed
+    from kilosort.io import load_probe
+    print("kilosort.io.load_probe:", {k: v[:4] for k, v in load_probe(ks_in / "chanMap.json").items()
+                                      if k != "n_chan"})
+except ImportError:
+    print("kilosort is not installed here (pip install kilosort): its loader is not shown")'''),
+    ("md", """## The sort
+
+SpikeInterface's Kilosort4 wrapper reads the binary in place. Kilosort4's preprocessing is
+skipped (`skip_kilosort_preprocessing=True`), its common reference too (`do_CAR=False`: dspk
+referenced the traces), and its `scale` setting turns the int16 steps back into noise SDs,
+the units its thresholds are in. Without a GPU (or without Kilosort4) the cell shows the call
+instead of running it."""),
+    ("code", '''import spikeinterface as si
+from spikeinterface.sorters import installed_sorters, run_sorter
+
+ks_rec = si.read_binary(ks_in / "traces.bin", sampling_frequency=about["fs"], time_axis=0,
+                        num_channels=about["n_channels"], dtype=about["dtype"])
+ks_rec.set_probegroup(probeinterface.read_probeinterface(ks_in / "probe.json"))
+options = dict(skip_kilosort_preprocessing=about["whitened"], do_CAR=False,
+               scale=about["scale"] if about["dtype"] == "int16" else None, nblocks=0)
+try:
+    import torch
+    gpu = torch.cuda.is_available()
+except ImportError:
+    gpu = False
+if gpu and "kilosort4" in installed_sorters():
+    sorting = run_sorter("kilosort4", ks_rec, folder=work / "ks_out", **options)
+    with h5py.File(root / "data" / "sample.nwb", "r") as f:
+        truth = f["analysis/ground_truth/sample_index"][:]
+    found = np.sort(np.concatenate([sorting.get_unit_spike_train(u) for u in sorting.unit_ids]))
+    recall = np.mean([np.any(np.abs(found - t) <= 15) for t in truth])
+    print(f"{len(sorting.unit_ids)} units; {recall:.0%} of the ground-truth spikes found")
+else:
+    print("no GPU with Kilosort4 here; on a machine with one, the run_sorter call above runs "
+          "with the options", ", ".join(sorted(options)))'''),
+]
+
 NOTEBOOKS = {"01_quickstart.ipynb": QUICKSTART, "02_engine.ipynb": ENGINE,
-             "03_template_matching.ipynb": MATCH, "04_dask_batch.ipynb": DASK}
+             "03_template_matching.ipynb": MATCH, "04_dask_batch.ipynb": DASK,
+             "05_spikeinterface_kilosort.ipynb": SPIKEINTERFACE}
 
 
 def build(cells: list) -> nbformat.NotebookNode:

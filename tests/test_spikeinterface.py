@@ -242,8 +242,12 @@ def test_dspk_reads_the_channel_ids_and_groups_of_a_spikeinterface_recording(si_
     assert rec.shank_ids.tolist() == [0] * 8 + [1] * 8
     bad = si_rec.clone()
     bad.set_property("group", np.linspace(0, 1, C))
-    with pytest.raises(RecordingError, match="group: .* one integer group per channel"):
+    with pytest.raises(RecordingError, match=r"group: .* one group \(an integer or a label\) "
+                                             r"per channel"):
         dspk.open_recording(bad)
+    named = si_rec.clone()         # an NWB file's electrode group names
+    named.set_property("group", np.array(["shank1"] * 8 + ["shank0"] * 8))
+    assert dspk.open_recording(named).shank_ids.tolist() == [1] * 8 + [0] * 8
 
 
 # -- read_dspk ------------------------------------------------------------------------------------

@@ -1012,15 +1012,18 @@ class SpikeInterfaceRecording(Recording):
         return v
 
     def _groups(self, value: Any) -> np.ndarray | None:
-        """SpikeInterface's ``group`` property, one integer per channel."""
+        """SpikeInterface's ``group`` property as shank numbers: integers as they are; labels
+        (an NWB file's electrode group names, ``"shank0"``) numbered in sorted order."""
         if value is None:
             return None
         v = np.asarray(value)
-        if v.shape != (self.n_channels,) or v.dtype.kind not in "iu":
+        if v.shape != (self.n_channels,) or v.dtype.kind not in "iuUSO":
             raise RecordingError(f"group: the SpikeInterface recording's property must hold "
-                                 f"one integer group per channel ({self.n_channels}), got "
-                                 f"{v.dtype} of shape {v.shape}")
-        return v.astype(np.int64)
+                                 f"one group (an integer or a label) per channel "
+                                 f"({self.n_channels}), got {v.dtype} of shape {v.shape}")
+        if v.dtype.kind in "iu":
+            return v.astype(np.int64)
+        return np.unique(v.astype(str), return_inverse=True)[1].astype(np.int64)
 
     @classmethod
     def recognizes(cls, source: Any, options: OpenOptions) -> bool:
