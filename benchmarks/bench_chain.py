@@ -112,7 +112,7 @@ def cases(x: np.ndarray, geom: np.ndarray, xp, rec) -> list[tuple]:
     def interpolate():
         nonlocal W
         W = ops.interpolation_matrix(geom, bad)     # built in the call, as the step does
-        return ops.spatial_filter(W, xd)
+        return ops.spatial_filter(xp.asarray(W), xd)
 
     out = [("saturation blanking (fill 0)",
             lambda: ops.blank_saturation(xd, threshold, fill=0.0),
