@@ -251,8 +251,8 @@ def test_shapes_dtypes_and_float64_reference(n_groups, per_group, n_samples, dty
 @given(n_samples=st.integers(5, 700), window_s=st.sampled_from([0.0004, 0.01, 0.05]),
        halo=st.integers(0, 100), seed=st.integers(0, 2**16))
 def test_agc_gain_is_the_fft_convolution(n_samples, window_s, halo, seed):
-    """The AGC's gain (running sums of the Hann window on the CPU) is the reference's
-    ``fftconvolve(|x|, window, mode="same")`` to float64 rounding, windows longer and shorter
+    """The AGC's gain is the reference's ``fftconvolve(|x|, window, mode="same")`` to float64
+    rounding, windows longer and shorter
     than x, any halo: the AGC-normalised, spatially filtered, re-gained traces equal those
     built from the reference's gain (with a floor as high as the RMS, so that the result
     depends on the gain's scale, not only on its shape)."""

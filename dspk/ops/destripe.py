@@ -22,7 +22,6 @@ import numpy as np
 
 from ..argnames import arg
 from ._checks import positions, traces
-from ._parallel import blocks
 from .fir import fir_filter
 from .spatial import spatial_filter
 
@@ -272,57 +271,10 @@ def agc_window(fs: float, agc_window_length_s: float = 0.1) -> np.ndarray:
 def _moving_gain(xp: Any, a: Any, taps: np.ndarray, halo: int) -> Any:
     """Σ_j taps[j]·a[:, t + c − j] (zeros outside a), as fftconvolve(mode="same") gives it."""
     n = a.shape[1]
-    if xp is np and len(taps) >= 3:
-        hann = np.hanning(len(taps))
-        if np.array_equal(taps, hann / hann.sum()):       # `agc_window`'s taps
-            return _hann_gain(a, taps, halo)
     if len(taps) > n:                           # fir_filter wants taps no longer than the data
         a = xp.concatenate([a, xp.zeros((a.shape[0], len(taps) - n), dtype=a.dtype)], axis=1)
         return fir_filter(a, taps)[:, halo:n - halo]
     return fir_filter(a, taps, halo=halo)
-
-
-def _hann_gain(a: np.ndarray, taps: np.ndarray, halo: int) -> np.ndarray:
-    """`_moving_gain` for `agc_window`'s Hann taps on the CPU by running sums, in float64.
-
-    Why not the FIR: the window (3001 taps at 30 kHz) made the AGC most of the filter's time.
-    A Hann window is 1 + cos(ω m) over its half-width c (ω = 2π/(N − 1), normalised by its
-    centre tap), so each output is a box sum plus a modulated one, Σ_k cos(ω(k − t))·a[k] =
-    cos(ωt)·Σ cos(ωk)·a[k] + sin(ωt)·Σ sin(ωk)·a[k]: three prefix sums per row, the window's
-    sums as their differences. The prefix sums restart in every call and grow at most to
-    the row's sum of |x| (≈1e6 µV on a 1-s chunk), so float64 keeps them to ~1e-16 of that:
-    ~1e-12 of the gain, far below float32's rounding of the result.
-    """
-    n, N = a.shape[1], len(taps)
-    c = N // 2
-    omega = 2.0 * np.pi / (N - 1)
-    pad = max(0, c - halo)                      # zeros beyond a's ends where no halo covers
-    width = n + 2 * pad
-    k = np.arange(width, dtype=np.float64)
-    cos_k, sin_k = np.cos(omega * k), np.sin(omega * k)
-    # output t (in a) is padded index t + pad; its window is [t + pad − c, t + pad + c]
-    first, count = halo + pad, n - 2 * halo
-    lo = slice(first - c, first - c + count)
-    hi = slice(first + c + 1, first + c + 1 + count)
-    at = slice(first, first + count)
-    scale = 0.5 * float(taps[c])                # the centre tap is 1/Σ(hanning)
-
-    def rows(r0: int, r1: int) -> np.ndarray:
-        out = np.empty((r1 - r0, count), dtype=a.dtype)
-        for s in range(r0, r1, 2):              # 2 rows: the three sums stay in cache
-            e = min(r1, s + 2)
-            b = np.zeros((e - s, width), dtype=np.float64)
-            b[:, pad:pad + n] = a[s:e]
-            sums = []
-            for weight in (None, cos_k, sin_k):
-                p = np.zeros((e - s, width + 1), dtype=np.float64)
-                np.cumsum(b if weight is None else b * weight, axis=1, out=p[:, 1:])
-                sums.append(p[:, hi] - p[:, lo])
-            box, cs, sn = sums
-            out[s - r0:e - r0] = (box + cos_k[at] * cs + sin_k[at] * sn) * scale
-        return out
-
-    return blocks(rows, a.shape[0], a.size, axis=0)
 
 
 def highpass_spatial_filter(x: Any, geometry: Any, fs: float | None = None, *,
