@@ -23,7 +23,9 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.cli", "dspk.io", "dspk.io.errors", "dspk.io.scaling", "dspk.io.recording",
            "dspk.io.hdf5", "dspk.io.layout",
            "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
-           "dspk.io.subset", "dspk.dask", "dspk.ops.destripe"]
+           "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.motion",
+           "dspk.motion.motion", "dspk.motion.registration", "dspk.motion.estimate",
+           "dspk.motion.localize", "dspk.motion.correct"]
 
 
 @pytest.mark.parametrize("name", MODULES)
