@@ -12,9 +12,14 @@ sample takes the displacement of its time bin (the motion's bins, or bins of
 before the first bin or after the last take the first or last bin's. What differs:
 ``border="zeros"`` is SpikeInterface's ``border_mode="force_zeros"`` and
 ``border="extrapolate"`` its ``"force_extrapolate"``; its default, ``"remove_channels"``,
-which drops channels, is not offered (a pipeline keeps its channels). On a multi-shank probe
-each shank is interpolated from its own channels only (SpikeInterface mixes the shanks'
-channels through the kernel's tails).
+which drops channels, is not offered (a pipeline keeps its channels). SpikeInterface's lazy
+recording rebuilds the bins' edges from their centres and then the centres from those edges,
+so its first and last bins take the displacement a quarter bin inward (between them and the
+next); here every bin takes its own (as SpikeInterface's ``interpolate_motion_on_traces``
+does when given the motion's bins). A sample exactly on an edge starts the next bin here
+(the edge's first sample is computed from the sample index, not compared in floating point).
+On a multi-shank probe each shank is interpolated from its own channels only (SpikeInterface
+mixes the shanks' channels through the kernel's tails).
 """
 
 from __future__ import annotations
