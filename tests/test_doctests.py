@@ -24,8 +24,8 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.io.hdf5", "dspk.io.layout",
            "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
            "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.motion",
-           "dspk.motion.motion", "dspk.motion.registration", "dspk.motion.estimate",
-           "dspk.motion.localize", "dspk.motion.correct"]
+           "dspk.motion.motion", "dspk.motion.registration", "dspk.motion.estimation",
+           "dspk.motion.localization", "dspk.motion.correction"]
 
 
 @pytest.mark.parametrize("name", MODULES)

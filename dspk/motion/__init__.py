@@ -28,9 +28,9 @@ Spikes that move up 10 µm after 30 s; the estimate, then the traces corrected:
 (32, 3000)
 """
 
-from .correct import BORDERS, Correction, correct, kriging_matrix
-from .estimate import MIN_SPIKES_PER_BIN, estimate
-from .localize import localize
+from .correction import BORDERS, Correction, correct, kriging_matrix
+from .estimation import MIN_SPIKES_PER_BIN, estimate
+from .localization import localize
 from .motion import Motion, MotionError, shank_labels, to_spikeinterface
 from .registration import (activity_raster, pairwise_displacement, registration_weights,
                            solve_displacement, spatial_windows)

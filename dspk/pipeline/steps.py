@@ -35,7 +35,7 @@ import numpy as np
 
 from ..argnames import arg
 from ..backend import to_numpy
-from ..detect import NOISE_SAMPLES, detect_spikes, template_noise
+from ..detect import NOISE_SAMPLES, default_templates, detect_spikes, template_noise
 from ..io.subset import parse_channels
 from ..motion import BORDERS, Correction, MotionError, localize
 from ..motion import Motion as MotionEstimate
@@ -787,6 +787,12 @@ register(Whiten, (
 
 #: the drift estimates a `Motion` step makes
 MOTION_MODES = ("rigid", "nonrigid")
+#: the detector of a `Motion` step's pass: one template of the default bank (its middle
+#: width) and two spatial widths (µm). Measured on SpikeInterface's drifting ground truth
+#: (128 channels x 120 s, 2 cores): the pass 4.5x faster than with the default detector
+#: (6 templates, 5 widths), the same spikes within 0.2 % and the same drift error (0.33 against
+#: 0.35 µm RMS): the estimate needs the spikes' times and places, not their shapes
+MOTION_TEMPLATE, MOTION_WIDTHS_UM = 2, (15.0, 35.0)
 
 
 @dataclass
@@ -797,7 +803,8 @@ class Motion(Step):
 
     Fitting it: the noise of each detection template measured on the fit chunks (as
     `Detect` does), then every chunk of the recording, through the steps before this one,
-    searched for spikes (`dspk.detect_spikes`, each channel first scaled to unit robust noise
+    searched for spikes (`dspk.detect_spikes` with one template and two spatial widths,
+    `MOTION_TEMPLATE` and `MOTION_WIDTHS_UM`; each channel first scaled to unit robust noise
     so that un-whitened traces are detected in the same units), each spike placed along
     depth by the centre of mass of its squared amplitudes (`dspk.motion.localize`), and the
     drift estimated from them (`dspk.motion.estimate`: DREDge's decentralised registration,
@@ -909,7 +916,8 @@ class Motion(Step):
         sd = np.median(np.abs(to_numpy(inner[:, ::step])), axis=1).astype(np.float64) / 0.6745
         scale = np.where(sd > 0, 1.0 / np.where(sd > 0, sd, 1.0), 0.0)
         scale_d = xp.asarray(scale.astype(ctx.dtype))[:, None]
-        noise = template_noise(inner * scale_d, fs)
+        templates = default_templates(fs)[MOTION_TEMPLATE:MOTION_TEMPLATE + 1]
+        noise = template_noise(inner * scale_d, fs, templates)
         del inner
         halo = self.fit_pass(fs)
         lag = Detect(self.threshold).lag(fs)
@@ -917,8 +925,8 @@ class Motion(Step):
         shanks = getattr(ctx.recording, "shank_ids", None)
         for s0, s1, block in blocks.stream:
             x = block * scale_d
-            spikes = detect_spikes(x, g, fs, threshold=self.threshold, noise=noise,
-                                   shank_ids=shanks)
+            spikes = detect_spikes(x, g, fs, templates=templates, threshold=self.threshold,
+                                   widths_um=MOTION_WIDTHS_UM, noise=noise, shank_ids=shanks)
             at = spikes["sample_index"] + lag - halo
             spikes = spikes[(at >= 0) & (at < s1 - s0)]
             if len(spikes) == 0:

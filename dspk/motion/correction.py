@@ -219,15 +219,21 @@ class Correction:
                                  self.shanks[None, :])
         return edges, disp
 
-    def _bin_matrix(self, k: int, disp: np.ndarray) -> np.ndarray:
-        w = self._cache.get(k)
+    def _bin_matrix(self, k: int, disp: np.ndarray, like: Any) -> Any:
+        """Bin k's matrix in the dtype and array type (device) of ``like``: made on the host
+        once, moved once (the same array each time, which `spatial_filter` recognises)."""
+        gpu = is_cupy_array(like)
+        key = (k, like.dtype.str, like.device.id if gpu else None)
+        w = self._cache.get(key)
         if w is None:
-            w = self.matrix(disp[k])
-            self._cache[k] = w
+            w = self.matrix(disp[k]).astype(like.dtype)
+            if gpu:
+                w = array_module(like).asarray(w)
+            self._cache[key] = w
             while len(self._cache) > CACHED_MATRICES:
                 self._cache.popitem(last=False)
         else:
-            self._cache.move_to_end(k)
+            self._cache.move_to_end(key)
         return w
 
     def segments(self, n: int, start: float, fs: float) -> list:
@@ -273,9 +279,8 @@ class Correction:
         _, disp = self._edges_disp()
         out = xp.empty_like(x)
         for k, a, b in self.segments(x.shape[1], float(t0), float(fs)):
-            w = self._bin_matrix(k, disp).astype(x.dtype)
-            w = xp.asarray(w) if is_cupy_array(x) else w
-            out[:, a:b] = spatial_filter(w, xp.ascontiguousarray(x[:, a:b]))
+            out[:, a:b] = spatial_filter(self._bin_matrix(k, disp, x),
+                                         xp.ascontiguousarray(x[:, a:b]))
         return out
 
 
