@@ -50,7 +50,7 @@ HUBER_K = 2.0
 
 
 def activity_raster(times_s: Any, depths_um: Any, amplitudes: Any, time_edges_s: Any,
-                    depth_edges_um: Any, weights: str = "log_amplitude",
+                    depth_edges_um: Any, weights: str = "count",
                     smooth_um: float = 1.0) -> Any:
     """Spike activity binned by time and depth: ``raster[k, d]`` sums the weights of the spikes
     of time bin k (edges ``time_edges_s``) at depth bin d (edges ``depth_edges_um``), then is
@@ -63,8 +63,8 @@ def activity_raster(times_s: Any, depths_um: Any, amplitudes: Any, time_edges_s:
         1-D, one value per spike (NumPy or CuPy: the raster is made where they are).
     time_edges_s, depth_edges_um : array-like
         Increasing bin edges (uniform).
-    weights : {"log_amplitude", "amplitude", "count"}
-        Each spike counts log(1 + |amplitude|), |amplitude|, or 1.
+    weights : {"count", "log_amplitude", "amplitude"}
+        Each spike counts 1, log(1 + |amplitude|) or |amplitude|.
     smooth_um : float
         The smoothing's SD in µm (0: none).
 

@@ -805,8 +805,8 @@ class Motion(Step):
     `Detect` does), then every chunk of the recording, through the steps before this one,
     searched for spikes (`dspk.detect_spikes` with one template and two spatial widths,
     `MOTION_TEMPLATE` and `MOTION_WIDTHS_UM`; each channel first scaled to unit robust noise
-    so that un-whitened traces are detected in the same units), each spike placed along
-    depth by the centre of mass of its squared amplitudes (`dspk.motion.localize`), and the
+    so that un-whitened traces are detected in the same units), each spike placed between
+    the channels by a grid of point-source candidates (`dspk.motion.localize`), and the
     drift estimated from them (`dspk.motion.estimate`: DREDge's decentralised registration,
     rigid or non-rigid, per shank). Applying it: each sample's channels re-sampled at their
     positions moved by the drift of its time bin, by kriging (`dspk.motion.correct`). A
