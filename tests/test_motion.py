@@ -458,6 +458,8 @@ def test_the_motion_step_estimates_and_corrects_the_drift(drifting, tmp_path):
     np.testing.assert_allclose(y, whole, atol=1e-4)
     states = p.read_fitted(out)
     assert np.array_equal(states[0]["displacement"], p.states[0]["displacement"])
+    part = np.ascontiguousarray(traces[:40000].T)          # an array: the fitted probe's
+    np.testing.assert_allclose(p.transform(part), whole[:, :40000], atol=1e-4)
     p.save(tmp_path / "p.npz")
     q = dspk.Pipeline.load(tmp_path / "p.npz")
     assert q.fingerprint() == p.fingerprint()

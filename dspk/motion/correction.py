@@ -24,13 +24,14 @@ mixes the shanks' channels through the kernel's tails).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from ..backend import array_module, is_cupy_array
+from ..backend import array_module, is_cupy_array, to_numpy
 from ..ops import spatial_filter
 from .motion import Motion, MotionError, positions, shank_labels
 
@@ -44,9 +45,10 @@ KRIGING_RIDGE = 1e-6
 CACHED_MATRICES = 16
 
 
-def _kernel(a: np.ndarray, b: np.ndarray, sigma_um: float, p: float) -> np.ndarray:
-    d = np.hypot(a[:, None, 0] - b[None, :, 0], a[:, None, 1] - b[None, :, 1])
-    return np.exp(-((d / sigma_um) ** p))
+def _kernel(a: Any, b: Any, sigma_um: float, p: float) -> Any:
+    xp = array_module(a)
+    d = xp.sqrt((a[:, None, 0] - b[None, :, 0]) ** 2 + (a[:, None, 1] - b[None, :, 1]) ** 2)
+    return xp.exp(-((d / sigma_um) ** p))
 
 
 def kriging_matrix(geometry: Any, displacement_um: Any, sigma_um: float = 20.0,
@@ -164,15 +166,19 @@ class Correction:
             self._groups.append((idx, g, inv, g[:, 1].min(), g[:, 1].max()))
         self._cache: OrderedDict = OrderedDict()
         self._bins: tuple | None = None
+        self._device_groups: dict = {}
 
-    def matrix(self, displacement_um: Any) -> np.ndarray:
+    def matrix(self, displacement_um: Any, xp: Any = np) -> Any:
         """W [channels, channels] (float64) reading each channel at its position moved by its
-        displacement (see `kriging_matrix`).
+        displacement (see `kriging_matrix`), made with ``xp`` (``cupy``: on the GPU, where a
+        run's traces are; the probe's pseudo-inverses are moved there once).
 
         Parameters
         ----------
         displacement_um : array-like
             [channels] µm, finite.
+        xp : module
+            numpy or cupy.
 
         Examples
         --------
@@ -190,18 +196,29 @@ class Correction:
             c = int(np.flatnonzero(~np.isfinite(d))[0])
             raise MotionError(f"displacement_um: not finite at channel {c}; NaN must never "
                               f"reach the traces")
-        w = np.zeros((n, n))
-        for idx, g, inv, lo, hi in self._groups:
+        w = xp.zeros((n, n))
+        for idx, g, inv, lo, hi in self._groups_on(xp):
             moved = g.copy()
-            moved[:, 1] += d[idx]
+            moved[:, 1] += xp.asarray(d[to_numpy(idx)])
             k = _kernel(moved, g, self.sigma_um, self.p) @ inv        # [targets, sources]
             inside = (moved[:, 1] >= lo) & (moved[:, 1] <= hi)
             sums = k.sum(axis=1)
-            k[inside] /= sums[inside, None]
+            scale = xp.where(inside, 1.0 / xp.where(sums != 0, sums, 1.0), 1.0)
+            k *= scale[:, None]
             if self.border == "zeros":
-                k[~inside] = 0.0
-            w[np.ix_(idx, idx)] = k
+                k *= inside[:, None]
+            w[idx[:, None], idx[None, :]] = k
         return w
+
+    def _groups_on(self, xp: Any) -> list:
+        """Each shank's (channels, positions, pseudo-inverse, extent) in ``xp``'s arrays."""
+        if xp is np:
+            return self._groups
+        key = xp.cuda.Device().id
+        if key not in self._device_groups:
+            self._device_groups[key] = [(xp.asarray(idx), xp.asarray(g), xp.asarray(inv), lo, hi)
+                                        for idx, g, inv, lo, hi in self._groups]
+        return self._device_groups[key]
 
     def bins(self) -> tuple:
         """(edges, centres' displacement [bins, channels]) of the interpolation bins: the
@@ -226,9 +243,11 @@ class Correction:
         key = (k, like.dtype.str, like.device.id if gpu else None)
         w = self._cache.get(key)
         if w is None:
-            w = self.matrix(disp[k]).astype(like.dtype)
-            if gpu:
-                w = array_module(like).asarray(w)
+            # made where the traces are: on the GPU, [channels, channels] products and a kernel
+            # per bin (an hour of 2-s bins: 1800 of them) instead of the host's
+            xp = array_module(like)
+            with xp.cuda.Device(like.device.id) if gpu else contextlib.nullcontext():
+                w = self.matrix(disp[k], xp).astype(like.dtype)
             self._cache[key] = w
             while len(self._cache) > CACHED_MATRICES:
                 self._cache.popitem(last=False)

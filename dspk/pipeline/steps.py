@@ -958,8 +958,12 @@ class Motion(Step):
             raise _not_fitted(self.describe())
         try:
             motion = MotionEstimate.from_state(state)
-            return Correction(np.asarray(ctx.geometry, np.float64), motion, border=self.border,
-                              shank_ids=getattr(ctx.recording, "shank_ids", None))
+            shanks = getattr(ctx.recording, "shank_ids", None)
+            geometry = ctx.geometry
+            if geometry is None:     # an array transformed: the probe the motion was fitted on
+                geometry, shanks = motion.geometry, motion.channel_shanks
+            return Correction(np.asarray(geometry, np.float64), motion, border=self.border,
+                              shank_ids=shanks)
         except MotionError as exc:
             raise PipelineError(f"{self.describe()}: {exc}") from None
 
