@@ -246,8 +246,7 @@ def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None 
         for b, win in enumerate(windows):
             if not enough[b]:
                 continue           # solved from its neighbours (the spatial prior)
-            sh, corr = pairwise_displacement(raster, xp.asarray(win), lag, horizon,
-                                             memory_bytes)
+            sh, corr = pairwise_displacement(raster, win, lag, horizon, memory_bytes)
             shifts[b] = sh * bin_um
             weights_[b] = registration_weights(corr, activity[:, b], mincorr)
         p = solve_displacement(shifts, weights_, lambda_t=lambda_t, lambda_s=lambda_s,

@@ -163,8 +163,6 @@ class Motion:
 
     Attributes
     ----------
-    time_centres_s : numpy.ndarray
-        The time bins' centres.
     STATE_KEYS : tuple of str
         The arrays `to_state` always writes (with a probe, also ``geometry`` and
         ``channel_shanks``).

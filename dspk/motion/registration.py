@@ -64,7 +64,7 @@ def activity_raster(times_s: Any, depths_um: Any, amplitudes: Any, time_edges_s:
     time_edges_s, depth_edges_um : array-like
         Increasing bin edges (uniform).
     weights : {"count", "log_amplitude", "amplitude"}
-        Each spike counts 1, log(1 + |amplitude|) or |amplitude|.
+        Each spike counts 1, ``log(1 + |amplitude|)`` or ``|amplitude|``.
     smooth_um : float
         The smoothing's SD in µm (0: none).
 
