@@ -203,6 +203,9 @@ def main(argv=None) -> None:
     for r in rows:
         r["x_real_time"] = args.seconds / r["wall_s"]
         r["vs_si"] = None if si_s is None else si_s / r["wall_s"]
+        # the fields dspk.plot.benchmark_bars draws
+        r.update(case=f"IBL order, {CHANNELS} ch x {args.seconds:g} s file to file",
+                 impl=r["what"], ms=r["wall_s"] * 1e3)
     env = environment(args.backend == "gpu")
     command = " ".join(["python", "benchmarks/bench_ibl_chain.py", *(argv or sys.argv[1:])])
     lines = [f"# bench_ibl_chain — {args.backend} ({os.cpu_count()} cores)", "",

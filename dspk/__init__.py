@@ -5,7 +5,7 @@ Importing dspk is cheap: CuPy is imported, and CUDA kernels compiled, only when 
 """
 
 from ._version import __version__
-from . import backend, io, linalg  # noqa: E402
+from . import backend, io, linalg, motion  # noqa: E402
 from .backend import BackendError, gpu_available, resolve_backend  # noqa: E402
 from .io import open_recording  # noqa: E402
 from .linalg import MatrixView, explain, int_matmul, matmul  # noqa: E402
@@ -18,7 +18,8 @@ from .ops import (PCA, CovarianceAccumulator, bandpass_taps, blank_saturation,  
                   SpatialFilter, whitening_matrix, zero_phase_taps)
 from .ops import highpass_spatial_filter, highpass_spatial_matrix  # noqa: E402
 
-__all__ = ["__version__", "backend", "io", "open_recording", "linalg", "matmul", "int_matmul",
+__all__ = ["__version__", "backend", "io", "open_recording", "linalg", "motion", "matmul",
+           "int_matmul",
            "explain", "MatrixView",
            "detect_bad_channels",
            "BackendError", "gpu_available", "resolve_backend", "covariance",

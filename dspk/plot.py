@@ -27,9 +27,11 @@ import numpy as np
 
 from .backend import to_numpy
 from .detect import spike_clips
+from .motion import Motion
 
 __all__ = ["traces", "before_after", "matrix", "covariance_and_whitening", "probe",
-           "waveforms", "features", "tuner_timings", "benchmark_bars", "load_results"]
+           "waveforms", "features", "motion", "tuner_timings", "benchmark_bars",
+           "load_results"]
 
 WIDTH_IN = 10.0        # a notebook's width at 100 dpi
 HEIGHT_IN = 6.5        # what a notebook shows without scrolling
@@ -523,6 +525,108 @@ def features(feats: Any, labels: Any = None, dims: tuple = (0, 1), channel: int 
     ax.set_xlabel(f"PC {i + 1}")
     ax.set_ylabel(f"PC {j + 1}")
     ax.set_title(f"spike features ({len(f)} spikes)")
+    return fig
+
+
+def _spike_times_depths(spikes: Any, fs: float | None) -> tuple:
+    """(times s, depths µm, amplitudes) of a structured array or mapping of spikes."""
+    names = getattr(getattr(spikes, "dtype", None), "names", None) or \
+        (list(spikes.keys()) if hasattr(spikes, "keys") else [])
+    if "y" not in names:
+        raise ValueError("spikes: expected each spike's depth 'y' (and 'time_s', or "
+                         "'sample_index' with fs)")
+    if "time_s" in names:
+        t = np.asarray(to_numpy(spikes["time_s"]), np.float64)
+    elif "sample_index" in names and fs is not None and fs > 0:
+        t = np.asarray(to_numpy(spikes["sample_index"]), np.float64) / fs
+    else:
+        raise ValueError("spikes: their times are 'sample_index': pass fs (Hz), or give "
+                         "'time_s'")
+    y = np.asarray(to_numpy(spikes["y"]), np.float64)
+    a = np.asarray(to_numpy(spikes["amplitude"]), np.float64) if "amplitude" in names \
+        else np.ones_like(y)
+    return t, y, np.abs(a)
+
+
+def motion(m: Any, spikes: Any = None, fs: float | None = None, shank: int = 0,
+           max_spikes: int = 100000, axes: Any = None) -> Any:
+    """A drift estimate over the spike raster: left, the spikes (time against depth, the
+    larger amplitudes darker) with the estimate drawn through them — each spatial bin's depth
+    plus its displacement, so the lines follow the units' drift; right, the displacement of
+    each spatial bin against time.
+
+    Parameters
+    ----------
+    m : dspk.motion.Motion
+        The estimate (`dspk.motion.estimate`, or a fitted ``Motion`` step's
+        ``Motion.from_state(pipeline.states[k])``).
+    spikes : numpy structured array or mapping, optional
+        ``y`` (depth, µm), ``time_s`` or ``sample_index`` (with ``fs``), ``amplitude``
+        (optional): the spikes the estimate was made from, or any detected on the recording.
+    fs : float, optional
+        Sampling rate of ``sample_index``.
+    shank : int
+        The shank drawn (0, 1, ...: the motion's ``bin_shanks``).
+    max_spikes : int
+        At most this many spikes drawn (a random subset, seeded).
+    axes : sequence of 2 matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from dspk import plot
+    >>> from dspk.motion import Motion
+    >>> m = Motion([0.0, 2.0, 4.0, 6.0], [100.0, 300.0], [[0, 0], [3, 1], [6, 2]])
+    >>> t = np.random.default_rng(0).uniform(0, 6, 500)
+    >>> fig = plot.motion(m, {"time_s": t, "y": 200 + 2 * t})
+    >>> [ax.get_ylabel() for ax in fig.axes]
+    ['depth (µm)', 'displacement (µm)']
+    """
+    if not isinstance(m, Motion):
+        raise TypeError(f"m: expected a dspk.motion.Motion, got {type(m).__name__}")
+    bins = np.flatnonzero(m.bin_shanks == shank)
+    if bins.size == 0:
+        raise ValueError(f"shank: the motion has no spatial bin on shank {shank} (shanks "
+                         f"{m.shanks.tolist()})")
+    fig, (ax0, ax1) = _two_axes(axes, (WIDTH_IN, 5.0), sharex=True)
+    if spikes is not None:
+        t, y, a = _spike_times_depths(spikes, fs)
+        if len(t) > max_spikes:
+            keep = np.sort(np.random.default_rng(0).choice(len(t), int(max_spikes),
+                                                           replace=False))
+            t, y, a = t[keep], y[keep], a[keep]
+        order = np.argsort(a)
+        ax0.scatter(t[order], y[order], c=a[order], s=1.5, cmap="Greys", lw=0,
+                    vmin=0, vmax=float(np.quantile(a, 0.95)) if len(a) else 1.0,
+                    rasterized=True)
+    tc = m.time_centres_s
+    depths = m.depths_um[bins]
+    if len(bins) == 1 and m.geometry is not None:      # rigid: a few depths of the shank
+        on = m.geometry[m.channel_shanks == shank, 1]
+        depths = np.linspace(on.min(), on.max(), 6)[1:-1]
+    colors = _pyplot().cm.viridis(np.linspace(0, 0.9, max(len(bins), len(depths))))
+    for k, d in enumerate(depths):
+        shift = m.displacement_at(tc, d, shank)
+        ax0.plot(tc, d + shift, color=colors[k], lw=1.2)
+    for k, j in enumerate(bins):
+        ax1.plot(tc, m.displacement[:, j], color=colors[k], lw=1.2,
+                 label=f"{m.depths_um[j]:.0f} µm")
+    ax0.set_xlabel("time (s)")
+    ax0.set_ylabel("depth (µm)")
+    ax0.set_title("spikes and the estimate through them", fontsize=10)
+    ax1.set_xlabel("time (s)")
+    ax1.set_ylabel("displacement (µm)")
+    kind = "rigid" if len(bins) == 1 else f"{len(bins)} windows along depth"
+    ax1.set_title(f"displacement ({kind})", fontsize=10)
+    if 1 < len(bins) <= 12:
+        ax1.legend(fontsize=8, title="window", title_fontsize=8, framealpha=0.8)
+    ax0.set_xlim(m.time_edges_s[0], m.time_edges_s[-1])
     return fig
 
 

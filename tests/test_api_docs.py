@@ -20,7 +20,8 @@ from .test_doctests import MODULES as DOCTEST_MODULES
 
 PUBLIC_MODULES = ["dspk", "dspk.backend", "dspk.linalg", "dspk.ops", "dspk.match",
                   "dspk.detect", "dspk.io", "dspk.pipeline", "dspk.pipeline.job", "dspk.dask",
-                  "dspk.spikeinterface"]
+                  "dspk.spikeinterface",
+                  "dspk.motion"]
 API_RST = Path(__file__).resolve().parents[1] / "docs" / "api.rst"
 
 

@@ -24,7 +24,9 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.io.hdf5", "dspk.io.layout",
            "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
            "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.pipeline.peaks",
-           "dspk.spikeinterface", "dspk.io.kilosort", "dspk.io.nwb", "dspk.pipeline.handoff"]
+           "dspk.spikeinterface", "dspk.io.kilosort", "dspk.io.nwb", "dspk.pipeline.handoff",
+           "dspk.motion", "dspk.motion.motion", "dspk.motion.registration",
+           "dspk.motion.estimation", "dspk.motion.localization", "dspk.motion.correction"]
 
 
 @pytest.mark.parametrize("name", MODULES)

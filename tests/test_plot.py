@@ -111,6 +111,30 @@ def test_waveforms_and_features(sample, tmp_path):
     check_legible(fig, tmp_path / "features.png")
 
 
+def test_motion_figure(sample, tmp_path):
+    from dspk.motion import Motion
+
+    geom = sample["rec"].geometry
+    m = Motion([0.0, 0.5, 1.0, 1.5, 2.0], [geom[:, 1].mean()], [[0.0], [3.0], [-2.0], [1.0]],
+               geometry=geom)
+    spikes = sample["spikes"]
+    fig = plot.motion(m, spikes, fs=sample["rec"].fs)
+    assert [a.get_xlabel() for a in fig.axes] == ["time (s)", "time (s)"]
+    assert len(fig.axes[0].collections) == 1 and len(fig.axes[0].lines) == 4   # rigid: 4 depths
+    check_legible(fig, tmp_path / "motion.png")
+    nonrigid = Motion([0.0, 1.0, 2.0], [100.0, 300.0], [[0.0, 1.0], [2.0, 4.0]])
+    fig = plot.motion(nonrigid)
+    assert len(fig.axes[1].lines) == 2
+    check_legible(fig, tmp_path / "motion2.png")
+    with pytest.raises(ValueError, match="shank: the motion has no spatial bin on shank 1"):
+        plot.motion(nonrigid, shank=1)
+    with pytest.raises(TypeError, match="m: expected a dspk.motion.Motion"):
+        plot.motion(np.zeros(3))
+    with pytest.raises(ValueError, match="pass fs"):
+        plot.motion(m, {"sample_index": np.zeros(3), "y": np.zeros(3)})
+    plt.close("all")
+
+
 def test_tuner_and_benchmark_bars(tmp_path):
     x = np.random.default_rng(0).standard_normal((32, 4000)).astype(np.float32)
     dspk.matmul(x, x.T)

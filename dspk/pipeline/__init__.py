@@ -3,8 +3,9 @@
 A `Pipeline` is a list of stages on [channels, samples] float arrays: steps — `Saturation`
 (saturated samples blanked), `PhaseShift` (Neuropixels' ADC sample shifts), `HighPass` /
 `BandPass` (linear-phase FIR), `Reference` (median or mean across channels), `Whiten` (global
-or local ZCA, fitted on a seeded sample of chunks spread over the recording), and any step of
-your own — then sinks, which write beside the traces (`Detect`: spikes and their features).
+or local ZCA, fitted on a seeded sample of chunks spread over the recording), `Motion` (drift
+estimated on a pass over the recording, corrected by kriging), and any step of your own —
+then sinks, which write beside the traces (`Detect`: spikes and their features).
 A chunk is read with a halo of ``margin`` samples on each side (the stages' margins, summed),
 processed, and its inner part written, so the output does not depend on the chunk size (up to
 float32 rounding of the FFT filters). Outside the recording the signal is zero, as in the
@@ -52,8 +53,8 @@ from .peaks import detect_peaks
 from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
-from .steps import (BadChannels, BandPass, HighPass, PhaseShift, Reference, Saturation,
-                    SpatialHighpass, Whiten)
+from .steps import (BadChannels, BandPass, HighPass, Motion, PhaseShift, Reference,
+                    Saturation, SpatialHighpass, Whiten)
 
 #: the registered stage classes by name (the names stored in saved pipelines and outputs); a
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
@@ -61,7 +62,8 @@ STEP_TYPES = registry.stage_classes()
 
 __all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
            "SpatialHighpass", "Reference",
-           "Whiten", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted", "Step",
+           "Whiten", "Motion", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted",
+           "Step",
            "Sink", "Stage", "Context",
            "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
            "FIT_CHUNK_S", "NEEDS", "Need", "check_needs", "detect_peaks"]

@@ -183,8 +183,9 @@ class Pipeline:
         **options
             ``highpass`` (Hz, default 300; None or 0: none), ``bandpass`` ((low, high) Hz,
             replaces the high-pass), ``reference`` ("median", "mean", "none"), ``whiten``
-            ("local", "global", "none"), ``n_neighbors`` (32), ``detect`` (False),
-            ``detect_threshold`` (7.0), and the options of steps registered by your code.
+            ("local", "global", "none"), ``n_neighbors`` (32), ``motion`` ("rigid",
+            "nonrigid", "none"), ``detect`` (False), ``detect_threshold`` (7.0), and the
+            options of steps registered by your code.
 
         Returns
         -------

@@ -19,12 +19,12 @@ array([[ 0.5, -0.5],
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .stage import Context, FitBlocks, Sink, Step
 from .stream import read_ahead
 
-__all__ = ["PreparedPipeline", "fitted_states"]
+__all__ = ["PreparedPipeline", "fitted_states", "pass_blocks", "PASS_CHUNK_S"]
 
 
 class PreparedPipeline:
@@ -83,7 +83,7 @@ class PreparedPipeline:
         ctx = self.ctx
         lo, hi = max(0, -start), min(x.shape[1], n_total - start)
         for step, prepared in self.steps:
-            x = step.apply(x, ctx, prepared)
+            x = step.apply_at(x, ctx, prepared, start)
             if lo > 0 or hi < x.shape[1]:
                 x[:, :lo] = 0
                 x[:, hi:] = 0
@@ -144,9 +144,11 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     """The fitted state of every stage from one pass over the fit chunks ``spans``: each read
     once with the whole pipeline's halo (in threads: several decompress at once) and put
     through the steps; a stage that fits is fitted on the chunks as the stages before it left
-    them (with its own margin of context), then applied to them for the stages after it.
-    Stages that fit nothing keep their state; nothing is read when no stage fits, or when
-    those that fit do not read blocks (`Stage.reads_blocks`).
+    them (with its own margin of context), then applied to them for the stages after it. A
+    stage that asks for a pass over the whole recording (`Stage.fit_pass`: a drift estimate)
+    gets it too, read when its fit iterates it (`pass_blocks`), through the steps before it
+    as they were just fitted. Stages that fit nothing keep their state; nothing is read when
+    no stage fits, or when those that fit do not read blocks (`Stage.reads_blocks`).
 
     Parameters
     ----------
@@ -196,9 +198,56 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
         stage = stages[k]
         if stage.fitted:     # the stages before it took their margins: its own is exact
             cut = m - margins[k]
+            halo = stage.fit_pass(fs)
+            stream = () if halo is None else pass_blocks(stages[:k], out[:k], ctx, halo)
             out[k] = stage.fit(FitBlocks([b[:, cut:b.shape[1] - cut] for b in blocks],
-                                         margins[k]), ctx)
+                                         margins[k], stream), ctx)
         if k < last and isinstance(stage, Step):
             one = PreparedPipeline([stage], [out[k]], ctx)
             blocks = [one.apply(b, s0 - m, rec.n_samples) for (s0, _), b in zip(spans, blocks)]
     return out
+
+
+#: the chunks of a fit pass over the whole recording (`pass_blocks`), in seconds
+PASS_CHUNK_S = 1.0
+
+
+def pass_blocks(steps: Sequence[Any], states: Sequence[dict], ctx: Context, halo: int,
+                chunk_s: float = PASS_CHUNK_S) -> Iterator[tuple]:
+    """The whole recording ``ctx.recording`` in chunks of ``chunk_s`` seconds through
+    ``steps`` (fitted: ``states``), each with ``halo`` samples of exact context on each side
+    (zeros outside the recording): ``(s0, s1, block)``, read ahead in threads and computed as
+    iterated (a fit pass, `Stage.fit_pass`; only one chunk and those read ahead are held).
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        The stages before the one fitted (sinks are not applied).
+    states : sequence of dict
+        Their fitted states.
+    ctx : Context
+    halo : int
+        Samples of context each side.
+    chunk_s : float
+        Chunk length in seconds.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline import Context, Reference
+    >>> from dspk.pipeline.prepared import pass_blocks
+    >>> rec = dspk.open_recording(np.ones((2500, 2), np.float32), fs=1000.0)
+    >>> ctx = Context.of(rec, np, np.float32)
+    >>> [(s0, s1, b.shape) for s0, s1, b in pass_blocks([Reference("mean")], [{}], ctx, 5)]
+    [(0, 1000, (2, 1010)), (1000, 2000, (2, 1010)), (2000, 2500, (2, 510))]
+    """
+    rec = ctx.recording
+    m = sum(s.margin(ctx.fs) for s in steps) + int(halo)
+    head = PreparedPipeline(steps, states, ctx)
+    n = rec.n_samples
+    chunk = max(1, int(round(chunk_s * ctx.fs)))
+    spans = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+    cut = m - int(halo)
+    for (s0, s1), raw in zip(spans, read_ahead(rec, spans, m)):
+        full = head.compute(raw, s0, s1, m)
+        yield s0, s1, full[:, cut:full.shape[1] - cut]

@@ -232,7 +232,7 @@ def options() -> list:
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
     ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
      '--spatial-highpass', '--reference', '--reference-groups', '--whiten', '--neighbors',
-     '--whiten-groups', '--detect', '--threshold']
+     '--whiten-groups', '--motion', '--detect', '--threshold']
     """
     return [o for e in list(_REGISTRY.entries) for o in e.options]
 
@@ -244,8 +244,8 @@ def stage_classes() -> dict:
     --------
     >>> from dspk.pipeline import registry
     >>> sorted(registry.stage_classes())      # doctest: +NORMALIZE_WHITESPACE
-    ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'PhaseShift', 'Reference', 'Saturation',
-     'SpatialHighpass', 'Whiten']
+    ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'Motion', 'PhaseShift', 'Reference',
+     'Saturation', 'SpatialHighpass', 'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 

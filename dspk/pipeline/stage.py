@@ -259,6 +259,25 @@ class Stage:
         >>> HighPass().check(dspk.open_recording(np.zeros((3000, 1), np.int16), fs=3e4))
         """
 
+    def fit_pass(self, fs: float) -> int | None:
+        """Whether `fit` reads, beside the fit chunks, a pass over the whole recording
+        (`FitBlocks.stream`: the recording in chunks, each through the steps before this
+        stage) and the samples of context it needs on each side of those chunks; None (the
+        default): no pass. A drift estimate reads one (`dspk.pipeline.Motion`).
+
+        Parameters
+        ----------
+        fs : float
+            The sampling rate in Hz.
+
+        Examples
+        --------
+        >>> from dspk.pipeline import Motion, Whiten
+        >>> Whiten().fit_pass(30000.0) is None, Motion().fit_pass(30000.0)
+        (True, 51)
+        """
+        return None
+
     def margin(self, fs: float) -> int:
         """Samples of context a chunk needs on each side (its halo): none by default.
 
@@ -374,6 +393,32 @@ class Step(Stage):
         """
         raise NotImplementedError
 
+    def apply_at(self, x: Any, ctx: Context, prepared: Any, start: int) -> Any:
+        """`apply` on a block whose first sample is sample ``start`` of the recording
+        (negative for a block that begins with a halo before it): what the pipeline calls. A
+        step whose output depends on the time (a drift correction) implements this instead of
+        `apply`; by default the position is not needed.
+
+        Parameters
+        ----------
+        x : array [channels, samples]
+        ctx : Context
+        prepared : object
+            What `prepare` made.
+        start : int
+            The recording's sample at x[:, 0].
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.pipeline import Context, Reference
+        >>> ctx = Context(fs=1e3, n_channels=2, xp=np, dtype=np.dtype(np.float32))
+        >>> Reference("mean").apply_at(np.eye(2, dtype=np.float32), ctx, None, start=500)
+        array([[ 0.5, -0.5],
+               [-0.5,  0.5]], dtype=float32)
+        """
+        return self.apply(x, ctx, prepared)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -446,13 +491,19 @@ class Sink(Stage):
 
 class FitBlocks(Sequence):
     """The fit chunks as a stage's `fit` receives them: each through every step before the
-    stage, with ``halo`` samples of exact context on each side (the stage's margin).
+    stage, with ``halo`` samples of exact context on each side (the stage's margin); and, for
+    a stage that asks for one (`Stage.fit_pass`), the pass over the whole recording.
 
     Parameters
     ----------
     blocks : sequence of arrays
         [channels, halo + length + halo] each.
     halo : int
+    stream : iterable, optional
+        The pass (`Stage.fit_pass`): ``(s0, s1, block)`` for consecutive chunks [s0, s1) of
+        the recording, each block through the steps before the stage, with the context the
+        stage asked for on each side (zeros outside the recording); computed as it is
+        iterated (once). Empty for a stage that asks for no pass.
 
     Examples
     --------
@@ -463,9 +514,10 @@ class FitBlocks(Sequence):
     (1, [[[2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]])
     """
 
-    def __init__(self, blocks: Sequence[Any], halo: int) -> None:
+    def __init__(self, blocks: Sequence[Any], halo: int, stream: Iterable = ()) -> None:
         self._blocks = list(blocks)
         self.halo = int(halo)
+        self.stream = stream
 
     def __getitem__(self, i: Any) -> Any:
         return self._blocks[i]
