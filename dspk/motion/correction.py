@@ -206,7 +206,7 @@ class Correction:
             scale = xp.where(inside, 1.0 / xp.where(sums != 0, sums, 1.0), 1.0)
             k *= scale[:, None]
             if self.border == "zeros":
-                k *= inside[:, None]
+                k = xp.where(inside[:, None], k, 0.0)
             w[idx[:, None], idx[None, :]] = k
         return w
 
