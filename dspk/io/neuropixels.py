@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ProbeInfo", "probe_arrays", "spikeglx_probe", "openephys_probe",
-           "openephys_settings"]
+__all__ = ["ProbeInfo", "probe_arrays", "adc_sample_shifts", "spikeglx_probe",
+           "openephys_probe", "openephys_settings"]
 
 log = logging.getLogger("dspk.io")
 
