@@ -785,7 +785,8 @@ def test_tuner_doctests():
 def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh_cache):
     clock = FakeClock()
     t = clocked([], clock)
-    ref, own, other = Op(clock, 1.0), Op(clock, 0.5), Op(clock, 0.7)
+    # (the runners cost less than the import, assumed IMPORT_COST_DEFAULT_S = 0.5 s)
+    ref, own, other = Op(clock, 0.1), Op(clock, 0.05), Op(clock, 0.07)
     imports = {"ref": ("dspk_test_module_never_imported",)}
     name, _, _ = t.choose_run(("op", 6), {"ref": ref, "own": own, "other": other}, False,
                               same, imports=imports)
@@ -793,12 +794,12 @@ def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh
     entry = json.loads(cache_path().read_text())["entries"]["op|6"]
     assert "would import dspk_test_module_never_imported" in entry["untimed"]["ref"]
     # left alone, a runner is chosen without a run (choose_run runs it once)
-    alone, lone = Op(clock, 1.0), Op(clock, 0.5)
+    alone, lone = Op(clock, 0.1), Op(clock, 0.05)
     assert t.choose_run(("op", 7), {"ref": alone, "own": lone}, False, same,
                         imports=imports)[0] == "own"
     assert (alone.calls, lone.calls) == (0, 1)
     # every runner needing one: none is left out
-    both = {"ref": Op(clock, 1.0), "own": Op(clock, 0.5)}
+    both = {"ref": Op(clock, 0.1), "own": Op(clock, 0.05)}
     t.choose(("op", 8), both, False, same, imports={n: imports["ref"] for n in both})
     assert [r.calls for r in both.values()] == [1, 1]
     # thorough: timed
@@ -806,3 +807,18 @@ def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh
         t.choose(("op", 6), {"ref": ref, "own": own, "other": other}, False, same,
                  imports=imports)
     assert ref.calls > 1
+
+
+def test_choose_times_a_runner_needing_an_import_when_the_choice_costs_more(fresh_cache):
+    """Left untimed for its import, a runner is timed after all when the runner chosen
+    without it takes longer on the whole problem than that import (a 3001-tap FIR's Toeplitz
+    products took 0.94 s where whole-row FFTs, which import scipy.fft, take 0.15 s)."""
+    clock = FakeClock()
+    t = clocked([], clock)
+    slow, fast = Op(clock, 2.0), Op(clock, 0.1)
+    imports = {"fast": ("dspk_test_module_never_imported",)}    # assumed to cost 0.5 s
+    name, _, _ = t.choose_run(("op", 9), {"slow": slow, "fast": fast}, False, same,
+                              imports=imports)
+    assert name == "fast" and fast.calls >= 1
+    entry = json.loads(cache_path().read_text())["entries"]["op|9"]
+    assert entry["ranking"][0] == "fast" and "fast" not in entry.get("untimed", {})
