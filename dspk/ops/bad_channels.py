@@ -154,53 +154,63 @@ def shrinking_median(v: np.ndarray, size: int) -> np.ndarray:
     return np.array([np.median(v[max(0, i - half):i + half + 1]) for i in range(len(v))])
 
 
-def high_band_psd(raw: np.ndarray, fs: float, nperseg: int, nyquist_threshold: float) -> np.ndarray:
+def high_band_psd(raw: Any, fs: float, nperseg: int, nyquist_threshold: float) -> Any:
     """Each row's mean power spectral density above ``nyquist_threshold`` × fs/2: the mean of
     ``scipy.signal.welch(raw, fs, window="hann", nperseg=nperseg)`` over those frequencies
     (Hann window, half overlap, each segment's mean removed, one-sided density), which the
-    reference compares to an absolute threshold.
+    reference compares to an absolute threshold. NumPy or CuPy rows (CuPy: on the device).
 
     Computed here from the high bins of each segment's real FFT because removing a segment's
     mean changes only the bins where the periodic Hann window's own transform is non-zero
     (0 and 1): above them the detrend is a no-op, and SciPy's per-segment detrend pass was
     most of the call's time. Where a high bin is below 2 (segments of 2 samples or fewer),
-    SciPy's welch is called as is.
+    SciPy's welch is called as is (on the host).
     """
-    from scipy.fft import rfft             # deferred with SciPy's other packages
-    from scipy.signal import get_window
+    from scipy.signal import get_window   # deferred with SciPy's other packages
 
+    xp = array_module(raw)
     freqs = np.fft.rfftfreq(nperseg, 1 / fs)
     high = np.flatnonzero(freqs > fs / 2 * nyquist_threshold)
     if high[0] < 2:
         from scipy.signal import welch   # deferred: SciPy's signal package is slow to import
-        f, psd = welch(raw, fs=fs, axis=1, window="hann", nperseg=nperseg)
-        return psd[:, f > fs / 2 * nyquist_threshold].mean(axis=1)
+        f, psd = welch(to_numpy(raw), fs=fs, axis=1, window="hann", nperseg=nperseg)
+        return xp.asarray(psd[:, f > fs / 2 * nyquist_threshold].mean(axis=1))
     w = get_window("hann", nperseg)
     step = nperseg - nperseg // 2                # welch's default overlap: nperseg // 2
-    segments = np.lib.stride_tricks.sliding_window_view(raw, nperseg, axis=1)[:, ::step]
-    spectrum = rfft(segments * w, axis=2)[:, :, high[0]:]
+    raw = xp.ascontiguousarray(raw)
+    n_seg = (raw.shape[1] - nperseg) // step + 1
+    # [channels, segments, nperseg], a strided view (sliding_window_view(...)[:, ::step])
+    segments = xp.lib.stride_tricks.as_strided(
+        raw, shape=(raw.shape[0], n_seg, nperseg),
+        strides=(raw.strides[0], step * raw.strides[1], raw.strides[1]))
+    if xp is np:
+        from scipy.fft import rfft       # deferred with SciPy's other packages
+    else:
+        rfft = xp.fft.rfft
+    spectrum = rfft(segments * xp.asarray(w), axis=2)[:, :, high[0]:]
     power = spectrum.real ** 2 + spectrum.imag ** 2
     # one-sided density: doubled except at the Nyquist bin of an even segment
     double = np.where(high == nperseg // 2 if nperseg % 2 == 0 else False, 1.0, 2.0)
-    psd = power.mean(axis=1) * double / (fs * np.sum(w * w))
+    psd = power.mean(axis=1) * xp.asarray(double) / (fs * np.sum(w * w))
     return psd.mean(axis=1)
 
 
-def chunk_features(raw: np.ndarray, fs: float, nperseg: int,
-                   nyquist_threshold: float) -> dict:
+def chunk_features(raw: Any, fs: float, nperseg: int, nyquist_threshold: float) -> dict:
     """The features of one chunk, [channels, samples] float64 ordered by depth (the trend is
-    added by the caller, which knows ``n_neighbors``)."""
+    added by the caller, which knows ``n_neighbors``); NumPy or CuPy, the features on the
+    chunk's device."""
+    xp = array_module(raw)
     raw = raw - raw.mean(axis=1, keepdims=True)
     # The PSD is Welch's estimate as in the reference: psd_hf is compared to an absolute
     # threshold, and a different estimator (an FIR band-pass's power) would move channels
     # across it.
     psd_hf = high_band_psd(raw, fs, nperseg, nyquist_threshold)
-    # the median trace across channels, numpy.median's exactly, by sorting each sample's
-    # channel values (1.5x faster than its partition here)
-    ref = median_by_sorting(raw)
+    # the median trace across channels, numpy.median's exactly (on the host by sorting each
+    # sample's channel values: 1.5x faster than its partition here)
+    ref = median_by_sorting(raw) if xp is np else xp.median(raw, axis=0)
     ref -= ref.mean()
     # similarity: each channel's projection on the median trace, a [C, L]·[L, 1] product
-    xcorr = matmul(raw, ref[:, None])[:, 0] / np.sum(ref * ref)
+    xcorr = matmul(raw, ref[:, None])[:, 0] / xp.sum(ref * ref)
     return {"xcorr": xcorr, "psd_hf": psd_hf}
 
 
@@ -274,9 +284,8 @@ def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: f
     reference shortens it with a warning). There is no ``channel_filters``: select labels
     from the result.
 
-    Computed on the host: CuPy traces are assessed chunk by chunk after copying each chunk
-    to the host (a once-per-recording analysis on a few seconds of data), and the result
-    is the same host-side `BadChannels`.
+    CuPy traces are assessed on the device (the features in float64 there; only they come
+    to the host), and the result is the same host-side `BadChannels`.
 
     Parameters
     ----------
@@ -420,9 +429,12 @@ def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: f
     order = depth_order(g, direction)
     feats = {k: np.empty((len(starts), n_channels)) for k in FEATURES}
     codes = np.empty((len(starts), n_channels), dtype=np.int64)
-    for i, s in enumerate(starts):   # CuPy: only the chunks come to the host
-        c = to_numpy(x[:, s:s + chunk])
-        f = chunk_features(np.asarray(c[order], dtype=np.float64), fs, nperseg, nyq)
+    # CuPy: the features computed on the device, only they come to the host (the chunks
+    # copied over and assessed by the CPU took most of a GPU pipeline's fit)
+    order_x = xp.asarray(order)
+    for i, s in enumerate(starts):
+        c = x[:, s:s + chunk][order_x].astype(np.float64)
+        f = {k: to_numpy(v) for k, v in chunk_features(c, fs, nperseg, nyq).items()}
         f["trend"] = shrinking_median(f["xcorr"], n_neighbors)
         f["xcorr_neighbors"] = f["xcorr"] - f["trend"]
         code = chunk_codes(f, psd_hf_threshold=psd_hf_threshold, dead=dead, noisy=noisy,

@@ -377,7 +377,7 @@ class BadChannels(Step):
             codes = {name: i for i, name in enumerate(BAD_CHANNEL_LABELS)}
             votes = np.zeros((n, 4), dtype=np.int64)
             for x in blocks.inner():
-                found = detect_bad_channels(to_numpy(x), ctx.geometry, ctx.fs,
+                found = detect_bad_channels(x, ctx.geometry, ctx.fs,
                                             num_random_chunks=None)
                 votes[np.arange(n), [codes[v] for v in found.labels]] += 1
             if not votes.any():
