@@ -404,6 +404,68 @@ def test_raw_writer_refuses_what_it_cannot_write(tmp_path):
         w.close()
 
 
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 300), cols=st.integers(1, 7), step=st.integers(1, 64),
+       dtype=st.sampled_from([np.int16, np.float32, np.uint8]),
+       contiguous=st.booleans(), userblock=st.booleans(), data=st.data())
+def test_raw_reader_equals_h5py(tmp_path_factory, rows, cols, step, dtype, contiguous,
+                                userblock, data):
+    """Rows read with os.preadv, contiguous or chunked (chunks spanning the columns), from
+    a file with or without a user block, equal h5py's, into a given buffer too."""
+    from dspk.io.rawio import RawDatasetReader
+
+    x = (np.random.default_rng(rows * cols).standard_normal((rows, cols)) * 99).astype(dtype)
+    path = tmp_path_factory.mktemp("rawr") / "x.h5"
+    with h5py.File(path, "w", userblock_size=512 if userblock else 0) as f:
+        f.create_dataset("x", data=x, chunks=None if contiguous else (min(step, rows), cols))
+    a = data.draw(st.integers(0, rows))
+    b = data.draw(st.integers(a, rows))
+    with h5py.File(path, "r") as f:
+        reader = RawDatasetReader.open(f["x"])
+        assert reader is not None
+        np.testing.assert_array_equal(reader.read(a, b), x[a:b])
+        out = np.full((b - a, cols), 7, dtype)
+        assert reader.read(a, b, out) is out
+        np.testing.assert_array_equal(out, x[a:b])
+        reader.close()
+
+
+def test_raw_reader_declines_what_it_cannot_read(tmp_path):
+    """Filters, chunks cutting the columns, another byte order, 1-D: no reader (h5py reads
+    them); rows of a chunk never written: None (h5py fills them); a recording reads the same
+    samples either way."""
+    from dspk.io.rawio import RawDatasetReader
+
+    x = raw(c=6)
+    path = tmp_path / "r.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("gz", data=x, chunks=(100, 6), compression="gzip")
+        f.create_dataset("cut", data=x, chunks=(100, 3))
+        f.create_dataset("be", data=x.astype(">i2"))
+        f.create_dataset("one", data=x[:, 0])
+        part = f.create_dataset("part", shape=(3000, 6), dtype=np.int16, chunks=(1000, 6))
+        part[:1000] = x[:1000]
+        f.create_dataset("ok", data=x)
+    with h5py.File(path, "r") as f:
+        for name in ("gz", "cut", "be", "one"):
+            assert RawDatasetReader.open(f[name]) is None, name
+        reader = RawDatasetReader.open(f["part"])
+        np.testing.assert_array_equal(reader.read(0, 1000), x[:1000])
+        assert reader.read(500, 1500) is None
+        with pytest.raises(ValueError, match="outside"):
+            reader.read(10, 3001)
+        with pytest.raises(ValueError, match="out: expected a C-contiguous int16"):
+            reader.read(0, 10, np.zeros((10, 6), np.float32))
+        reader.close()
+    for name in ("part", "ok", "cut"):
+        with open_recording(path, dataset=name, fs=FS) as rec:
+            want = np.zeros((3000, 6), np.int16) if name == "part" else x
+            if name == "part":
+                want[:1000] = x[:1000]
+            assert (rec._raw is not None) == (name in ("part", "ok"))
+            np.testing.assert_array_equal(rec.read_native(200, 2500), want[200:2500])
+
+
 @pytest.mark.parametrize("kind", ["nwb", "hdf5_gzip", "binary", "array"])
 def test_every_recording_closes_and_reopens_from_its_spec(tmp_path, kind):
     """close() and ``with`` for every source; spec() pickles without a file handle and opens

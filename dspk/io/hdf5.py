@@ -24,6 +24,7 @@ from ..argnames import arg
 from .errors import RecordingError
 from .layout import LAYOUTS, channels_first, resolve_layout
 from .probe import stored_geometry
+from .rawio import RawDatasetReader
 from .recording import OpenOptions, Recording, RecordingSpec, resolved_metadata, source_path
 
 __all__ = ["HDF5Recording", "electrical_series", "contents", "pipeline_steps", "is_hdf5",
@@ -354,6 +355,9 @@ class HDF5Recording(Recording):
         self._threads = threads or min(32, os.cpu_count() or 1)
         self._gzip = _gzip_plan(dset)
         self._gzip_io: GzipReader | None = None
+        # unfiltered samples read straight from the file, outside the GIL (`RawDatasetReader`)
+        self._raw = RawDatasetReader.open(self._dset, self._dset_file) \
+            if self._samples_first and self._gzip is None and not self._external else None
         self.compressed = dset.compression is not None
         self.samples_first = self._samples_first
         # per-channel Neuropixels metadata a file may carry beside the traces (a SpikeGLX
@@ -378,6 +382,9 @@ class HDF5Recording(Recording):
         if self._gzip_io is not None:
             self._gzip_io.close()
             self._gzip_io = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
         self._file.close()
         super().close()
 
@@ -457,6 +464,10 @@ class HDF5Recording(Recording):
             (slice(None), slice(start, stop))
         if self._gzip is not None and stop > start:
             return self._gzip_reader().read(sel, out)   # names a damaged chunk itself
+        if self._raw is not None and stop > start and (out is None or out.flags.c_contiguous):
+            got = self._raw.read(start, stop, out)
+            if got is not None:
+                return got
         try:
             if out is None:
                 return self._dset[sel]

@@ -1,4 +1,5 @@
-"""Writing a job's output samples straight into an HDF5 file's contiguous dataset.
+"""Writing a job's output samples straight into an HDF5 file's contiguous dataset, and reading
+an unfiltered dataset's samples straight from the file.
 
 h5py holds Python's GIL (and HDF5's lock) for the whole of every read and write, so while the
 writer thread stores a chunk of output nothing else in the process can run Python: the
@@ -8,6 +9,12 @@ with a gzip input). A contiguous, unfiltered dataset's samples are one block of 
 fixed file offset, allocated when the dataset is created; ``os.pwrite`` puts a chunk there
 with the GIL released. HDF5 keeps no copy of those bytes (it never reads or writes this
 dataset's data itself), so the file stays consistent.
+
+Reading is the same story (measured on the H100 host: a GPU job's h5py reads, 0.6 s of a
+1.8-s run, held the GIL while the main thread waited to launch the next chunk's work): the
+samples of an unfiltered dataset, contiguous or in chunks that span every channel, lie in
+blocks of bytes at offsets HDF5 reports, and ``os.preadv`` reads them into the caller's
+buffer (a pinned one on the GPU) with the GIL released (`RawDatasetReader`).
 
 The writers here store no object times (HDF5 records a creation and a modification time in
 the header of every group and dataset unless told not to): a job's output is the same bytes
@@ -19,12 +26,13 @@ jobs create HDF5 objects.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
 __all__ = ["new_file", "require_group", "create_dataset", "create_contiguous", "raw_offset",
-           "RawDatasetWriter"]
+           "RawDatasetWriter", "RawDatasetReader"]
 
 
 def new_file(path: Any) -> Any:
@@ -148,4 +156,118 @@ class RawDatasetWriter:
             self._fd = None
 
     def __del__(self) -> None:   # a job that failed mid-way: the descriptor is not leaked
+        self.close()
+
+
+class RawDatasetReader:
+    """Reads rows of a 2-D unfiltered dataset in this machine's byte order, contiguous or
+    stored in chunks that span its second axis, with ``os.preadv`` into the caller's buffer
+    (the GIL released; h5py holds it for the length of every read). `open` gives None
+    where the samples are not laid out so (filters, external storage, chunks that cut the
+    second axis, another byte order, a file that is not a file on disk) or where the bytes
+    at the offsets HDF5 reports are not the ones h5py reads; `read` gives None for rows in
+    a chunk never written (h5py fills those).
+
+    Examples
+    --------
+    >>> import os, tempfile, h5py, numpy as np
+    >>> from dspk.io.rawio import RawDatasetReader
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "x.h5")
+    >>> x = np.arange(60, dtype=np.int16).reshape(20, 3)
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("a", data=x)
+    ...     _ = f.create_dataset("b", data=x, chunks=(7, 3))
+    >>> f = h5py.File(path, "r")
+    >>> [bool((RawDatasetReader.open(f[k]).read(5, 16) == x[5:16]).all()) for k in "ab"]
+    [True, True]
+    >>> f.close(); tmp.cleanup()
+    """
+
+    def __init__(self, dset: Any, fd: int) -> None:
+        self.dset, self._fd = dset, fd
+        self.shape, self.dtype = tuple(dset.shape), dset.dtype
+        self.row_bytes = self.shape[1] * self.dtype.itemsize
+        self.step = dset.chunks[0] if dset.chunks is not None else None
+        self._offsets: dict = {}
+        self._lock = threading.Lock()
+        self._contiguous = raw_offset(dset) if self.step is None else None
+
+    @classmethod
+    def open(cls, dset: Any, path: str | None = None) -> "RawDatasetReader | None":
+        """A reader of ``dset`` (its file at ``path``, default the dataset's own), or None."""
+        try:
+            if (dset.ndim != 2 or dset.size == 0 or not dset.dtype.isnative
+                    or dset.dtype.kind not in "iuf" or dset.external):
+                return None
+            if dset.chunks is not None:
+                if dset.chunks[1] != dset.shape[1] or dset.id.get_create_plist().get_nfilters():
+                    return None
+            elif raw_offset(dset) is None:
+                return None
+            fd = os.open(path or dset.file.filename, os.O_RDONLY)
+        except (AttributeError, OSError, RuntimeError, TypeError, ValueError):
+            return None
+        reader = cls(dset, fd)
+        rows = min(dset.shape[0], 64)
+        got = reader.read(0, rows)
+        if got is None or not np.array_equal(got, dset[:rows], equal_nan=dset.dtype.kind == "f"):
+            reader.close()
+            return None
+        return reader
+
+    def _chunk_offset(self, k: int) -> int | None:
+        """The file offset of row chunk k (None: never written)."""
+        with self._lock:
+            if k not in self._offsets:
+                info = self.dset.id.get_chunk_info_by_coord((k * self.step, 0))
+                ok = info.byte_offset is not None and info.filter_mask == 0 and \
+                    info.size == self.step * self.row_bytes
+                self._offsets[k] = int(info.byte_offset) if ok else None
+            return self._offsets[k]
+
+    def _preadv(self, view: memoryview, at: int) -> None:
+        done = 0
+        while done < len(view):
+            got = os.preadv(self._fd, [view[done:]], at + done)
+            if got <= 0:
+                raise OSError(f"{self.dset.file.filename}: the samples end past the end of "
+                              f"the file (truncated?)")
+            done += got
+
+    def read(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray | None:
+        """Rows [a, b) as a [b - a, columns] array (``out`` when given: C-contiguous, this
+        dataset's dtype and shape), or None where a chunk was never written."""
+        if not 0 <= a <= b <= self.shape[0]:
+            raise ValueError(f"rows {a}..{b} outside {self.shape[0]}")
+        if out is None:
+            out = np.empty((b - a, self.shape[1]), self.dtype)
+        if not (out.flags.c_contiguous and out.dtype == self.dtype
+                and out.shape == (b - a, self.shape[1])):
+            raise ValueError(f"out: expected a C-contiguous {self.dtype} array of shape "
+                             f"{(b - a, self.shape[1])}")
+        if a == b:
+            return out
+        flat = memoryview(out.reshape(-1).view(np.uint8))
+        if self.step is None:
+            self._preadv(flat, self._contiguous + a * self.row_bytes)
+            return out
+        r = a
+        while r < b:
+            k = r // self.step
+            e = min(b, (k + 1) * self.step)
+            at = self._chunk_offset(k)
+            if at is None:
+                return None
+            self._preadv(flat[(r - a) * self.row_bytes:(e - a) * self.row_bytes],
+                         at + (r - k * self.step) * self.row_bytes)
+            r = e
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
         self.close()
