@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..argnames import arg
 from ..backend import to_numpy
+from ..ops._checks import positions as checked_positions
 
 __all__ = ["Motion", "MotionError", "shank_labels", "to_spikeinterface", "SHANK_GAP_UM",
            "MOTION_FILE_VERSION"]
@@ -91,22 +91,13 @@ def shank_labels(geometry: Any, shank_ids: Any = None) -> np.ndarray:
 
 
 def positions(geometry: Any) -> np.ndarray:
-    """[channels, 2] float64 positions in µm from an array or a probeinterface Probe; finite."""
-    if hasattr(geometry, "contact_positions"):
-        geometry = geometry.contact_positions
+    """[channels, 2] float64 positions in µm from an array or a probeinterface Probe; finite
+    (`dspk.ops`' check, its ValueError raised as a `MotionError`, which the pipeline's
+    Motion step reports as its own)."""
     try:
-        g = np.asarray(to_numpy(geometry), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"geometry: expected [channels, 2] positions in µm, got "
-                        f"{type(geometry).__name__}") from None
-    if g.ndim != 2 or g.shape[1] != 2 or g.shape[0] == 0:
-        raise MotionError(f"geometry: expected [channels, 2] positions in µm (x, y), got shape "
-                          f"{g.shape}; pass {arg('geometry')}recording.geometry or a "
-                          f"probeinterface Probe")
-    bad = np.flatnonzero(~np.isfinite(g).all(axis=1))
-    if bad.size:
-        raise MotionError(f"geometry: the position of channel {int(bad[0])} is not finite")
-    return g
+        return checked_positions(geometry)
+    except ValueError as exc:
+        raise MotionError(str(exc)) from None
 
 
 def probe_digest(geometry: np.ndarray, shanks: np.ndarray) -> str:
