@@ -175,8 +175,42 @@ def _drift(f: Any) -> str | None:
     return None
 
 
+def _info_kilosort(folder: str) -> int:
+    """``dspk info`` of a folder written by ``--format kilosort``: its binary, units, probe,
+    the steps that ran, the channels found bad and the drift corrected (from ``dspk.json``,
+    ``chanMap.json`` and ``fitted.h5``)."""
+    with open(os.path.join(folder, "dspk.json"), encoding="utf-8") as fh:
+        meta = json.load(fh)
+    n, c, fs = int(meta["n_samples"]), int(meta["n_channels"]), float(meta["fs"])
+    print(f"{folder}: a Kilosort folder written by dspk {meta.get('dspk', '?')}")
+    print(f"  {meta['binary']}: {c} channels x {n} samples {meta['dtype']} "
+          f"([samples, channels], offset {meta.get('offset', 0)}), {fs:g} Hz, {n / fs:.3f} s")
+    print(f"  values: raw x {meta['scale']:g}, in {meta.get('units', 'µV')}")
+    steps = [s["step"] for s in meta.get("pipeline", [])]
+    print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
+    probe = os.path.join(folder, "chanMap.json")
+    if os.path.isfile(probe):
+        with open(probe, encoding="utf-8") as fh:
+            ks = json.load(fh)
+        xc, yc = np.asarray(ks["xc"], float), np.asarray(ks["yc"], float)
+        shanks = np.unique(np.asarray(ks.get("kcoords", np.zeros(len(xc)))))
+        print(f"  probe (chanMap.json): {len(xc)} channels, x {xc.min():g}..{xc.max():g} µm, "
+              f"y {yc.min():g}..{yc.max():g} µm, {len(shanks)} shank(s)")
+    fitted = os.path.join(folder, "fitted.h5")
+    if os.path.isfile(fitted):
+        with h5py_module().File(fitted, "r") as f:
+            bad, drift = _bad_channels(f), _drift(f)
+        if bad is not None:
+            print(f"  bad channels (interpolated): {bad}")
+        if drift is not None:
+            print(f"  drift (corrected): {drift}")
+    return 0
+
+
 def _info_file(args: argparse.Namespace) -> int:
     path = args.input
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "dspk.json")):
+        return _info_kilosort(path)
     series: list = []
     steps = None
     if os.path.isfile(path) and is_hdf5(path):

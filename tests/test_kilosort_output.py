@@ -289,6 +289,29 @@ def test_command_line_writes_the_folder_and_names_options_in_errors(tmp_path, ca
     assert not any(Path(tmp_path, k).exists() for k in ("k2", "k3", "k4"))
 
 
+def test_info_describes_the_folder(tmp_path, capsys):
+    """``dspk info KSFOLDER``: the binary, its units, the probe, the steps, the bad channels."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        d = f.create_dataset("traces", data=recording().read(scaled=False).T)
+        d.attrs["fs"] = FS
+        d.attrs["geometry"] = geometry()
+    out = tmp_path / "ks"
+    assert main(["preprocess", str(src), str(out), "--format", "kilosort", "--neighbors", "8",
+                 "--bad-channels", "2,5", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    said = capsys.readouterr().out
+    meta = traces(out)[1]
+    n, c = meta["n_samples"], meta["n_channels"]
+    assert f"traces.bin: {c} channels x {n} samples int16 ([samples, channels], offset 0)" \
+        in said
+    assert f"values: raw x {meta['scale']:g}, in whitened" in said
+    assert "written by dspk: HighPass -> BadChannels -> Reference -> Whiten" in said
+    assert f"probe (chanMap.json): {c} channels" in said
+    assert "bad channels (interpolated): given [2, 5]" in said
+
+
 # -- any length, any chunk, stopped anywhere -------------------------------------------------------
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.function_scoped_fixture])
