@@ -337,8 +337,8 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
 
     options = {**_pipeline_options(args), **_open_options(args), "chunk_s": args.chunk_s,
-               "output_dtype": np.int16 if args.int16 else np.float32,
-               "overwrite": args.overwrite}
+               "output_dtype": np.int16 if args.int16 else np.float32 if args.float32 else None,
+               "overwrite": args.overwrite, "format": args.format}
     client = cluster_client(args.scheduler, args.workers, gpu=options["backend"] == "gpu")
     try:
         results = preprocess_many(args.pattern, args.outdir, client=client, **options)
@@ -668,7 +668,8 @@ def parser() -> argparse.ArgumentParser:
                      "failed recording is reported without stopping the others. The input "
                      "options (--probe, --gain-to-uv, ...) apply to every recording.")
     p_many.add_argument("pattern", metavar="GLOB", help="a glob of recording files (quote it)")
-    p_many.add_argument("outdir", metavar="OUTDIR", help="outputs OUTDIR/<recording name>.h5")
+    p_many.add_argument("outdir", metavar="OUTDIR",
+                        help="outputs OUTDIR/<recording name>.h5 (see --format)")
     where = p_many.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="a running dask.distributed scheduler (else a local cluster)")
@@ -676,8 +677,15 @@ def parser() -> argparse.ArgumentParser:
                        help="local worker processes (when not given: one per core; with "
                             "--backend gpu and dask-cuda, one per GPU)")
     _pipeline_args(p_many)
-    p_many.add_argument("--int16", action="store_true",
-                        help="scaled int16 output (else float32)")
+    p_many.add_argument("--format", default="hdf5", choices=FORMATS,
+                        help="each output as dspk preprocess --format writes it: "
+                             "OUTDIR/<name>.h5, the Kilosort folder OUTDIR/<name>, or "
+                             "OUTDIR/<name>.nwb")
+    many_kind = p_many.add_mutually_exclusive_group()
+    many_kind.add_argument("--int16", action="store_true",
+                           help="scaled int16 output (the default of --format kilosort)")
+    many_kind.add_argument("--float32", action="store_true",
+                           help="float32 output (the default, except for --format kilosort)")
     p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p_many.set_defaults(func=_preprocess_many)
     p_det = command("detect", "detection alone, its peaks in SpikeInterface's form",

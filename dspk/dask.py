@@ -45,6 +45,7 @@ from .backend import resolve_backend
 from .io import Recording, RecordingSpec, open_recording
 from .io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .pipeline import Job, Pipeline, PipelineError, registry
+from .pipeline.handoff import check_format
 from .pipeline.job import opened
 from .pipeline.output import LAYOUTS, PartialOutput, check_output, chunk_samples
 
@@ -570,7 +571,9 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
 OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry", "n_channels",
              "dtype", "header_bytes", "allow_external_links"}
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
-            "overwrite", "on_chunk"}
+            "overwrite", "on_chunk", "format"}
+#: each format's output name for a recording's stem (a Kilosort output is a folder)
+OUTPUT_SUFFIX = {"hdf5": ".h5", "kilosort": "", "nwb": ".nwb"}
 
 
 def pipeline_keys() -> set:
@@ -601,8 +604,10 @@ def _job(path: str, out: str, open_options: dict, pipeline: Pipeline,
     run = dict(run_options)
     if "layout_out" in run:
         run["layout"] = run.pop("layout_out")
+    # an NWB output is written in one go (a retried job starts it again)
+    resume = run.get("format", "hdf5") != "nwb"
     with open_recording(path, **open_options) as rec:
-        return str(pipeline.run(rec, out, resume=True, progress=False, **run))
+        return str(pipeline.run(rec, out, resume=resume, progress=False, **run))
 
 
 def _tune_job(path: str, open_options: dict, pipeline: Pipeline, chunk_s: float) -> None:
@@ -661,8 +666,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     ----------
     paths : glob pattern or sequence of paths
     out_dir : str
-        Outputs ``<out_dir>/<recording stem>.h5``, each written atomically by
-        `Pipeline.run` (a job killed with its worker is retried and resumes its partial file).
+        Outputs ``<out_dir>/<recording stem>.h5`` (``format="kilosort"``: the folder
+        ``<out_dir>/<recording stem>``; ``"nwb"``: ``<stem>.nwb``), each written atomically by
+        `Pipeline.run` (a job killed with its worker is retried and resumes its partial
+        output; an NWB output is started again).
     client : dask.distributed.Client, optional
         Default: `cluster_client()` (local CPU worker processes), closed at the end.
     retries : int
@@ -676,7 +683,8 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         `open_recording` keywords (dataset, fs, n_channels, ...), `Pipeline.from_options`
         keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
         ``dtype_processing`` for its dtype) and `Pipeline.run` keywords (chunk_s,
-        output_dtype, output_scale, compression, overwrite; ``layout_out`` for its layout;
+        output_dtype, output_scale, compression, overwrite, format; ``layout_out`` for its
+        layout;
         ``on_chunk``, called in the worker after each committed chunk, pickled to it).
 
     Returns
@@ -693,6 +701,9 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         No paths, or two recordings with the same stem (one output name).
     TypeError
         An unknown keyword (checked before any cluster starts).
+    PipelineError
+        A ``format`` with options it cannot honour (compression, [channels, samples], a
+        detecting pipeline), before any cluster starts.
 
     Examples
     --------
@@ -745,6 +756,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     # the pipeline is made here, once (a bad option is refused before a cluster starts), and
     # sent to the workers: its stages travel with it, those of your own registered steps too
     pipeline = _pipeline({k: v for k, v in options.items() if k in pipe_keys})
+    fmt = check_format(run_options.get("format", "hdf5"),
+                       run_options.get("layout_out", "samples_channels"),
+                       run_options.get("compression"), False, pipeline)
+    suffix = OUTPUT_SUFFIX[fmt]
     own = client is None
     if own:
         client = cluster_client(gpu=resolve_backend(pipeline.backend) == "gpu")
@@ -764,7 +779,7 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
                               pure=False).result()
             except Exception as exc:   # its own job will report it
                 log.warning("%s: tuning failed: %s", p, exc)
-        futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}.h5"), open_options,
+        futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}{suffix}"), open_options,
                                     pipeline, run_options, retries=retries, pure=False)
                    for p in paths}
         results: dict = {}

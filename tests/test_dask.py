@@ -133,6 +133,30 @@ def test_a_killed_worker_is_retried_and_its_output_is_complete(tmp_path, monkeyp
         np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
 
 
+@pytest.mark.parametrize("fmt", ["kilosort", "nwb"])
+def test_preprocess_many_writes_each_format(tmp_path, client, fmt):
+    """format="kilosort": a folder per recording with the single-process job's binary;
+    format="nwb": an .nwb file per recording; a refused combination before any work."""
+    if fmt == "nwb":
+        pytest.importorskip("pynwb")
+    paths = [write_recording(tmp_path / f"k{i}.h5", c=8, seed=30 + i) for i in range(2)]
+    res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=client,
+                             whiten="global", backend="cpu", chunk_s=0.5, format=fmt)
+    for p in paths:
+        got = Path(res[str(p)])
+        if fmt == "kilosort":
+            assert got == tmp_path / "out" / p.stem and (got / "traces.bin").is_file()
+            single = tmp_path / f"{p.stem}-single"
+            single_process(p, single, whiten="global", backend="cpu", chunk_s=0.5,
+                           format="kilosort")
+            assert (got / "traces.bin").read_bytes() == (single / "traces.bin").read_bytes()
+        else:
+            assert got == tmp_path / "out" / f"{p.stem}.nwb" and got.is_file()
+    with pytest.raises(dspk.pipeline.PipelineError, match="compression"):
+        dd.preprocess_many([str(p) for p in paths], tmp_path / "o2", client=client,
+                           format=fmt, compression="gzip")
+
+
 def test_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="matches no file"):
         dd.preprocess_many(str(tmp_path / "*.nwb"), tmp_path / "out")
@@ -173,6 +197,12 @@ def test_command_line(tmp_path):
         assert traces(tmp_path / "out" / f"c{i}.h5").dtype == np.int16
     assert main(["preprocess-many", str(tmp_path / "none*.h5"), str(tmp_path / "o2"),
                  "--workers", "1"]) == 2
+    rc = main(["preprocess-many", str(tmp_path / "c[01].h5"), str(tmp_path / "ks"),
+               "--workers", "1", "--whiten", "global", "--backend", "cpu",
+               "--format", "kilosort"])
+    assert rc == 0
+    assert sorted(os.listdir(tmp_path / "ks")) == ["c0", "c1"]
+    assert (tmp_path / "ks" / "c0" / "traces.bin").stat().st_size == 36000 * 8 * 2   # int16
 
 
 @pytest.mark.parametrize("layout", ["samples_channels", "channels_samples"])
