@@ -291,6 +291,41 @@ def test_gpu_raw_transfer_equals_scaled_read(tmp_path, monkeypatch, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["contiguous", "gzip", "channels_first", "binary", "array"])
+def test_gpu_fit_reads_give_the_host_reads_bits(tmp_path, kind):
+    """A fit's chunks and a fit pass read on the device (raw samples moved, scaled there):
+    the host read's µV blocks, bit for bit, halos clipped at the ends; and the fitted states
+    of a pipeline equal those fitted from host reads."""
+    import cupy as cp
+
+    from dspk.pipeline import stream
+
+    rec = _sources(tmp_path, kind)
+    n = rec.n_samples
+    spans = [(0, 4000), (4000, 9000), (n - 3000, n), (1234, 1235)]
+    got = list(stream.device_read_ahead(rec, spans, 70, cp))
+    ref = list(stream.read_ahead(rec, spans, 70))
+    assert len(got) == len(ref) == len(spans)
+    for (a, x), (b, y) in zip(got, ref):
+        assert a == b and isinstance(x, cp.ndarray) == stream.raw_transfer(rec, cp)
+        np.testing.assert_array_equal(cp.asnumpy(x), np.asarray(y))
+    opts = dict(whiten="local", n_neighbors=6, backend="gpu", bad_channels="detect")
+    fast = Pipeline.from_options(**opts).fit(rec)
+    import dspk.pipeline.prepared as prepared
+
+    orig = prepared.device_read_ahead
+    prepared.device_read_ahead = lambda rec, spans, m, xp: stream.read_ahead(rec, spans, m)
+    try:
+        slow = Pipeline.from_options(**opts).fit(rec)
+    finally:
+        prepared.device_read_ahead = orig
+    for a, b in zip(fast.states, slow.states):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+
+
+@pytest.mark.gpu
 def test_gpu_job_equals_cpu_job_and_is_chunk_invariant(tmp_path):
     rec = _sources(tmp_path, "contiguous")
     cpu = Pipeline.from_options(whiten="local", n_neighbors=6, backend="cpu").fit(rec)

@@ -44,7 +44,7 @@ from .output import (PartialOutput, TraceOutput, check_output, check_output_opti
                      write_metadata, write_traces)
 from .prepared import PreparedPipeline
 from .stage import Context
-from .stream import ChunkStream, Staging, ahead, output_block, read_block
+from .stream import ChunkStream, Staging, ahead, output_block, raw_transfer, read_block
 
 # Job and JobInterrupted are documented where they are imported from: dspk.pipeline
 __all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
@@ -84,27 +84,6 @@ def opened(recording: Recording | str | os.PathLike,
         return
     with open_recording(recording, **open_options) as rec:
         yield rec
-
-
-def raw_transfer(rec: Recording, xp: Any) -> bool:
-    """Whether a job moves the raw samples to the device (integer sources on the GPU: half of
-    float32's bytes for int16, transposed and scaled there; float sources take the checked,
-    scaled read).
-
-    Parameters
-    ----------
-    rec : Recording
-    xp : module
-        The pipeline's array module.
-
-    Examples
-    --------
-    >>> import numpy as np, dspk
-    >>> from dspk.pipeline.job import raw_transfer
-    >>> raw_transfer(dspk.open_recording(np.zeros((3000, 2), np.int16), fs=3e4), np)
-    False
-    """
-    return xp is not np and rec.dtype.kind in "iu"
 
 
 def resumable(exc: BaseException) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Sequence
 
 from .stage import Context, FitBlocks, Sink, Step
-from .stream import read_ahead
+from .stream import device_read_ahead
 
 __all__ = ["PreparedPipeline", "fitted_states", "pass_blocks", "PASS_CHUNK_S"]
 
@@ -193,7 +193,7 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     # blocks keep their width (the chunk and m samples each side), as a job computes them
     head = PreparedPipeline(stages, out, ctx, upto=first)
     blocks = [head.compute(raw, s0, s1, m)
-              for (s0, s1), raw in zip(spans, read_ahead(rec, list(spans), m))]
+              for (s0, s1), raw in zip(spans, device_read_ahead(rec, list(spans), m, ctx.xp))]
     for k in range(first, last + 1):
         stage = stages[k]
         if stage.fitted:     # the stages before it took their margins: its own is exact
@@ -248,6 +248,6 @@ def pass_blocks(steps: Sequence[Any], states: Sequence[dict], ctx: Context, halo
     chunk = max(1, int(round(chunk_s * ctx.fs)))
     spans = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
     cut = m - int(halo)
-    for (s0, s1), raw in zip(spans, read_ahead(rec, spans, m)):
+    for (s0, s1), raw in zip(spans, device_read_ahead(rec, spans, m, ctx.xp)):
         full = head.compute(raw, s0, s1, m)
         yield s0, s1, full[:, cut:full.shape[1] - cut]

@@ -27,7 +27,7 @@ from ..backend import array_module, pinned_empty, to_numpy
 from ..io import Recording, to_uv
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_ahead", "read_block", "quantize",
-           "output_block", "Staging", "ChunkStream"]
+           "output_block", "raw_transfer", "device_read_ahead", "Staging", "ChunkStream"]
 
 #: chunks read ahead of the one being computed; more for compressed sources, whose chunks
 #: are inflated in a thread pool (a 1-s read holds only a few chunks: several reads in flight
@@ -82,6 +82,70 @@ def read_ahead(rec: Recording, spans: Sequence[tuple[int, int]], m: int) -> Iter
             if k + depth < len(spans):
                 queue.append(pool.submit(read_block, rec, *spans[k + depth], m))
             yield raw
+
+
+def raw_transfer(rec: Recording, xp: Any) -> bool:
+    """Whether a job moves the raw samples to the device (integer sources on the GPU: half of
+    float32's bytes for int16, transposed and scaled there; float sources take the checked,
+    scaled read).
+
+    Parameters
+    ----------
+    rec : Recording
+    xp : module
+        The pipeline's array module.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.stream import raw_transfer
+    >>> raw_transfer(dspk.open_recording(np.zeros((3000, 2), np.int16), fs=3e4), np)
+    False
+    """
+    return xp is not np and rec.dtype.kind in "iu"
+
+
+def device_read_ahead(rec: Recording, spans: Sequence[tuple[int, int]], m: int,
+                      xp: Any) -> Iterator[tuple]:
+    """`read_ahead`'s (first sample, µV block) for each span, the blocks of an integer source
+    on the GPU read as stored into pinned buffers, moved, then transposed and scaled on the
+    device (`Staging`, as a job's chunks: the same bits as `Recording.read`'s) — a fit's
+    chunks and a fit pass over the whole recording (a drift estimate) go this way. Others:
+    `read_ahead` as is.
+
+    Parameters
+    ----------
+    rec : Recording
+    spans : sequence of (s0, s1)
+    m : int
+        Samples of context each side.
+    xp : module
+        The pipeline's array module.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.stream import device_read_ahead
+    >>> rec = dspk.open_recording(np.arange(20, dtype=np.int16).reshape(10, 2), fs=3e4)
+    >>> [(a, x.shape) for a, x in device_read_ahead(rec, [(0, 4), (4, 10)], 1, np)]
+    [(0, (2, 5)), (3, (2, 7))]
+    """
+    if not raw_transfer(rec, xp) or not spans:
+        yield from read_ahead(rec, spans, m)
+        return
+    depth = ahead(rec)
+    width = max(s1 - s0 for s0, s1 in spans) + 2 * m
+    # the slots: the reads in flight, the block being moved, and one spare
+    staging = Staging(rec, width, depth + 2)
+    with ThreadPoolExecutor(depth) as pool:
+        queue = deque(pool.submit(staging.read, k, s0, s1, m)
+                      for k, (s0, s1) in enumerate(spans[:depth]))
+        for k in range(len(spans)):
+            raw = queue.popleft().result()
+            block = staging.to_device(raw, xp)      # copied before its slot is read into again
+            if k + depth < len(spans):
+                queue.append(pool.submit(staging.read, k + depth, *spans[k + depth], m))
+            yield block
 
 
 def read_block(rec: Recording, s0: int, s1: int, m: int) -> tuple:
@@ -170,13 +234,14 @@ class Staging:
     Parameters
     ----------
     rec : Recording
-        An integer source (`dspk.pipeline.job.raw_transfer`).
+        An integer source (`raw_transfer`).
     width : int
         The longest block read: a chunk and its halos.
     slots : int
         Input buffers.
-    out_shape : tuple
-        (chunk samples, channels) of an output block.
+    out_shape : tuple, optional
+        (chunk samples, channels) of an output block (None: no output buffers, blocks are
+        only read).
     out_dtype : float32 or int16
     layout : {"samples_channels", "channels_samples"}
 
@@ -188,12 +253,13 @@ class Staging:
     ... # doctest: +SKIP
     """
 
-    def __init__(self, rec: Recording, width: int, slots: int, out_shape: tuple,
-                 out_dtype: np.dtype, layout: str) -> None:
+    def __init__(self, rec: Recording, width: int, slots: int, out_shape: tuple | None = None,
+                 out_dtype: np.dtype = np.float32, layout: str = "samples_channels") -> None:
         self.rec, self.layout, self.out_dtype = rec, layout, out_dtype
         c = rec.n_channels
         self._in = [pinned_empty(width * c, rec.dtype) for _ in range(slots)]
-        self._out = [pinned_empty(out_shape[0] * c, out_dtype) for _ in range(3)]
+        self._out = [] if out_shape is None else \
+            [pinned_empty(out_shape[0] * c, out_dtype) for _ in range(3)]
         self.transfer_s = 0.0        # host <-> device copies (main thread)
 
     def read(self, k: int, s0: int, s1: int, m: int) -> tuple:
