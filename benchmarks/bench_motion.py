@@ -426,6 +426,14 @@ def hour_spikes(seconds: float, seed: int = 0, n_units: int = 400, rate: float =
     return (g, spikes, drift, depth) + ((u,) if units else ())
 
 
+def drift_errors(m, drift, depths) -> np.ndarray:
+    """The estimate minus the true drift at its time bins' centres and at each of ``depths``,
+    each depth's mean over time removed (the estimate is relative)."""
+    tc = m.time_centres_s
+    errs = [m.displacement_at(tc, y) - drift(tc, y) for y in depths]
+    return np.concatenate([e - e.mean() for e in errs])
+
+
 def run_hour(args, backend: str) -> tuple:
     import dspk.motion as dm
     from dspk.backend import to_numpy
@@ -463,12 +471,7 @@ def run_hour(args, backend: str) -> tuple:
         sync()
         wall = time.perf_counter() - t0
         note_peak()
-        tc = m.time_centres_s
-        errs = []
-        for y in depth[::20]:
-            e = m.displacement_at(tc, y) - drift(tc, y)
-            errs.append(e - e.mean())
-        errs = np.concatenate(errs)
+        errs = drift_errors(m, drift, depth[::20])
         kind = "rigid" if rigid else "non-rigid"
         rows.append(dict(case=case, impl=f"dspk.motion.estimate ({kind}, "
                          f"{len(m.depths_um)} windows)", wall_s=wall, first_s=first,
@@ -594,13 +597,7 @@ def run_hour_job(args, backend: str) -> tuple:
 
         state = next(st for st, step in zip(pipe.states, pipe.steps)
                      if type(step).__name__ == "Motion")
-        m = MotionEstimate.from_state(state)
-        tc = m.time_centres_s
-        errs = []
-        for y in depth[::10]:
-            e = m.displacement_at(tc, y) - drift(tc, y)
-            errs.append(e - e.mean())
-        errs = np.concatenate(errs)
+        errs = drift_errors(MotionEstimate.from_state(state), drift, depth[::10])
         notes.append(f"the job's drift estimate against the truth: RMS "
                      f"{np.sqrt(np.mean(errs ** 2)):.2f} µm, max {np.abs(errs).max():.2f} µm "
                      f"(units' depths, each unit's mean removed)")

@@ -261,12 +261,17 @@ def test_a_folder_holding_the_input_is_refused(tmp_path, no_fit):
 
 
 # -- the command line ----------------------------------------------------------------------------
-def test_command_line_writes_the_folder_and_names_options_in_errors(tmp_path, capsys):
-    src = tmp_path / "in.h5"
-    with h5py.File(src, "w") as f:
+def write_source(path):
+    """`recording()` as an HDF5 file with its rate and geometry."""
+    with h5py.File(path, "w") as f:
         d = f.create_dataset("traces", data=recording().read(scaled=False).T)
         d.attrs["fs"] = FS
         d.attrs["geometry"] = geometry()
+    return path
+
+
+def test_command_line_writes_the_folder_and_names_options_in_errors(tmp_path, capsys):
+    src = write_source(tmp_path / "in.h5")
     out = tmp_path / "ks"
     assert main(["preprocess", str(src), str(out), "--format", "kilosort", "--neighbors", "8",
                  "--quiet"]) == 0
@@ -291,11 +296,7 @@ def test_command_line_writes_the_folder_and_names_options_in_errors(tmp_path, ca
 
 def test_info_describes_the_folder(tmp_path, capsys):
     """``dspk info KSFOLDER``: the binary, its units, the probe, the steps, the bad channels."""
-    src = tmp_path / "in.h5"
-    with h5py.File(src, "w") as f:
-        d = f.create_dataset("traces", data=recording().read(scaled=False).T)
-        d.attrs["fs"] = FS
-        d.attrs["geometry"] = geometry()
+    src = write_source(tmp_path / "in.h5")
     out = tmp_path / "ks"
     assert main(["preprocess", str(src), str(out), "--format", "kilosort", "--neighbors", "8",
                  "--bad-channels", "2,5", "--quiet"]) == 0
