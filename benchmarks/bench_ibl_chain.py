@@ -190,7 +190,11 @@ def main(argv=None) -> None:
         notes.append(f"dspk's bad channels: {r['bad']} (injected: dead {DEAD}, noisy "
                      f"{NOISY}); its run's split (overlapped): read {r['read_s']:.2f} s, "
                      f"compute {r['compute_s']:.2f} s, write {r['write_s']:.2f} s, transfer "
-                     f"{r['transfer_s']:.2f} s")
+                     f"{r['transfer_s']:.2f} s; the chunk loop {r['loop_s']:.2f} s of the "
+                     f"run's {r['wall_s']:.2f} s (the rest: opening, the output's metadata "
+                     f"and fitted state, committing)")
+        # the warm run's chunk timeline ([what, chunk, start s, end s]) for the JSON
+        timeline = r.get("events", [])
         if not args.no_si:
             si = spikeinterface_chain(src, work)
             if si is None:
@@ -228,7 +232,8 @@ def main(argv=None) -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(md)
         Path(args.out).with_suffix(".json").write_text(json.dumps(
-            dict(rows=rows, notes=notes, environment=env, command=command), indent=1))
+            dict(rows=rows, notes=notes, environment=env, command=command,
+                 warm_run_timeline=timeline), indent=1))
 
 
 if __name__ == "__main__":

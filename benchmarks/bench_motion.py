@@ -58,9 +58,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import importlib.util
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -461,11 +463,17 @@ def run_hour(args, backend: str) -> tuple:
     for rigid in (True, False):
         # a first call (the tuner's choices for these sizes), then the timed one
         sync()
+        prof = cProfile.Profile()
         t0 = time.perf_counter()
-        m = dm.estimate(cols, g, seconds, rigid=rigid)
+        m = prof.runcall(dm.estimate, cols, g, seconds, rigid=rigid)
         sync()
         first = time.perf_counter() - t0
         note_peak()
+        # where the first call went (printed before the second: a run stopped by a time
+        # limit still says it)
+        print(f"estimate rigid={rigid}, first call {first:.2f} s; its 15 largest "
+              f"cumulative times:", flush=True)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(15)
         t0 = time.perf_counter()
         m = dm.estimate(cols, g, seconds, rigid=rigid)
         sync()

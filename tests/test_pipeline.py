@@ -352,10 +352,18 @@ def test_last_run_splits_the_time(tmp_path):
         d = f.create_dataset("x", data=x, chunks=(2048, 8), compression="gzip", shuffle=True)
         d.attrs["fs"] = FS
     p = Pipeline.from_options(whiten="global", backend="cpu")
-    p.run(dspk.open_recording(tmp_path / "g.h5"), tmp_path / "o.h5", progress=False)
+    p.run(dspk.open_recording(tmp_path / "g.h5"), tmp_path / "o.h5", progress=False,
+          chunk_s=0.2)
     t = p.last_run
     assert t["decompress_s"] > 0 and t["transfer_s"] == 0
-    assert {"read_s", "compute_s", "write_s", "wall_s", "x_real_time"} <= set(t)
+    assert {"read_s", "compute_s", "write_s", "loop_s", "wall_s", "x_real_time"} <= set(t)
+    # the timeline: every chunk read, computed and written once, each in order after the last
+    n_chunks = -(-20000 // 6000)
+    for what in ("read", "compute", "write"):
+        ev = [e for e in t["events"] if e[0] == what]
+        assert sorted(e[1] for e in ev) == list(range(n_chunks))
+        assert all(0 <= e[2] <= e[3] <= t["loop_s"] + 1e-6 for e in ev)
+    assert t["loop_s"] <= t["wall_s"]
 
 
 def test_detection_runs_in_units_of_the_noise_fitted_on_the_fit_chunks(tmp_path):

@@ -515,7 +515,7 @@ class Job:
         finally:
             transfer = staging.transfer_s if staging is not None else 0.0
             self.timing = {**timing, "compute_s": timing["compute_s"] - transfer,
-                           "transfer_s": transfer}
+                           "transfer_s": transfer, "events": list(stream.events)}
 
     def _finish(self, t0: float, samples: int, decompress_s: float) -> None:
         dt = time.perf_counter() - t0

@@ -326,7 +326,12 @@ class ChunkStream:
     Attributes
     ----------
     timing : dict
-        Seconds spent reading (summed over threads), computing and writing.
+        Seconds spent reading (summed over threads), computing and writing, and the loop's
+        wall time (``loop_s``: their overlap is ``read_s + compute_s + write_s − loop_s``).
+    events : list
+        ``[what, chunk, start, end]`` per read, computation and write ("read", "compute",
+        "write"), seconds from the loop's start: the chunks' timeline, to see where the
+        stages wait on each other.
 
     Examples
     --------
@@ -347,7 +352,9 @@ class ChunkStream:
         self.rec, self.chunk, self.margin = rec, chunk, margin
         self.staging, self.xp = staging, xp
         self.ahead = ahead(rec)
-        self.timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0}
+        self.timing = {"read_s": 0.0, "compute_s": 0.0, "write_s": 0.0, "loop_s": 0.0}
+        self.events: list = []
+        self._t0 = time.perf_counter()
         self._lock = threading.Lock()
 
     def read(self, k: int, s0: int, end: int) -> tuple:
@@ -358,8 +365,10 @@ class ChunkStream:
             r = self.staging.read(k, s0, s1, self.margin)
         else:
             r = read_block(self.rec, s0, s1, self.margin)
+        t1 = time.perf_counter()
         with self._lock:
-            self.timing["read_s"] += time.perf_counter() - t
+            self.timing["read_s"] += t1 - t
+            self.events.append(["read", k, t - self._t0, t1 - self._t0])
         return r
 
     def to_device(self, raw: tuple) -> tuple:
@@ -374,6 +383,14 @@ class ChunkStream:
         ``write(s0, s1, result)`` on the writer thread; the first failed write stops the
         loop (raised here)."""
         ahead = self.ahead
+        self._t0 = time.perf_counter()
+
+        def timed_write(i: int, s0: int, s1: int, result: Any) -> None:
+            t = time.perf_counter()
+            write(s0, s1, result)
+            with self._lock:
+                self.events.append(["write", i, t - self._t0, time.perf_counter() - self._t0])
+
         # the next `ahead` chunks are read while this one is computed (decompression of
         # several chunks overlaps), the last one written while the next is computed (one
         # writer thread: chunks are written in order)
@@ -388,9 +405,13 @@ class ChunkStream:
                     queue.append(reader.submit(self.read, i + ahead, starts[i + ahead], end))
                 t = time.perf_counter()
                 result = compute(i, raw, s0, s1)
-                self.timing["compute_s"] += time.perf_counter() - t
+                t1 = time.perf_counter()
+                self.timing["compute_s"] += t1 - t
+                with self._lock:
+                    self.events.append(["compute", i, t - self._t0, t1 - self._t0])
                 if pending is not None:
                     pending.result()        # a failed write stops the job here
-                pending = writer.submit(write, s0, s1, result)
+                pending = writer.submit(timed_write, i, s0, s1, result)
             if pending is not None:
                 pending.result()
+        self.timing["loop_s"] = time.perf_counter() - self._t0
