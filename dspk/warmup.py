@@ -6,7 +6,9 @@ dspk's own kernels ship prebuilt (`dspk.kernels`), and its first-use paths avoid
 runtime-compiled kernels where the work is small (the tuner's checks, whitening matrices,
 PCA's eigendecomposition: `dspk.linalg.host_checks`). What remains compiles on first use:
 measured on an H100 with an empty CuPy cache, ``learn_templates`` 34 kernels (4.6 s),
-``ncc`` 35 (2.8 s), ``PCA`` 4 (0.3 s), ``detect_spikes`` 2 (0.2 s). CuPy's kernel names
+``ncc`` 35 (2.8 s), ``PCA`` 4 (0.3 s), ``detect_spikes`` 2 (0.2 s); the Neuropixels ops
+(bad-channel features on the device: CuPy's FFT, median and float64 elementwise kernels) and
+the motion estimate and correction are warmed up too. CuPy's kernel names
 depend on dtypes and dimensions, not on sizes, so small inputs of the usual dtypes compile
 what full-size calls use. ``dspk tune --compile`` runs this after loading dspk's kernels.
 
@@ -58,6 +60,27 @@ def _calls(fs: float) -> dict[str, Callable[[], Any]]:
         rec = dspk.open_recording(xg, fs=fs, geometry=geom)
         return dspk.Pipeline.from_options(backend="gpu").fit(rec).transform(xg)
 
+    def neuropixels() -> Any:
+        """The Neuropixels chain's ops (IBL's order) and bad-channel detection on the device."""
+        shifts = cp.asarray((col % 12) / 13.0)
+        y = dspk.ops.phase_shift(xg, shifts)
+        y = dspk.ops.blank_saturation(y, 5.0)
+        dspk.ops.detect_bad_channels(y, geom, fs, num_random_chunks=None)
+        w = dspk.ops.interpolation_matrix(geom, col == 3)
+        y = dspk.spatial_filter(cp.asarray(w.astype(np.float32)), y)
+        return dspk.ops.highpass_spatial_filter(y, geom, fs, n_channel_pad=8)
+
+    def motion() -> Any:
+        """A drift estimate from spike columns and its correction, on the device."""
+        from dspk.motion import Correction, estimate  # noqa: PLC0415
+
+        m = 20000
+        cols = {"time_s": cp.asarray(np.sort(rng.uniform(0.0, 60.0, m))),
+                "y": cp.asarray(rng.uniform(0.0, geom[:, 1].max(), m)),
+                "amplitude": cp.asarray(rng.uniform(7.0, 30.0, m))}
+        est = estimate(cols, geom, 60.0, rigid=False, win_step_um=40.0, win_scale_um=40.0)
+        return Correction(geom, est)(xg, 0.0, fs)
+
     return {
         "covariance": lambda: (dspk.covariance(xg), dspk.covariance(xi)),
         "whitening and spatial filter": lambda: dspk.spatial_filter(
@@ -72,6 +95,8 @@ def _calls(fs: float) -> dict[str, Callable[[], Any]]:
         "learn_templates": lambda: dspk.learn_templates(sg, fs),
         "ncc": lambda: ncc(img, tpl),
         "Pipeline.transform": pipeline,
+        "Neuropixels ops": neuropixels,
+        "motion": motion,
     }
 
 

@@ -45,6 +45,9 @@ FIRST_CALLS = textwrap.dedent("""
     dspk.PCA(4).fit(clips).transform(clips)
     ncc(cp.asarray(rng.integers(0, 256, (300, 200), dtype=np.uint8)),
         cp.asarray(rng.integers(0, 256, (8, 16, 16), dtype=np.uint8)))
+    y = dspk.ops.phase_shift(xg, cp.asarray((col % 12) / 13.0))
+    dspk.ops.detect_bad_channels(y, geom, FS, num_random_chunks=None)
+    dspk.ops.highpass_spatial_filter(y, geom, FS)
     cp.cuda.Device().synchronize()
     print("COMPILED " + json.dumps(compiled))
 """)
