@@ -195,7 +195,10 @@ class RawDatasetReader:
 
     @classmethod
     def open(cls, dset: Any, path: str | None = None) -> "RawDatasetReader | None":
-        """A reader of ``dset`` (its file at ``path``, default the dataset's own), or None."""
+        """A reader of ``dset`` (its file at ``path``, default the dataset's own), or None
+        (also where the platform has no ``os.preadv``: Windows)."""
+        if not hasattr(os, "preadv"):
+            return None
         try:
             if (dset.ndim != 2 or dset.size == 0 or not dset.dtype.isnative
                     or dset.dtype.kind not in "iuf" or dset.external):
