@@ -114,6 +114,21 @@ def test_pairwise_displacement_finds_the_shift_between_lags(xp):
     assert near[0, 2] == 0 and near[0, 1] != 0          # beyond the horizon: not compared
 
 
+@pytest.mark.parametrize("lower", [False, True])
+def test_the_block_solves_inverse_is_numpys(lower):
+    """The block solve's inverse from a Cholesky factor (LAPACK potri, mirrored) is the
+    inverse, from either triangle."""
+    from scipy.linalg import cho_factor
+
+    from dspk.motion.registration import _inverse
+
+    a = np.random.default_rng(3).standard_normal((50, 50))
+    m = a @ a.T + 50 * np.eye(50)
+    inv = _inverse(cho_factor(m, lower=lower))
+    np.testing.assert_allclose(inv, np.linalg.inv(m), rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(inv, inv.T)
+
+
 def test_the_row_blocks_do_not_change_the_pairwise_shifts():
     rng = np.random.default_rng(0)
     raster = rng.random((12, 80)).astype(np.float32)

