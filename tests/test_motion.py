@@ -129,6 +129,25 @@ def test_the_block_solves_inverse_is_numpys(lower):
     np.testing.assert_array_equal(inv, inv.T)
 
 
+def test_the_hosts_lag_by_lag_normalisation_is_the_whole_block_expression():
+    """The correlations normalised lag by lag on the host: the whole-block expression's bits,
+    zeros where the variance product is not above tiny."""
+    from dspk.motion.registration import _normalised
+
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((7, 5, 6)).astype(np.float32)
+    mean_t, mean_x = rng.random(5).astype(np.float32), rng.random((7, 6)).astype(np.float32)
+    var_t, var_x = rng.random(5).astype(np.float32), rng.random((7, 6)).astype(np.float32)
+    var_t[2] = 0.0                                          # an empty time bin
+    tiny = np.float32(1e-12)
+    ref = g / np.float32(3.0) - mean_t[None, :, None] * mean_x[:, None, :]
+    den = var_t[None, :, None] * var_x[:, None, :]
+    ref = np.where(den > tiny, ref / np.sqrt(np.where(den > tiny, den, 1)), 0)
+    got = _normalised(np, g.copy(), 3.0, mean_t, mean_x, var_t, var_x, tiny)
+    np.testing.assert_array_equal(got, ref)
+    assert not got[:, 2].any()
+
+
 def test_the_row_blocks_do_not_change_the_pairwise_shifts():
     rng = np.random.default_rng(0)
     raster = rng.random((12, 80)).astype(np.float32)

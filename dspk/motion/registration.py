@@ -273,11 +273,8 @@ def pairwise_displacement(raster: Any, window: Any, max_lag: int,
         cols = MatrixView(flat, (n_lags, n, j1 - j0), (1, 1, width), a + j0 * width,
                           name="shifted_t")
         g = matmul(xp.ascontiguousarray(tmpl[i0:i1]), cols)            # [lags, rows, cols]
-        g /= total
-        g -= mean_t[None, i0:i1, None] * mean_x[:, None, j0:j1]
-        den = var_t[None, i0:i1, None] * var_x[:, None, j0:j1]
-        good = den > tiny
-        c = xp.where(good, g / xp.sqrt(xp.where(good, den, 1)), 0)
+        c = _normalised(xp, g, total, mean_t[i0:i1], mean_x[:, j0:j1], var_t[i0:i1],
+                        var_x[:, j0:j1], tiny)
         best = xp.argmax(c, axis=0)                                     # [rows, cols]
         peak = xp.take_along_axis(c, best[None], axis=0)[0]
         inner = xp.clip(best, 1, n_lags - 2)
@@ -294,6 +291,33 @@ def pairwise_displacement(raster: Any, window: Any, max_lag: int,
         shift[i0:i1, j0:j1] = np.where(near, to_numpy(s), 0.0)
         corr[i0:i1, j0:j1] = np.where(near, to_numpy(peak).astype(np.float64), 0.0)
     return shift, corr
+
+
+def _normalised(xp: Any, g: Any, total: float, mean_t: Any, mean_x: Any, var_t: Any,
+                var_x: Any, tiny: Any) -> Any:
+    """The correlations of a block, in place of its products ``g`` [lags, rows, cols]:
+    (g / total − mean_t·mean_x) / √(var_t·var_x), 0 where that variance product is not above
+    ``tiny``. On the host lag by lag (each [rows, cols] slice stays in cache: the whole-block
+    expressions passed over the block's memory nine times, as long as its product took); on
+    the GPU as whole-block expressions. The same operations on each element either way."""
+    if xp is not np:
+        g /= total
+        g -= mean_t[None, :, None] * mean_x[:, None, :]
+        den = var_t[:, None][None] * var_x[:, None, :]
+        good = den > tiny
+        return xp.where(good, g / xp.sqrt(xp.where(good, den, 1)), 0)
+    den = np.empty(g.shape[1:], dtype=g.dtype)
+    good = np.empty(g.shape[1:], dtype=bool)
+    for k in range(g.shape[0]):
+        gk = g[k]
+        gk /= total
+        gk -= np.multiply.outer(mean_t, mean_x[k])
+        np.multiply.outer(var_t, var_x[k], out=den)
+        np.greater(den, tiny, out=good)
+        np.sqrt(den, out=den, where=good)
+        np.divide(gk, den, out=gk, where=good)
+        gk[~good] = 0
+    return g
 
 
 def registration_weights(corr: Any, activity: Any, mincorr: float = 0.1) -> np.ndarray:
