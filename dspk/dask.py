@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import glob
 import logging
 import os
@@ -610,13 +611,24 @@ def _job(path: str, out: str, open_options: dict, pipeline: Pipeline,
         return str(pipeline.run(rec, out, resume=resume, progress=False, **run))
 
 
-def _tune_job(path: str, open_options: dict, pipeline: Pipeline, chunk_s: float) -> None:
+def _tune_job(path: str, open_options: dict, pipeline: Pipeline, chunk_s: float) -> tuple:
     """`Pipeline.tune` for one recording, in a worker: its choices land in the shared tuner
     cache before the jobs start. First-use decisions (``thorough=False``): a thorough one
     would replace choices other processes sharing the cache may hold (their bits would
-    differ from the workers')."""
+    differ from the workers'). Returns the fit it made, (states, fs): that recording's job
+    starts from it rather than fitting again (a motion pass reads the whole recording)."""
     with open_recording(path, **open_options) as rec:
         pipeline.tune(rec, chunk_s, thorough=False)
+    return pipeline.states, pipeline.fs
+
+
+def _fitted(pipeline: Pipeline, fit: tuple | None) -> Pipeline:
+    """The pipeline, or a copy holding ``fit`` (`_tune_job`'s states and rate)."""
+    if fit is None:
+        return pipeline
+    done = copy.deepcopy(pipeline)
+    done.states, done.fs = [dict(st) for st in fit[0]], fit[1]
+    return done
 
 
 def _shape_class(path: str, open_options: dict, chunk_s: float) -> tuple | None:
@@ -773,14 +785,16 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
             key = _shape_class(p, open_options, chunk_s)
             if key is not None:
                 first.setdefault(key, p)
+        fits: dict = {}
         for p in first.values() if tune else ():
             try:
-                client.submit(_tune_job, p, open_options, pipeline, chunk_s,
-                              pure=False).result()
+                fits[p] = client.submit(_tune_job, p, open_options, pipeline, chunk_s,
+                                        pure=False).result()
             except Exception as exc:   # its own job will report it
                 log.warning("%s: tuning failed: %s", p, exc)
         futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}{suffix}"), open_options,
-                                    pipeline, run_options, retries=retries, pure=False)
+                                    _fitted(pipeline, fits.get(p)), run_options,
+                                    retries=retries, pure=False)
                    for p in paths}
         results: dict = {}
         for p, fut in futures.items():

@@ -157,6 +157,33 @@ def test_preprocess_many_writes_each_format(tmp_path, client, fmt):
                            format=fmt, compression="gzip")
 
 
+def test_a_tuned_recording_is_fitted_once(tmp_path, monkeypatch):
+    """preprocess_many tunes on the first recording of each kind: that fit is its job's (a
+    motion pass reads the whole recording), so every recording is fitted once, and the
+    outputs are the single-process job's bits."""
+    from distributed import Client, LocalCluster
+
+    paths = [write_recording(tmp_path / f"f{i}.h5", c=8, seed=40 + i) for i in range(2)]
+    fits = []
+    fit = Pipeline.fit
+
+    def counted(self, rec, *a, **k):
+        fits.append(str(getattr(rec, "path", rec)))
+        return fit(self, rec, *a, **k)
+
+    monkeypatch.setattr(Pipeline, "fit", counted)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as c:
+        res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=c,
+                                 whiten="global", backend="cpu", chunk_s=0.5)
+    monkeypatch.undo()
+    assert sorted(fits) == sorted(map(str, paths))
+    for p in paths:
+        single = single_process(p, tmp_path / f"{p.stem}-single.h5", whiten="global",
+                                backend="cpu", chunk_s=0.5)
+        np.testing.assert_array_equal(traces(res[str(p)]), traces(single))
+
+
 def test_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="matches no file"):
         dd.preprocess_many(str(tmp_path / "*.nwb"), tmp_path / "out")
