@@ -520,8 +520,9 @@ def write_drifting_np1(path: Path, seconds: float, seed: int = 0, n_units: int =
                        rate: float = 5.0) -> tuple:
     """A 384-channel int16 HDF5 recording (µV, gain 1) of ``hour_spikes``' units and drift:
     AR(1) noise (~10 µV), each spike a 1.6-ms biphasic waveform on the channels within
-    60 µm of its drifted position (Gaussian footprint, 20 µm), written second by second.
-    Returns the drift function and the units' depths."""
+    60 µm of its drifted position (Gaussian footprint, 20 µm), written second by second (a
+    waveform that would cross into the next second is cut there: 1.6 ms of each second at
+    most). Returns the drift function and the units' depths."""
     import h5py
     from scipy.signal import fftconvolve, lfilter
 

@@ -303,7 +303,7 @@ def _normalised(xp: Any, g: Any, total: float, mean_t: Any, mean_x: Any, var_t: 
     if xp is not np:
         g /= total
         g -= mean_t[None, :, None] * mean_x[:, None, :]
-        den = var_t[:, None][None] * var_x[:, None, :]
+        den = var_t[None, :, None] * var_x[:, None, :]
         good = den > tiny
         return xp.where(good, g / xp.sqrt(xp.where(good, den, 1)), 0)
     den = np.empty(g.shape[1:], dtype=g.dtype)
