@@ -129,6 +129,50 @@ def test_the_block_solves_inverse_is_numpys(lower):
     np.testing.assert_array_equal(inv, inv.T)
 
 
+@pytest.mark.parametrize("n_b", [1, 4])
+def test_the_device_form_of_the_block_solve_is_the_hosts(n_b):
+    """The block solve the GPU runs (a Cholesky factor from ``linalg.cholesky``, triangular
+    solves, the inverse as L⁻ᵀL⁻¹), here with NumPy and SciPy's solve_triangular: the host's
+    cho_factor/potri solve to rounding."""
+    from dspk.motion.registration import _device_cholesky, _solve_blocks, _solve_blocks_device
+
+    rng = np.random.default_rng(7)
+    diag = []
+    for _ in range(n_b):
+        a = rng.standard_normal((30, 30))
+        diag.append(a @ a.T + 30 * np.eye(30))
+    rhs = [rng.standard_normal(30) for _ in range(n_b)]
+    ref = _solve_blocks(diag, 0.7, rhs)
+    got = _solve_blocks_device(_device_cholesky(np), diag, 0.7, rhs)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    # and the system is solved: block row b of the tridiagonal product gives rhs[b]
+    for b in range(n_b):
+        row = diag[b] @ got[b]
+        if b > 0:
+            row -= 0.7 * got[b - 1]
+        if b < n_b - 1:
+            row -= 0.7 * got[b + 1]
+        np.testing.assert_allclose(row, rhs[b], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.gpu
+def test_the_gpu_solve_is_the_hosts():
+    """solve_displacement on CuPy shifts (cuSOLVER in float64, the reweighting on the
+    device) gives the host's displacement, as a CuPy array."""
+    cp = pytest.importorskip("cupy")
+    from dspk.motion import solve_displacement
+
+    rng = np.random.default_rng(8)
+    p = np.cumsum(rng.normal(0, 1, (3, 60)), axis=1)
+    d = p[:, None, :] - p[:, :, None] + rng.normal(0, 0.2, (3, 60, 60))
+    d[:, 5, 40] += 30.0                                     # an outlier the reweighting drops
+    w = rng.uniform(0.2, 1.0, (3, 60, 60))
+    ref = solve_displacement(d, w)
+    got = solve_displacement(cp.asarray(d), cp.asarray(w))
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-8, atol=1e-8)
+
+
 def test_the_hosts_lag_by_lag_normalisation_is_the_whole_block_expression():
     """The correlations normalised lag by lag on the host: the whole-block expression's bits,
     zeros where the variance product is not above tiny."""

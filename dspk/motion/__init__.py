@@ -4,7 +4,7 @@ registration (`estimate`: activity rasters, their pairwise cross-correlations as
 dspk's engine, a robust least-squares solve), per shank, rigid or non-rigid; spike positions
 for it (`localize`); and the traces corrected by kriging interpolation, one matrix per time
 bin applied with `dspk.ops.spatial_filter` (`correct`). NumPy in, NumPy out; CuPy in, CuPy
-out (the small solves on the host).
+out (CuPy spikes are registered on the GPU, the solve included; a `Motion` is on the host).
 
 The pipeline's ``Motion`` step (``dspk preprocess --motion rigid|nonrigid``) estimates the
 drift on a pass over the recording and corrects it chunk by chunk.

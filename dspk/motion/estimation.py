@@ -96,8 +96,8 @@ def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None 
     displacement of each bin solved from those pairwise shifts (`solve_displacement`: weighted,
     robust least squares with temporal and spatial priors).
 
-    NumPy or CuPy spike columns: the raster and the correlations are computed where they are
-    (CuPy: on the GPU); the solve, a [time bins, time bins] system per window, on the host.
+    NumPy or CuPy spike columns: the raster, the correlations and the solve (a [time bins,
+    time bins] system per window) run where they are (CuPy: on the GPU).
 
     Parameters
     ----------
@@ -241,16 +241,20 @@ def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None 
             activity = counts @ windows.T
             enough = np.ones(1, bool)
         lag = max(1, int(math.ceil(max_disp_um / bin_um)))
-        shifts = np.zeros((len(centres), n_t, n_t))
-        weights_ = np.zeros_like(shifts)
+        # the pairs, their weights and the solve stay where the raster is (CuPy: on the GPU)
+        shifts = xp.zeros((len(centres), n_t, n_t))
+        weights_ = xp.zeros_like(shifts)
         for b, win in enumerate(windows):
             if not enough[b]:
                 continue           # solved from its neighbours (the spatial prior)
             sh, corr = pairwise_displacement(raster, win, lag, horizon, memory_bytes)
             shifts[b] = sh * bin_um
-            weights_[b] = registration_weights(corr, activity[:, b], mincorr)
-        p = solve_displacement(shifts, weights_, lambda_t=lambda_t, lambda_s=lambda_s,
-                               robust_iterations=robust_iterations)
+            weights_[b] = registration_weights(corr, xp.asarray(activity[:, b]), mincorr)
+            del sh, corr
+        p = to_numpy(solve_displacement(shifts, weights_, lambda_t=lambda_t,
+                                        lambda_s=lambda_s,
+                                        robust_iterations=robust_iterations))
+        del shifts, weights_
         log.info("motion of shank %d: %s, %d time bins, displacement %.3g..%.3g µm",
                  int(s), "rigid" if len(centres) == 1 else f"{len(centres)} windows", n_t,
                  float(p.min()), float(p.max()))
