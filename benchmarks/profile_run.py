@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Where a job's chunk goes: each stage of a fitted pipeline's run timed alone on one chunk
-(IBL's order with local whitening, `bench_ibl_chain.make_recording`'s 384-channel int16
-HDF5 recording, 1-s chunks with their halos): the raw block's move to the device and its
+(``--chain ibl``: IBL's order with local whitening on `bench_ibl_chain.make_recording`'s
+384-channel int16 HDF5 recording, float32 output; ``--chain motion``: ``--motion nonrigid``
+on `bench_motion.write_drifting_np1`'s drifting one, int16 output; 1-s chunks with their
+halos): the raw block's move to the device and its
 scaling, every step's ``apply_at``, and the output block's transpose, cast and copy back to
 pinned memory; each the median of ``--repeats`` calls, synchronised (on the GPU the device
 is idle before each call, so each figure is the stage alone, launch overheads included).
 The sum, x the job's chunks, is the compute a job's loop cannot go below without a faster
 stage; the job's own loop time (`Job.timing`) is printed beside it.
 
-    python benchmarks/profile_run.py [--backend cpu|gpu] [--seconds 60] [--repeats 20]
-                                     [--int16]
+    python benchmarks/profile_run.py [--backend cpu|gpu] [--chain ibl|motion] [--seconds 60]
+                                     [--repeats 20] [--int16]
 """
 
 from __future__ import annotations
@@ -56,14 +58,24 @@ def main(argv=None) -> None:
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--int16", action="store_true", help="int16 output blocks")
+    ap.add_argument("--chain", choices=("ibl", "motion"), default="ibl")
+    ap.add_argument("--int16", action="store_true", help="int16 output blocks (always for "
+                    "--chain motion)")
     args = ap.parse_args(argv)
+    if args.chain == "motion":
+        args.int16 = True
     out_dtype = np.int16 if args.int16 else np.float32
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.h5"
-        make_recording(src, args.seconds)
+        if args.chain == "ibl":
+            make_recording(src, args.seconds)
+            opts = dict(preset("ibl"), whiten="local", backend=args.backend)
+        else:
+            from bench_motion import write_drifting_np1
+
+            write_drifting_np1(src, args.seconds)
+            opts = dict(motion="nonrigid", backend=args.backend)
         rec = dspk.open_recording(src)
-        opts = dict(preset("ibl"), whiten="local", backend=args.backend)
         pipe = dspk.Pipeline.from_options(**opts)
         pipe.fit(rec)
         xp = pipe.xp
@@ -112,8 +124,8 @@ def main(argv=None) -> None:
                 lambda: staging.to_host(0, y, 1.0), sync, args.repeats)))
         n_chunks = int(np.ceil(rec.n_samples / chunk))
         total = sum(t for _, t in rows)
-        print(f"# profile_run — {args.backend}, {rec.n_channels} ch, chunk {chunk} + 2 x {m} "
-              f"halo, {n_chunks} chunks, output {np.dtype(out_dtype).name}")
+        print(f"# profile_run — {args.chain}, {args.backend}, {rec.n_channels} ch, chunk "
+              f"{chunk} + 2 x {m} halo, {n_chunks} chunks, output {np.dtype(out_dtype).name}")
         print(f"{'stage':58s} {'ms/chunk':>9s} {'s/job':>7s}")
         for name, t in rows:
             print(f"{name:58s} {1e3 * t:9.2f} {t * n_chunks:7.3f}")

@@ -236,3 +236,27 @@ def test_phase_shift_on_both_backends_matches_the_float64_reference(xp, dtype, t
     assert part.shape == (40, 4800)
     assert np.abs(to_numpy(part).astype(np.float64) - ref[:, 100:-100]).max() <= \
         tol * np.abs(ref).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+def test_the_gpus_one_launch_per_channel_filters_are_the_per_group_filters(dtype, tol):
+    """On the GPU every channel goes through its group's filter in one launch (fir_rows, the
+    filters of different lengths centred in one bank): NumPy's float64 per-group result, a
+    zero shift an exact copy, a whole shift an exact move, with and without a halo."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((37, 3001))
+    shifts = rng.choice([0.0, 0.5, -2.0, 1.5, 1 / 13, 12 / 13], 37)
+    shifts[:2] = [0.0, -2.0]
+    for taps, halo in ((63, 0), (9, 40), (63, 100)):
+        ref = phase_shift(x, shifts, taps=taps, halo=halo)
+        y = phase_shift(cp.asarray(x.astype(dtype)), shifts, taps=taps, halo=halo)
+        assert isinstance(y, cp.ndarray) and y.dtype == dtype and y.flags.c_contiguous
+        assert y.shape == ref.shape
+        got = cp.asnumpy(y).astype(np.float64)
+        assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+        xs = x.astype(dtype)[:, halo:x.shape[1] - halo]
+        np.testing.assert_array_equal(got[0], xs[0])                    # shift 0
+        np.testing.assert_array_equal(got[1, :-2], x.astype(dtype)[1, halo + 2:
+                                                                   x.shape[1] - halo])

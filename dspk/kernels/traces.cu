@@ -10,6 +10,8 @@
 //   taps times the data (5.6 GB for 61 taps of 384 x 60000). Taps zero-padded to a multiple of
 //   FIR_R (tpad).
 //
+// fir_rows<T>: the same tile, each channel through its own filter of a bank (below).
+//
 // car_median<T>: out[c, t] = x[c, t] - median_c x[:, t], the median across channels per sample
 //   (numpy's convention: the mean of the two middle values for an even count). A selection,
 //   not a product: a block loads a [C, CAR_S] tile coalesced into shared memory (row stride
@@ -28,6 +30,61 @@ constexpr int FIR_TILE = FIR_R * FIR_THREADS;
 // (FIR_R = 16 inputs apart) read 32 different banks.
 __device__ __forceinline__ int fir_pad(int e) { return e + (e >> 5); }
 
+// The input segment under a tile (FIR_TILE outputs from t0: inputs t0 - center ..), zero
+// outside [0, n), into shared memory.
+template <typename T>
+__device__ __forceinline__ void fir_load_tile(const T* __restrict__ xr, int n, int t0,
+                                              int center, int span, T* xs)
+{
+    for (int e = threadIdx.x; e < span; e += FIR_THREADS) {
+        const int t = t0 - center + e;
+        xs[fir_pad(e)] = (t >= 0 && t < n) ? xr[t] : T(0);
+    }
+}
+
+// This thread's FIR_R consecutive outputs of one filter h (tpad taps, shared memory) over
+// the tile xs, written to o (the first output of the thread; `left` outputs remain in the row).
+template <typename T>
+__device__ __forceinline__ void fir_outputs(const T* h, const T* xs, int base, int tpad,
+                                            T* __restrict__ o, int left)
+{
+    typedef typename Vec16<T>::type V;
+    constexpr int VN = Vec16<T>::n;
+    T acc[FIR_R];
+    T w[2 * FIR_R];
+#pragma unroll
+    for (int r = 0; r < FIR_R; ++r) {
+        acc[r] = T(0);
+        w[r] = xs[fir_pad(base + r)];
+    }
+    for (int j0 = 0; j0 < tpad; j0 += FIR_R) {
+#pragma unroll
+        for (int r = 0; r < FIR_R; ++r) w[FIR_R + r] = xs[fir_pad(base + j0 + FIR_R + r)];
+#pragma unroll
+        for (int jj = 0; jj < FIR_R; ++jj) {
+            const T hv = h[j0 + jj];
+#pragma unroll
+            for (int r = 0; r < FIR_R; ++r) acc[r] = fma(hv, w[r + jj], acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < FIR_R; ++r) w[r] = w[FIR_R + r];
+    }
+    if (left >= FIR_R && ((unsigned long long)o & 15) == 0) {
+#pragma unroll
+        for (int r = 0; r < FIR_R; r += VN) {
+            V v;
+            T* vp = reinterpret_cast<T*>(&v);
+#pragma unroll
+            for (int q = 0; q < VN; ++q) vp[q] = acc[r + q];
+            *reinterpret_cast<V*>(o + r) = v;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < FIR_R; ++r)
+            if (r < left) o[r] = acc[r];
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(FIR_THREADS)
 fir_direct(const T* __restrict__ x, long long ldx, int n, const T* __restrict__ bank, int nf,
@@ -40,56 +97,40 @@ fir_direct(const T* __restrict__ x, long long ldx, int n, const T* __restrict__ 
     T* xs = hs + nf * tpad;                                    // fir_pad(span) inputs
     const int c = blockIdx.y;
     const int t0 = blockIdx.x * FIR_TILE;
-    const T* xr = x + (long long)c * ldx;
-    for (int e = threadIdx.x; e < span; e += FIR_THREADS) {
-        const int t = t0 - center + e;
-        xs[fir_pad(e)] = (t >= 0 && t < n) ? xr[t] : T(0);
-    }
+    fir_load_tile(x + (long long)c * ldx, n, t0, center, span, xs);
     for (int e = threadIdx.x; e < nf * tpad; e += FIR_THREADS) {
         const int i = e / tpad, j = e - i * tpad;
         hs[e] = j < taps ? bank[(long long)i * taps + j] : T(0);
     }
     __syncthreads();
     const int base = threadIdx.x * FIR_R;        // this thread's outputs: t0 + base + r
-    typedef typename Vec16<T>::type V;
-    constexpr int VN = Vec16<T>::n;
-    for (int i = 0; i < nf; ++i) {
-        const T* h = hs + i * tpad;
-        T acc[FIR_R];
-        T w[2 * FIR_R];
-#pragma unroll
-        for (int r = 0; r < FIR_R; ++r) {
-            acc[r] = T(0);
-            w[r] = xs[fir_pad(base + r)];
-        }
-        for (int j0 = 0; j0 < tpad; j0 += FIR_R) {
-#pragma unroll
-            for (int r = 0; r < FIR_R; ++r) w[FIR_R + r] = xs[fir_pad(base + j0 + FIR_R + r)];
-#pragma unroll
-            for (int jj = 0; jj < FIR_R; ++jj) {
-                const T hv = h[j0 + jj];
-#pragma unroll
-                for (int r = 0; r < FIR_R; ++r) acc[r] = fma(hv, w[r + jj], acc[r]);
-            }
-#pragma unroll
-            for (int r = 0; r < FIR_R; ++r) w[r] = w[FIR_R + r];
-        }
-        T* o = out + (long long)c * ldo_c + (long long)i * ldo_f + t0 + base;
-        if (t0 + base + FIR_R <= n && ((unsigned long long)o & 15) == 0) {
-#pragma unroll
-            for (int r = 0; r < FIR_R; r += VN) {
-                V v;
-                T* vp = reinterpret_cast<T*>(&v);
-#pragma unroll
-                for (int q = 0; q < VN; ++q) vp[q] = acc[r + q];
-                *reinterpret_cast<V*>(o + r) = v;
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < FIR_R; ++r)
-                if (t0 + base + r < n) o[r] = acc[r];
-        }
-    }
+    for (int i = 0; i < nf; ++i)
+        fir_outputs(hs + i * tpad, xs, base, tpad,
+                    out + (long long)c * ldo_c + (long long)i * ldo_f + t0 + base,
+                    n - t0 - base);
+}
+
+// fir_rows<T>: out[c, t] = sum_j bank[sel[c], j] * x[c, t + j - center] (zero outside [0, n)),
+//   each channel through its own filter of the bank (a per-channel delay: dspk.ops.phase_shift,
+//   one filter per ADC shift): fir_direct's tile with one filter, one launch for every channel.
+template <typename T>
+__global__ void __launch_bounds__(FIR_THREADS)
+fir_rows(const T* __restrict__ x, long long ldx, int n, const T* __restrict__ bank,
+         const int* __restrict__ sel, int taps, int tpad, int center, T* __restrict__ out,
+         long long ldo)
+{
+    extern __shared__ __align__(16) unsigned char fir_smem[];
+    const int span = FIR_TILE + tpad + FIR_R;
+    T* hs = reinterpret_cast<T*>(fir_smem);                    // tpad taps
+    T* xs = hs + tpad;                                         // fir_pad(span) inputs
+    const int c = blockIdx.y;
+    const int t0 = blockIdx.x * FIR_TILE;
+    fir_load_tile(x + (long long)c * ldx, n, t0, center, span, xs);
+    const T* h = bank + (long long)sel[c] * taps;
+    for (int j = threadIdx.x; j < tpad; j += FIR_THREADS) hs[j] = j < taps ? h[j] : T(0);
+    __syncthreads();
+    const int base = threadIdx.x * FIR_R;
+    fir_outputs(hs, xs, base, tpad, out + (long long)c * ldo + t0 + base, n - t0 - base);
 }
 
 

@@ -22,6 +22,10 @@ def _fir_expression(dtype: Any) -> str:
     return f"fir_direct<{ctype(dtype)}>"
 
 
+def _fir_rows_expression(dtype: Any) -> str:
+    return f"fir_rows<{ctype(dtype)}>"
+
+
 def _car_expression(dtype: Any, vpl: int) -> str:
     return f"car_median<{ctype(dtype)}, {_KEY[np.dtype(dtype)]}, {vpl}>"
 
@@ -35,9 +39,11 @@ CAR_MIN_CC = (8, 0)
 
 
 def _instances(props: dict) -> list[str]:
-    """fir_direct for both dtypes; car_median for every values-per-lane, where it compiles."""
+    """fir_direct and fir_rows for both dtypes; car_median for every values-per-lane, where it
+    compiles."""
     car = _cc(props) >= CAR_MIN_CC
     return [*(_fir_expression(dt) for dt in FLOAT_DTYPES),
+            *(_fir_rows_expression(dt) for dt in FLOAT_DTYPES),
             *(_car_expression(dt, v) for dt in FLOAT_DTYPES for v in _VPL if car)]
 
 
@@ -82,6 +88,33 @@ def fir_direct(x: Any, weights: Any, center: int) -> Any:
     fn((-(-n // FIR_TILE), C), (FIR_THREADS,),
        (xc, np.int64(xc.strides[0] // xc.itemsize), np.int32(n), w, np.int32(nf),
         np.int32(taps), np.int32(tpad), np.int32(center), out, np.int64(nf * n), np.int64(n)),
+       shared_mem=smem)
+    return out
+
+
+def fir_rows(x: Any, bank: Any, sel: Any, center: int) -> Any:
+    """out[c, t] = Σ_j bank[sel[c], j]·x[c, t + j − center] (zero outside), [C, n]: each
+    channel through its own filter of ``bank`` [filters, taps], in one launch (``fir_reason(x,
+    1, taps)`` says whether it can run)."""
+    import cupy as cp  # noqa: PLC0415 (GPU-only module)
+
+    xc = x if x.strides[1] == x.itemsize else cp.ascontiguousarray(x)
+    w = cp.ascontiguousarray(cp.asarray(bank, dtype=x.dtype))
+    rows = cp.ascontiguousarray(cp.asarray(sel, dtype=np.int32))
+    taps = w.shape[1]
+    C, n = xc.shape
+    if rows.shape != (C,):
+        raise ValueError(f"sel: expected one filter index per channel ({C}), got shape "
+                         f"{rows.shape}")
+    tpad = -(-taps // FIR_R) * FIR_R
+    out = cp.empty((C, n), dtype=x.dtype)
+    fn = kernel("traces.cu", _fir_rows_expression(x.dtype))
+    smem = _fir_smem(1, taps, x.itemsize)
+    if fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    fn((-(-n // FIR_TILE), C), (FIR_THREADS,),
+       (xc, np.int64(xc.strides[0] // xc.itemsize), np.int32(n), w, rows, np.int32(taps),
+        np.int32(tpad), np.int32(center), out, np.int64(n)),
        shared_mem=smem)
     return out
 

@@ -7,7 +7,10 @@ Why a FIR and not the FFT of the references: the channels of a Neuropixels probe
 shifts (NP1.0: 12 values k/13 for 32 ADCs x 12 channels; NP2.0: 16 values k/16 for 24 ADCs x
 16 channels), a 63-tap filter reaches 31-32 samples where SpikeInterface asks for 40 ms (1200
 samples at 30 kHz) of margin on each side of every chunk, and the filters run on the tuned
-engine on both backends.
+engine on both backends. On the GPU the groups go through one launch of the direct FIR
+kernel with a filter per channel (``fir_rows``): a call per group of 32 channels, each a
+gather, a pad, a filter and a scatter, took 9.2 ms per 384 x 33 000 block on an H100, most of
+it launches (benchmarks/profile_run.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from ..argnames import arg
 from ._checks import traces
+from ._traces_gpu import fir_reason, fir_rows
 from .fir import fir_filter
 from .kaiser import kaiser_beta
 
@@ -247,6 +251,10 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
         raise ValueError(f"x: not finite at channel {c}, sample {t} ({float(x[c, t])!r}); "
                          f"the delay would spread it over its neighbours")
     values, group = np.unique(s, return_inverse=True)
+    if xp is not np and len(values) > 1 and edges == "zeros":
+        y = _per_channel_gpu(x, values, group, taps, halo)
+        if y is not None:
+            return y
     out = None if len(values) == 1 else xp.empty((x.shape[0], n - 2 * halo), dtype=x.dtype)
     for i, value in enumerate(values):
         h = fractional_delay_taps(value, taps)
@@ -263,3 +271,22 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
             return xp.ascontiguousarray(y)
         out[xp.asarray(rows)] = y
     return out
+
+
+def _per_channel_gpu(x: Any, values: np.ndarray, group: np.ndarray, taps: int,
+                     halo: int) -> Any:
+    """`phase_shift` of CuPy traces with zeros outside: every channel through its group's
+    filter in one kernel launch (`fir_rows`), the filters centred in one bank (zeros around
+    the shorter ones: the same products plus exact zeros); None when the kernel cannot take
+    them (the per-group path runs)."""
+    hs = [fractional_delay_taps(v, taps) for v in values]
+    length = max(len(h) for h in hs)
+    centre = length // 2
+    bank = np.zeros((len(hs), length))
+    for i, h in enumerate(hs):
+        r = len(h) // 2
+        bank[i, centre - r:centre + r + 1] = h[::-1]    # correlation taps of the convolution
+    if fir_reason(x, 1, length) is not None:
+        return None
+    y = fir_rows(x, bank, group.astype(np.int32), centre)
+    return y[:, halo:x.shape[1] - halo].copy() if halo else y
