@@ -410,3 +410,19 @@ def test_cupy_traces_give_the_numpy_labels(xp):
     with pytest.raises(ValueError, match="x: not finite \\(NaN or inf\\) at channel 5, "
                                          "sample 100"):
         detect_bad_channels(y, geom[:40], FS, num_random_chunks=None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 60), size=st.integers(1, 25), seed=st.integers(0, 2**16),
+       ties=st.booleans())
+def test_the_running_median_is_the_references_window_by_window(n, size, seed, ties):
+    """shrinking_median (full windows over a sliding view, the ends one by one) is the
+    reference's window-by-window definition to the bit, for any length and window, odd or
+    even, with ties."""
+    from dspk.ops.bad_channels import shrinking_median
+
+    rng = np.random.default_rng(seed)
+    v = rng.integers(0, 4, n).astype(np.float64) if ties else rng.standard_normal(n)
+    half = size // 2
+    ref = np.array([np.median(v[max(0, i - half):i + half + 1]) for i in range(n)])
+    np.testing.assert_array_equal(shrinking_median(v, size), ref)

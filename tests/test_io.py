@@ -386,42 +386,6 @@ def test_raw_writer_equals_h5py(tmp_path_factory, rows, cols, dtype, axis, cuts)
         np.testing.assert_array_equal(f["traces"][:], x)
 
 
-@pytest.mark.parametrize("parts", [1, 3, 4])
-def test_raw_writer_in_parts_equals_h5py(tmp_path, monkeypatch, parts):
-    """A large block written in parts at once (threads, page-aligned cuts, one part shorter)
-    reads back through h5py as written; a failed part's error is raised once every part is
-    done."""
-    from dspk.io import rawio
-    from dspk.io.rawio import RawDatasetWriter, create_contiguous
-
-    monkeypatch.setattr(rawio, "WRITE_PARTS", parts)
-    monkeypatch.setattr(rawio, "WRITE_PART_BYTES", 4096)
-    x = np.random.default_rng(parts).standard_normal((3001, 7)).astype(np.float32)
-    with h5py.File(tmp_path / "o.h5", "w") as f:
-        d = create_contiguous(f, "traces", (4000, 7), np.float32)
-        w = RawDatasetWriter(str(tmp_path / "o.h5"), d)
-        w.write(500, x, axis=0)
-        w.write(0, x[:500], axis=0)
-        w.close()
-    with h5py.File(tmp_path / "o.h5", "r") as f:
-        np.testing.assert_array_equal(f["traces"][500:3501], x)
-        np.testing.assert_array_equal(f["traces"][:500], x[:500])
-    calls = []
-
-    def failing(self, view, at):
-        calls.append(at)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(RawDatasetWriter, "_pwrite_view", failing)
-    with h5py.File(tmp_path / "p.h5", "w") as f:
-        d = create_contiguous(f, "traces", (4000, 7), np.float32)
-        w = RawDatasetWriter(str(tmp_path / "p.h5"), d)
-        with pytest.raises(OSError, match="No space"):
-            w.write(0, x, axis=0)
-        w.close()
-    assert len(calls) == parts                       # every part was tried
-
-
 def test_raw_writer_refuses_what_it_cannot_write(tmp_path):
     from dspk.io.rawio import RawDatasetWriter, create_contiguous, raw_offset
 

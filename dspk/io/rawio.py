@@ -27,21 +27,12 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 __all__ = ["new_file", "require_group", "create_dataset", "create_contiguous", "raw_offset",
-           "RawDatasetWriter", "RawDatasetReader", "WRITE_PARTS", "WRITE_PART_BYTES"]
-
-#: a contiguous block this large or larger is written in parts at once (`RawDatasetWriter`):
-#: one thread's ``pwrite`` into the page cache took 1.2 s for a job's 2.8 GB of float32 on
-#: the H100 host, as long as the chunks' computation; two threads wrote a 46-MB block 2-3x
-#: faster than one on this project's 2-core machine (benchmarks/bench_write.py)
-WRITE_PART_BYTES = 8 << 20
-#: at most this many parts (and threads) per block
-WRITE_PARTS = max(1, min(4, (os.cpu_count() or 1)))
+           "RawDatasetWriter", "RawDatasetReader"]
 
 
 def new_file(path: Any) -> Any:
@@ -117,8 +108,7 @@ def raw_offset(dset: Any) -> int | None:
 
 
 class RawDatasetWriter:
-    """Writes blocks of a 2-D contiguous dataset with ``os.pwrite`` (the GIL released); a
-    block of `WRITE_PART_BYTES` or more in up to `WRITE_PARTS` parts at once."""
+    """Writes blocks of a 2-D contiguous dataset with ``os.pwrite`` (the GIL released)."""
 
     def __init__(self, path: str, dset: Any = None, *, offset: int | None = None,
                  shape: tuple | None = None, dtype: Any = None) -> None:
@@ -126,7 +116,6 @@ class RawDatasetWriter:
         that writes its blocks without opening the file through HDF5: disjoint blocks may be
         written by several processes at once)."""
         self._fd: int | None = None
-        self._pool: ThreadPoolExecutor | None = None
         if dset is not None:
             offset = raw_offset(dset)
             if offset is None:
@@ -140,24 +129,6 @@ class RawDatasetWriter:
 
     def _pwrite(self, data: Any, at: int) -> None:
         view = memoryview(data).cast("B")
-        parts = min(WRITE_PARTS, len(view) // WRITE_PART_BYTES)
-        if parts < 2:
-            self._pwrite_view(view, at)
-            return
-        # the block in page-aligned parts written at once (each pwrite releases the GIL); every
-        # part is waited for, and the first error raised after (no write left in flight)
-        step = -(-len(view) // parts)
-        step = -(-step // 4096) * 4096
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(WRITE_PARTS, thread_name_prefix="dspk-pwrite")
-        futures = [self._pool.submit(self._pwrite_view, view[a:a + step], at + a)
-                   for a in range(0, len(view), step)]
-        errors = [f.exception() for f in futures]
-        for e in errors:
-            if e is not None:
-                raise e
-
-    def _pwrite_view(self, view: memoryview, at: int) -> None:
         done = 0
         while done < len(view):
             done += os.pwrite(self._fd, view[done:], at + done)
@@ -180,9 +151,6 @@ class RawDatasetWriter:
             self._pwrite(block[r], self.offset + (r * cols + s0) * size)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

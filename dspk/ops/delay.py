@@ -15,6 +15,7 @@ it launches (benchmarks/profile_run.py).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -118,6 +119,15 @@ def fractional_delay_taps(shift: float, taps: int = DEFAULT_DELAY_TAPS) -> np.nd
     h = np.sinc(u) * w
     out[reach + n - c: reach + n + c + 1] = h / h.sum()
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_taps(shift: float, taps: int) -> np.ndarray:
+    """`fractional_delay_taps`, kept read-only for the next chunk (a job asks for the same
+    dozen filters every chunk: their Kaiser windows were 8 % of a GPU pipeline's fit)."""
+    h = fractional_delay_taps(shift, taps)
+    h.flags.writeable = False
+    return h
 
 
 def _check_shifts(shifts: Any, n_channels: int) -> np.ndarray:
@@ -257,7 +267,7 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
             return y
     out = None if len(values) == 1 else xp.empty((x.shape[0], n - 2 * halo), dtype=x.dtype)
     for i, value in enumerate(values):
-        h = fractional_delay_taps(value, taps)
+        h = _cached_taps(float(value), taps)
         reach = len(h) // 2
         rows = np.flatnonzero(group == i)
         block = x if out is None else x[xp.asarray(rows)]
@@ -279,7 +289,7 @@ def _per_channel_gpu(x: Any, values: np.ndarray, group: np.ndarray, taps: int,
     filter in one kernel launch (`fir_rows`), the filters centred in one bank (zeros around
     the shorter ones: the same products plus exact zeros); None when the kernel cannot take
     them (the per-group path runs)."""
-    hs = [fractional_delay_taps(v, taps) for v in values]
+    hs = [_cached_taps(float(v), taps) for v in values]
     length = max(len(h) for h in hs)
     centre = length // 2
     bank = np.zeros((len(hs), length))
