@@ -132,6 +132,46 @@ def test_phase_shift_and_saturation_steps_on_the_gpu_match_the_cpu(tmp_path):
     np.testing.assert_allclose(outs["gpu"], outs["cpu"], rtol=0, atol=2e-5 * scale)
 
 
+@pytest.mark.gpu
+def test_the_ibl_preset_on_the_gpu_fits_and_runs_as_on_the_cpu(tmp_path):
+    """IBL's order with local whitening (phase shift, high-pass, detected bad channels
+    interpolated, destriping with its AGC, whitening) on the GPU: the same channels found bad,
+    the destriping's RMS (summed on the device) and the whitening as the CPU's, and the same
+    traces to float32 rounding through the chain."""
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(3)
+    t = np.arange(60000)
+    data = lfilter([1.0], [1.0, -0.9], rng.normal(0, 4, (60000, 385)), axis=0) \
+        + 60.0 * np.sin(t / 40.0)[:, None] + rng.normal(0, 6, (60000, 1))   # a common stripe
+    data[:, 50] = 0                                                          # dead
+    data[:, 200] += rng.normal(0, 40, 60000)                                 # noisy
+    data[:, 384] = 0
+    meta = np1_meta()                       # every channel at gain 500 (2.34 µV a count)
+    meta["~imroTbl"] = "(0,384)" + "".join(f"({c} 0 0 500 250 1)" for c in range(384))
+    path = write_sglx(tmp_path, "run_g0_t0.imec0.ap.bin",
+                      np.round(data).clip(-32768, 32767).astype(np.int16), meta)
+    rec = dspk.open_recording(path)
+    outs, states = {}, {}
+    for backend in ("cpu", "gpu"):
+        p = Pipeline.from_options(preset="ibl", whiten="local", backend=backend)
+        p.fit(rec)
+        states[backend] = {type(s).__name__: st for s, st in zip(p.steps, p.states)}
+        out = p.run(rec, tmp_path / f"{backend}.h5", chunk_s=0.5, progress=False)
+        with h5py.File(out, "r") as f:
+            outs[backend] = f["traces"][:]
+    rec.close()
+    cpu, gpu = states["cpu"], states["gpu"]
+    np.testing.assert_array_equal(gpu["BadChannels"]["labels"], cpu["BadChannels"]["labels"])
+    assert cpu["BadChannels"]["labels"][[50, 200]].all()
+    np.testing.assert_allclose(gpu["SpatialHighpass"]["rms"], cpu["SpatialHighpass"]["rms"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(gpu["Whiten"]["W"], cpu["Whiten"]["W"], rtol=0,
+                               atol=1e-4 * float(np.abs(cpu["Whiten"]["W"]).max()))
+    scale = float(np.abs(outs["cpu"]).max())
+    np.testing.assert_allclose(outs["gpu"], outs["cpu"], rtol=0, atol=1e-3 * scale)
+
+
 def np2_four_shanks(tmp_path, n=3000):
     return write_sglx(tmp_path, "np2_g0_t0.imec0.ap.bin", rand16(n, 385, seed=4),
                       np2_meta(24, 384, True))

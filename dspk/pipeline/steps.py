@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
-from ..backend import to_numpy
+from ..backend import array_module, to_numpy
 from ..detect import NOISE_SAMPLES, default_templates, detect_spikes, template_noise
 from ..io.subset import parse_channels
 from ..motion import BORDERS, Correction, MotionError, localize
@@ -498,8 +498,11 @@ class SpatialHighpass(Step):
         not give them: one group)."""
         sq, n = np.zeros(ctx.n_channels), 0
         for x in blocks.inner():
-            h = to_numpy(x).astype(np.float64)
-            sq += np.einsum("ij,ij->i", h, h)
+            # where the chunk is: on the GPU only the sums come back (each fit chunk copied
+            # to the host and widened there took half of the IBL chain's GPU fit, profiled)
+            xp = array_module(x)
+            h = x.astype(np.float64)
+            sq += to_numpy(xp.einsum("ij,ij->i", h, h))
             n += h.shape[1]
         if n == 0:
             raise PipelineError(f"{self.describe()}: no fit chunk to measure the RMS on")
