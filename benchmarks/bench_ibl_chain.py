@@ -93,18 +93,17 @@ def cli_child(backend: str, src: Path, out: Path, cache: str) -> tuple[float, st
 
 def in_process(backend: str, src: Path, out: Path, dtype: Any = np.float32) -> dict:
     """A warm process: fit and run timed apart (the second job of the process), each job
-    into a new output (the previous one deleted before, untimed: replacing a file of
-    gigabytes costs its deletion, not what a batch of new recordings pays)."""
+    into a new output (the previous one deleted before, untimed: renaming a finished output
+    over an existing file makes ext4 write the new file's data out first (its auto_da_alloc),
+    1-2 s for 2.8 GB on the GPU machine, which a batch of new recordings does not pay)."""
     import dspk
 
-    from dspk.pipeline.output import wait_replaced
     from dspk.pipeline.registry import preset
 
     opts = dict(preset("ibl"), whiten="local", backend=backend)
     result = {}
     for attempt in range(2):
         out.unlink(missing_ok=True)
-        wait_replaced()
         pipe = dspk.Pipeline.from_options(**opts)
         rec = dspk.open_recording(src)
         t0 = time.perf_counter()

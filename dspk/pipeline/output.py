@@ -21,11 +21,9 @@ Examples
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import stat
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -40,8 +38,7 @@ from .errors import PipelineError
 
 __all__ = ["OUTPUT_DTYPES", "LAYOUTS", "UNITS_UV", "UNITS_WHITENED", "check_output",
            "check_output_options", "int16_scale", "chunk_samples", "PartialOutput",
-           "job_record", "write_metadata", "channel_ids", "TraceOutput", "write_traces",
-           "release_replaced", "wait_replaced"]
+           "job_record", "write_metadata", "channel_ids", "TraceOutput", "write_traces"]
 
 #: the sample types a job writes
 OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.int16))
@@ -241,53 +238,6 @@ def chunk_samples(chunk_s: float, fs: float) -> int:
     return max(1, int(round(chunk_s * fs)))
 
 
-# -- replaced outputs ---------------------------------------------------------------------------
-#: threads deleting replaced outputs (`release_replaced`), joined by `wait_replaced`
-_RELEASES: list = []
-_RELEASE_LOCK = threading.Lock()
-_HELD = itertools.count()
-
-
-def _hold_replaced(out: Path) -> Path | None:
-    """A second name (a hard link, hidden beside it) for the output about to be replaced, so
-    that the rename over it frees nothing: deleting a file of gigabytes frees its pages and
-    extents (0.5 s for 0.9 GB on 2 cores here; the replaced output of the IBL chain's
-    float32 job, 2.8 GB, cost its rerun 1-2 s on the GPU machine), which the job need not
-    wait for. None when there is no regular file to replace or no hard link can be made
-    (the rename frees it then)."""
-    try:
-        if not stat.S_ISREG(os.lstat(out).st_mode):
-            return None
-        held = out.with_name(f".{out.name}.replaced-{os.getpid()}-{next(_HELD)}")
-        os.link(out, held)
-    except OSError:
-        return None
-    return held
-
-
-def release_replaced(held: Path) -> None:
-    """Delete a replaced output's last name on a thread (not a daemon: the process ends
-    after the deletion, so no hidden file stays behind unless it is killed meanwhile)."""
-    def remove() -> None:
-        try:
-            held.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-    t = threading.Thread(target=remove, name="dspk-release-replaced")
-    t.start()
-    with _RELEASE_LOCK:
-        _RELEASES[:] = [r for r in _RELEASES if r.is_alive()] + [t]
-
-
-def wait_replaced() -> None:
-    """Wait until every replaced output handed to `release_replaced` is deleted."""
-    with _RELEASE_LOCK:
-        pending = list(_RELEASES)
-    for t in pending:
-        t.join()
-
-
 # -- the partial file and its resume record ------------------------------------------------------
 class PartialOutput:
     """An output written as ``OUT.partial`` and renamed ``OUT`` when complete, with the resume
@@ -334,14 +284,9 @@ class PartialOutput:
             p.unlink(missing_ok=True)
 
     def commit(self) -> Path:
-        """Rename the partial file to the output (atomically: a reader sees the old output
-        or the new one) and drop the resume record. An output replaced (``overwrite``) is
-        freed on a thread of its own (`release_replaced`)."""
-        old = _hold_replaced(self.out)
+        """Rename the partial file to the output (atomically) and drop the resume record."""
         self.partial.replace(self.out)
         self.progress.unlink(missing_ok=True)
-        if old is not None:
-            release_replaced(old)
         return self.out
 
     @contextmanager
