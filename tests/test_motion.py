@@ -137,7 +137,7 @@ def test_the_device_form_of_the_block_solve_is_the_hosts(n_b):
     """The block solve the GPU runs (a Cholesky factor from ``linalg.cholesky``, triangular
     solves, the inverse as L⁻ᵀL⁻¹), here with NumPy and SciPy's solve_triangular: the host's
     cho_factor/potri solve to rounding."""
-    from dspk.motion.registration import _device_cholesky, _solve_blocks, _solve_blocks_device
+    from dspk.motion.registration import _device_cholesky, _solve_blocks
 
     rng = np.random.default_rng(7)
     diag = []
@@ -146,7 +146,7 @@ def test_the_device_form_of_the_block_solve_is_the_hosts(n_b):
         diag.append(a @ a.T + 30 * np.eye(30))
     rhs = [rng.standard_normal(30) for _ in range(n_b)]
     ref = _solve_blocks(diag, 0.7, rhs)
-    got = _solve_blocks_device(_device_cholesky(np), diag, 0.7, rhs)
+    got = _solve_blocks(diag, 0.7, rhs, _device_cholesky(np))
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
     # and the system is solved: block row b of the tridiagonal product gives rhs[b]
     for b in range(n_b):

@@ -359,12 +359,11 @@ def registration_weights(corr: Any, activity: Any, mincorr: float = 0.1) -> np.n
                          f"{a.shape}")
     s = xp.where(c >= mincorr, c * c, 0.0)
     xp.fill_diagonal(s, 0.0)
-    with np.errstate(divide="ignore"):
-        # 1/0 = inf (a pair or bin without activity weighs 0)
-        inv_a = xp.where(a > 0, 1.0 / xp.where(a > 0, a, 1.0), xp.inf)
-        inv = xp.where(s > 0, 1.0 / xp.where(s > 0, s, 1.0), xp.inf) + \
-            inv_a[:, None] + inv_a[None, :]
-        return xp.where(xp.isfinite(inv), 1.0 / xp.where(xp.isfinite(inv), inv, 1.0), 0.0)
+    # 1/0 taken as inf (a pair or bin without activity weighs 0), no division by zero done
+    inv_a = xp.where(a > 0, 1.0 / xp.where(a > 0, a, 1.0), xp.inf)
+    inv = xp.where(s > 0, 1.0 / xp.where(s > 0, s, 1.0), xp.inf) + \
+        inv_a[:, None] + inv_a[None, :]
+    return xp.where(xp.isfinite(inv), 1.0 / xp.where(xp.isfinite(inv), inv, 1.0), 0.0)
 
 
 def _normal_matrix(u: Any) -> Any:
@@ -409,6 +408,27 @@ def _inverse(factor: tuple) -> np.ndarray:
     return tri + tri.T - np.diag(np.diag(tri))
 
 
+class _HostCholesky:
+    """Cholesky factorisation, solve and SPD inverse on the host: SciPy's ``cho_factor`` /
+    ``cho_solve`` and LAPACK's ``potri`` (`_inverse`)."""
+
+    xp = np
+
+    @staticmethod
+    def factor(m: np.ndarray) -> tuple:
+        from scipy.linalg import cho_factor  # noqa: PLC0415 (scipy.linalg: when used)
+
+        return cho_factor(m)
+
+    @staticmethod
+    def solve(f: tuple, r: np.ndarray) -> np.ndarray:
+        from scipy.linalg import cho_solve  # noqa: PLC0415 (scipy.linalg: when used)
+
+        return cho_solve(f, r)
+
+    inverse = staticmethod(_inverse)
+
+
 class _DeviceCholesky:
     """Cholesky factorisation, solve and SPD inverse from ``xp.linalg.cholesky`` and a
     ``solve_triangular`` with SciPy's signature (CuPy: cuSOLVER's potrf and cuBLAS's trsm,
@@ -439,9 +459,12 @@ def _device_cholesky(xp: Any) -> _DeviceCholesky:
     return _DeviceCholesky(xp, solve_triangular)
 
 
-def _solve_blocks_device(chol: _DeviceCholesky, diag: list, coupling: float,
-                         rhs: list) -> Any:
-    """`_solve_blocks` on the device (or with `_DeviceCholesky` on the host)."""
+def _solve_blocks(diag: list, coupling: float, rhs: list,
+                  chol: Any = _HostCholesky) -> Any:
+    """The block-tridiagonal system with diagonal blocks ``diag`` (symmetric positive
+    definite) and off-diagonal blocks ``−coupling·I`` (block Thomas algorithm: one Cholesky
+    factorisation per block), with ``chol``'s factorisation (`_HostCholesky` on the host,
+    `_DeviceCholesky` on the GPU)."""
     n_b = len(diag)
     if n_b == 1 or coupling == 0:
         return chol.xp.stack([chol.solve(chol.factor(a), r) for a, r in zip(diag, rhs)])
@@ -450,9 +473,9 @@ def _solve_blocks_device(chol: _DeviceCholesky, diag: list, coupling: float,
     for b in range(n_b):
         m = diag[b] if prev_g is None else diag[b] - coupling * coupling * prev_g
         r = rhs[b] if prev_y is None else rhs[b] + coupling * prev_y
-        low = chol.factor(m)
-        prev_y = chol.solve(low, r)
-        prev_g = chol.inverse(low) if b < n_b - 1 else None
+        f = chol.factor(m)
+        prev_y = chol.solve(f, r)
+        prev_g = chol.inverse(f) if b < n_b - 1 else None
         gammas.append(prev_g)
         ys.append(prev_y)
     out = [None] * n_b
@@ -460,32 +483,6 @@ def _solve_blocks_device(chol: _DeviceCholesky, diag: list, coupling: float,
     for b in range(n_b - 2, -1, -1):
         out[b] = ys[b] + coupling * (gammas[b] @ out[b + 1])
     return chol.xp.stack(out)
-
-
-def _solve_blocks(diag: list, coupling: float, rhs: list) -> np.ndarray:
-    """The block-tridiagonal system with diagonal blocks ``diag`` (symmetric positive
-    definite) and off-diagonal blocks ``−coupling·I`` (block Thomas algorithm: one Cholesky
-    factorisation per block), on the host."""
-    from scipy.linalg import cho_factor, cho_solve  # noqa: PLC0415 (scipy.linalg: when used)
-
-    n_b, n = len(diag), diag[0].shape[0]
-    if n_b == 1 or coupling == 0:
-        return np.stack([cho_solve(cho_factor(a), r) for a, r in zip(diag, rhs)])
-    gammas, ys = [], []
-    prev_g = prev_y = None
-    for b in range(n_b):
-        m = diag[b] if prev_g is None else diag[b] - coupling * coupling * prev_g
-        r = rhs[b] if prev_y is None else rhs[b] + coupling * prev_y
-        f = cho_factor(m)
-        prev_y = cho_solve(f, r)
-        prev_g = _inverse(f) if b < n_b - 1 else None
-        gammas.append(prev_g)
-        ys.append(prev_y)
-    out = np.empty((n_b, n))
-    out[-1] = ys[-1]
-    for b in range(n_b - 2, -1, -1):
-        out[b] = ys[b] + coupling * (gammas[b] @ out[b + 1])
-    return out
 
 
 def solve_displacement(shifts: Any, weights: Any, lambda_t: float = 1.0,
@@ -555,13 +552,7 @@ def solve_displacement(shifts: Any, weights: Any, lambda_t: float = 1.0,
     neighbours[[0, -1]] = 1.0
     if n_b == 1:
         neighbours[:] = 0.0
-    if xp is np:
-        solve = _solve_blocks
-    else:
-        chol = _device_cholesky(xp)
-
-        def solve(diag, coupling, rhs):
-            return _solve_blocks_device(chol, diag, coupling, rhs)
+    chol = _HostCholesky if xp is np else _device_cholesky(xp)
     used = u > 0
     any_used = bool(used.any())
     uw = u.copy()
@@ -569,7 +560,7 @@ def solve_displacement(shifts: Any, weights: Any, lambda_t: float = 1.0,
     for it in range(int(robust_iterations) + 1):
         diag = [_normal_matrix(uw[b]) + prior + lambda_s * float(neighbours[b]) * xp.eye(n_t)
                 for b in range(n_b)]
-        p = solve(diag, lambda_s, [_rhs(uw[b], d[b]) for b in range(n_b)])
+        p = _solve_blocks(diag, lambda_s, [_rhs(uw[b], d[b]) for b in range(n_b)], chol)
         if it == robust_iterations or not any_used:
             break
         resid = xp.abs(p[:, None, :] - p[:, :, None] - d)
