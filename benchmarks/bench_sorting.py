@@ -399,7 +399,7 @@ def unit_quality(traces: np.ndarray, geometry: np.ndarray, rec: Path, scale: flo
     noise = np.median(np.abs(noise_block), axis=0) / 0.6745
     mean_disp = gt["unit_displacement"].mean(axis=0) if gt["unit_displacement"].size else \
         np.zeros(len(gt["unit_xy"]))
-    snr, stability = [], []
+    snr, stability, amp_cv = [], [], []
     offsets = np.arange(-WINDOW[0], WINDOW[1])
     for u in range(len(gt["unit_xy"])):
         t = gt["sample_index"][gt["unit_index"] == u]
@@ -414,15 +414,21 @@ def unit_quality(traces: np.ndarray, geometry: np.ndarray, rec: Path, scale: flo
         sd = np.where(noise[chans] > 0, noise[chans], np.inf)
         snr.append(float(np.max(np.abs(mean) / sd)))
         bins = np.minimum((t * BINS) // n, BINS - 1)
-        cors = []
+        cors, peaks = [], []
+        peak = np.unravel_index(np.argmax(np.abs(mean)), mean.shape)
         for b in range(BINS):
             if np.sum(bins == b) >= 5:
-                m = w[bins == b].mean(axis=0).ravel()
-                c = np.corrcoef(m, mean.ravel())[0, 1]
+                m = w[bins == b].mean(axis=0)
+                c = np.corrcoef(m.ravel(), mean.ravel())[0, 1]
                 cors.append(c if np.isfinite(c) else 0.0)
+                peaks.append(abs(float(m[peak])))
         stability.append(float(np.mean(cors)) if cors else 0.0)
+        amp_cv.append(float(np.std(peaks) / np.mean(peaks)) if len(peaks) > 1 and
+                      np.mean(peaks) > 0 else 0.0)
     return dict(snr=[round(s, 3) for s in snr], stability=[round(s, 4) for s in stability],
+                amplitude_cv=[round(s, 4) for s in amp_cv],
                 snr_median=float(np.median(snr)), stability_median=float(np.median(stability)),
+                amplitude_cv_median=float(np.median(amp_cv)),
                 noise_sd=float(np.median(noise) * scale))
 
 
@@ -467,7 +473,8 @@ def run_arm(arm: str, rec: Path, args) -> dict:
     row.update(score(rec, got["results"]))
     if args.diagnose and "traces" in got:
         q = unit_quality(got["traces"], geometry, rec, got["scale"])
-        row.update({f"unit_{k}" if k in ("snr", "stability") else k: v for k, v in q.items()})
+        row.update({f"unit_{k}" if k in ("snr", "stability", "amplitude_cv") else k: v
+                    for k, v in q.items()})
     log(f"{arm} {variant} on {rec.name}: {row['well_detected']} well detected, median "
         f"accuracy {row['accuracy_median']:.3f}, {row['false_positive']} false positive; "
         f"preprocess {row['preprocess_s']} s, sort {row['sort_s']} s")
@@ -487,8 +494,9 @@ def markdown(rows: list, env: dict, args) -> str:
              "| recording | arm | variant | well detected (acc ≥ 0.8) | median accuracy "
              "| median recall | median precision | KS units | false positive | redundant "
              "| preprocess s | sort s | KS4 log: preprocessing s | KS4 log: drift s "
-             "| unit SNR (median) | unit stability (median) | noise SD |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| unit SNR (median) | unit stability (median) | unit amplitude CV (median) "
+             "| noise SD |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['recording']} | {r['arm']} | {r.get('variant', '')} | "
                      f"{r['well_detected']} | {r['accuracy_median']:.3f} | "
@@ -497,7 +505,9 @@ def markdown(rows: list, env: dict, args) -> str:
                      f"{r['preprocess_s']:.2f} | {r['sort_s']:.2f} | "
                      f"{fmt(r.get('ks_preprocess_s'), '.2f')} | {fmt(r.get('ks_drift_s'), '.2f')}"
                      f" | {fmt(r.get('snr_median'), '.2f')} | "
-                     f"{fmt(r.get('stability_median'), '.3f')} | {fmt(r.get('noise_sd'), '.3f')} |")
+                     f"{fmt(r.get('stability_median'), '.3f')} | "
+                     f"{fmt(r.get('amplitude_cv_median'), '.3f')} | "
+                     f"{fmt(r.get('noise_sd'), '.3f')} |")
     lines += ["", "## Chains", ""]
     seen = set()
     for r in rows:
