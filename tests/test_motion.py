@@ -16,6 +16,7 @@ from dspk.motion import (Correction, Motion, MotionError, correct, estimate, kri
                          localize, pairwise_displacement, shank_labels, spatial_windows,
                          to_spikeinterface)
 from dspk.pipeline import PipelineError
+from dspk.pipeline.steps import MOTION_P, MOTION_SIGMA_UM
 
 FS = 30000.0
 
@@ -535,7 +536,10 @@ def test_the_motion_step_estimates_and_corrects_the_drift(drifting, tmp_path):
     out = p.run(rec, tmp_path / "out.h5", chunk_s=0.7, progress=False)
     with dspk.open_recording(out) as done:
         y = done.read()
-    whole = correct(np.ascontiguousarray(traces.T), geom, m, 0.0, FS)
+    step = p.steps[0]                         # the step's kernel (Kilosort4's by default)
+    assert (step.sigma_um, step.p) == (MOTION_SIGMA_UM, MOTION_P)
+    whole = correct(np.ascontiguousarray(traces.T), geom, m, 0.0, FS, sigma_um=step.sigma_um,
+                    p=step.p)
     np.testing.assert_allclose(y, whole, atol=1e-4)
     states = p.read_fitted(out)
     assert np.array_equal(states[0]["displacement"], p.states[0]["displacement"])
