@@ -418,6 +418,49 @@ if gpu and "kilosort4" in installed_sorters():
 else:
     print("no GPU with Kilosort4 here; on a machine with one, the run_sorter call above runs "
           "with the options", ", ".join(sorted(options)))'''),
+    ("md", """## The sort it feeds: true units found, three chains in front of Kilosort4
+
+`benchmarks/bench_sorting.py` asks the question a lab asks before switching: on SpikeInterface's
+drifting ground-truth recordings (NP1.0 geometry, written as int16 binaries with their probe),
+how many true units does Kilosort4 find, with accuracy ≥ 0.8, when it sorts (1) the raw binary
+with its own preprocessing and drift correction, (2) dspk's `--preset kilosort --motion
+nonrigid --format kilosort` folder with its own preprocessing and drift correction off, and
+(3) SpikeInterface's chain (high-pass, median reference, `correct_motion`, whitening) through
+`run_sorter`? Scored by `spikeinterface.comparison.compare_sorter_to_ground_truth`. The results
+are committed under `benchmarks/results/`; the cell below reads the largest run there and shows
+each ground-truth unit's accuracy in each arm (units ordered by their accuracy in Kilosort4
+alone)."""),
+    ("code", '''import matplotlib.pyplot as plt
+
+runs = sorted((root / "benchmarks" / "results").glob("bench_sorting-*.json"))
+docs = [json.loads(p.read_text()) for p in runs]
+size = [d["recordings"]["channels"] * d["recordings"]["seconds"] for d in docs]
+best = max(range(len(docs)), key=lambda i: (size[i], runs[i].name))
+doc, path = docs[best], runs[best]
+print(path.name, doc["recordings"])
+arms = [r for r in doc["arms"] if not r.get("variant")]   # each arm as a user runs it
+for r in arms:
+    assert {"recording", "arm", "well_detected", "accuracy_median", "preprocess_s",
+            "sort_s"} <= set(r)
+    assert r["well_detected"] == sum(a >= 0.8 for a in r["accuracy"])   # the score's own count
+recordings = list(dict.fromkeys(r["recording"] for r in arms))
+fig, axes = plt.subplots(1, len(recordings), figsize=(6 * len(recordings), 3.8), squeeze=False)
+for ax, name in zip(axes[0], recordings):
+    here = {r["arm"]: r for r in arms if r["recording"] == name}
+    order = np.argsort(here.get("kilosort4", next(iter(here.values())))["accuracy"])
+    for i, (arm, r) in enumerate(here.items()):
+        ax.plot(np.arange(len(order)) + 0.2 * (i - 1), np.asarray(r["accuracy"])[order], "o",
+                ms=4, label=f"{arm}: {r['well_detected']} well detected")
+    ax.axhline(0.8, color="0.6", lw=0.8, ls="--")
+    ax.set(title=f"{name}: {doc['recordings']['channels']} ch x {doc['recordings']['seconds']:g} s",
+           xlabel="ground-truth unit (ordered by its accuracy in kilosort4 alone)",
+           ylabel="accuracy", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=7, loc="upper left")
+plt.show()
+for r in arms:
+    print(f"{r['recording']:>9} {r['arm']:<26} well detected {r['well_detected']:>3}  "
+          f"false positive {r['false_positive']:>3}  preprocess {r['preprocess_s']:7.1f} s  "
+          f"sort {r['sort_s']:7.1f} s")'''),
 ]
 
 NOTEBOOKS = {"01_quickstart.ipynb": QUICKSTART, "02_engine.ipynb": ENGINE,

@@ -16,13 +16,13 @@ pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FIGURES = {"01_quickstart.ipynb": 5, "02_engine.ipynb": 2, "03_template_matching.ipynb": 1,
-           "05_spikeinterface_kilosort.ipynb": 3,
+           "05_spikeinterface_kilosort.ipynb": 4,
            "04_dask_batch.ipynb": 1}
 #: what each notebook shows a reader is checked by ``assert`` in its cells (recall against the
 #: ground truth, exactness, the cluster's output identical to the single process's, ...): a
 #: failed check is an error output, so the run below fails on it
 CHECKS = {"01_quickstart.ipynb": 1, "02_engine.ipynb": 3, "03_template_matching.ipynb": 2,
-          "05_spikeinterface_kilosort.ipynb": 4,
+          "05_spikeinterface_kilosort.ipynb": 6,
           "04_dask_batch.ipynb": 2}
 
 
