@@ -279,6 +279,8 @@ def arm_dspk(rec: Path, geometry, work: Path, args) -> dict:
     meta = json.loads((out / "dspk.json").read_text())
     shown = (f"Pipeline({args.dspk_steps}).run(format='kilosort')" if args.dspk_steps
              else "dspk " + " ".join(cmd[3:]))
+    if args.preprocess_only:
+        return dict(preprocess_s=preprocess_s, sort_s=None, results=None, chain=shown)
     results = work / "ks4"
     device = torch_device(args.device)
     scale = float(meta["scale"])
@@ -313,6 +315,10 @@ def arm_spikeinterface(rec: Path, geometry, work: Path, args) -> dict:
     r = spre.whiten(r, mode="local", radius_um=100.0, dtype="float32", seed=0)
     saved = r.save(folder=work / "si_preprocessed", format="binary", **job)
     preprocess_s = time.perf_counter() - t0
+    shown = (f"SpikeInterface highpass_filter(300) + common_reference(median) + "
+             f"correct_motion({args.si_preset}) + whiten(local, 100 µm)")
+    if args.preprocess_only:
+        return dict(preprocess_s=preprocess_s, sort_s=None, results=None, chain=shown)
     t0 = time.perf_counter()
     run_sorter("kilosort4", saved, folder=work / "ks4_si", remove_existing_folder=True,
                skip_kilosort_preprocessing=True, do_correction=False, do_CAR=False,
@@ -323,9 +329,8 @@ def arm_spikeinterface(rec: Path, geometry, work: Path, args) -> dict:
                        "r").reshape(-1, len(geometry))
     return dict(preprocess_s=preprocess_s, sort_s=sort_s, traces=traces, scale=1.0,
                 results=work / "ks4_si" / "sorter_output",
-                chain=f"SpikeInterface highpass_filter(300) + common_reference(median) + "
-                      f"correct_motion({args.si_preset}) + whiten(local, 100 µm); "
-                      f"run_sorter kilosort4 skip_kilosort_preprocessing, no correction, no CAR")
+                chain=f"{shown}; run_sorter kilosort4 skip_kilosort_preprocessing, no "
+                      f"correction, no CAR")
 
 
 RUNNERS = {"kilosort4": arm_kilosort4, "dspk+kilosort4": arm_dspk,
@@ -435,6 +440,12 @@ def unit_quality(traces: np.ndarray, geometry: np.ndarray, rec: Path, scale: flo
 # -- the run ------------------------------------------------------------------------------------
 def arm_variant(arm: str, args) -> str:
     """What distinguishes this run of an arm from its default (``""`` for the default)."""
+    if args.preprocess_only:
+        return "; ".join(filter(None, ["preprocessing only", _arm_variant(arm, args)]))
+    return _arm_variant(arm, args)
+
+
+def _arm_variant(arm: str, args) -> str:
     if arm == "dspk+kilosort4":
         parts = []
         if args.dspk_steps:
@@ -468,8 +479,12 @@ def run_arm(arm: str, rec: Path, args) -> dict:
     got = RUNNERS[arm](rec, geometry, work, args)
     row = dict(recording=json.loads((rec / "info.json").read_text())["variant"], arm=arm,
                variant=variant, preprocess_s=round(got["preprocess_s"], 2),
-               sort_s=round(got["sort_s"], 2), **ks_log_times(got["results"]),
+               sort_s=None if got["sort_s"] is None else round(got["sort_s"], 2),
                chain=got["chain"])
+    if got["results"] is None:          # --preprocess-only: a timing, nothing sorted
+        log(f"{arm} {variant} on {rec.name}: preprocess {row['preprocess_s']} s")
+        return row
+    row.update(ks_log_times(got["results"]))
     row.update(score(rec, got["results"]))
     if args.diagnose and "traces" in got:
         q = unit_quality(got["traces"], geometry, rec, got["scale"])
@@ -499,10 +514,13 @@ def markdown(rows: list, env: dict, args) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['recording']} | {r['arm']} | {r.get('variant', '')} | "
-                     f"{r['well_detected']} | {r['accuracy_median']:.3f} | "
-                     f"{r['recall_median']:.3f} | {r['precision_median']:.3f} | "
-                     f"{r['n_found']} | {r['false_positive']} | {r['redundant']} | "
-                     f"{r['preprocess_s']:.2f} | {r['sort_s']:.2f} | "
+                     f"{fmt(r.get('well_detected'), 'd')} | "
+                     f"{fmt(r.get('accuracy_median'), '.3f')} | "
+                     f"{fmt(r.get('recall_median'), '.3f')} | "
+                     f"{fmt(r.get('precision_median'), '.3f')} | "
+                     f"{fmt(r.get('n_found'), 'd')} | {fmt(r.get('false_positive'), 'd')} | "
+                     f"{fmt(r.get('redundant'), 'd')} | "
+                     f"{r['preprocess_s']:.2f} | {fmt(r['sort_s'], '.2f')} | "
                      f"{fmt(r.get('ks_preprocess_s'), '.2f')} | {fmt(r.get('ks_drift_s'), '.2f')}"
                      f" | {fmt(r.get('snr_median'), '.2f')} | "
                      f"{fmt(r.get('stability_median'), '.3f')} | "
@@ -562,6 +580,10 @@ def parse(argv=None):
                          "Pipeline.run instead of the CLI's preset (chains the CLI does not spell)")
     ap.add_argument("--ks-on-dspk", default="skip", choices=("skip", "redo"))
     ap.add_argument("--si-preset", default="dredge_fast")
+    ap.add_argument("--preprocess-only", action="store_true",
+                    help="time the dspk and SpikeInterface chains only (no sort, no scores; "
+                         "the kilosort4 arm, whose preprocessing is inside its sort, is "
+                         "skipped)")
     ap.add_argument("--diagnose", action="store_true",
                     help="each unit's SNR and stability in the traces each sorter is given")
     ap.add_argument("--resume", action="store_true",
@@ -583,6 +605,8 @@ def main(argv=None) -> list:
     rows = json.loads(kept.read_text()) if args.resume and kept.exists() else []
     for variant in args.variants:
         for arm in args.arms:
+            if args.preprocess_only and arm == "kilosort4":
+                continue
             if any(r["recording"] == variant and r["arm"] == arm
                    and r.get("variant", "") == arm_variant(arm, args) for r in rows):
                 continue
