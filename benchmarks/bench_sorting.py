@@ -43,7 +43,13 @@ SpikeInterface's motion estimate, whitening and saved binary) and of the sorter
 
     python benchmarks/bench_sorting.py [--channels 384] [--seconds 600] [--units 100]
         [--variants static rigid nonrigid] [--arms ...] [--work DIR] [--out DIR]
-        [--machine NAME] [--backend auto|cpu|gpu] [--jobs N]
+        [--machine NAME] [--backend auto|cpu|gpu] [--jobs N] [--diagnose] [--resume]
+        [--stop-by EPOCH_S] [--preprocess-only]
+
+``--diagnose`` adds each unit's SNR, stability and amplitude variation in the traces each
+sorter is given (`unit_quality`); ``--resume`` keeps the rows already in ``--work``;
+``--stop-by`` starts no arm after that time; ``--preprocess-only`` times the dspk and
+SpikeInterface chains without sorting.
 
 Writes ``bench_sorting-<machine>-<date>.json`` (``"arms"``: one object per recording and
 arm, with the per-unit accuracies) and ``.md`` in ``--out``.
@@ -69,8 +75,6 @@ ARMS = ("kilosort4", "dspk+kilosort4", "spikeinterface+kilosort4")
 VARIANTS = ("static", "rigid", "nonrigid")
 #: accuracy at or above which a ground-truth unit counts as well detected (SpikeInterface's)
 WELL_DETECTED = 0.8
-#: int16 steps per noise SD of dspk's whitened Kilosort folder (``dspk.json``'s scale)
-DSPK_STEPS_PER_SD = 200.0
 
 
 def log(msg: str) -> None:
@@ -381,7 +385,10 @@ def unit_quality(traces: np.ndarray, geometry: np.ndarray, rec: Path, scale: flo
     absolute value / 0.6745, on the whole output: the noise the detector thresholds against);
     ``stability``, the mean correlation of the unit's mean waveform in each of ``BINS`` time
     bins with its mean over the whole recording (1: the waveform does not move; drift that
-    was not corrected lowers it). ``noise_sd``: the median over channels of each channel's
+    was not corrected lowers it); ``amplitude_cv``, the coefficient of variation over those
+    bins of the mean waveform's value at its peak (sample and channel of the whole mean:
+    interpolation that attenuates a unit depending on where the drift puts it raises it).
+    ``noise_sd``: the median over channels of each channel's
     noise SD in the output's units times ``scale`` (1 for traces whitened to unit noise).
 
     Parameters
