@@ -4,7 +4,7 @@ dspk's output (``--preset kilosort --motion nonrigid --format kilosort``) as on 
 recording. ``benchmarks/bench_sorting.py`` runs both arms and scores them with
 SpikeInterface's ground-truth comparison; this test reads its JSON.
 
-Kilosort4's universal-template passes take about 4 s per 2-s batch of 64 channels on two
+Kilosort4's universal-template passes take about 6.5 s per 2-s batch of 64 channels on two
 cores, so this test takes about 20 minutes: it is marked ``sorting`` (and ``slow``) and runs
 with ``make test-sorting``, which installs Kilosort4, faiss-cpu and torch's CPU build first;
 without them it is skipped."""
