@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import backend_tools, bench_main, count_tuner_time, finish, heading  # noqa: E402
-from dspk import _detect_gpu  # noqa: E402
+from dspk.detect import _gpu as _detect_gpu  # noqa: E402
 from dspk.detect import (_neighbourhoods, _noise_check, _template_noise,  # noqa: E402
                          default_templates, detect_spikes, learn_templates, template_noise)
 from dspk.ops import fir_bank  # noqa: E402

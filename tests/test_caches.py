@@ -137,7 +137,7 @@ FACTS = {("dspk/backend.py", "_cupy"), ("dspk/backend.py", "gpu_unavailable_reas
 def _engine_layer() -> list[Path]:
     files = [*(ROOT / "dspk" / "linalg").glob("*.py"), *(ROOT / "dspk" / "ops").glob("*.py"),
              ROOT / "dspk" / "kernels" / "__init__.py"]
-    files += [ROOT / "dspk" / n for n in ("match.py", "_detect_gpu.py", "backend.py",
+    files += [ROOT / "dspk" / n for n in ("match.py", "detect/_gpu.py", "backend.py",
                                           "plot.py")]
     return sorted(files)
 

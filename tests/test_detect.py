@@ -132,7 +132,7 @@ def _unexplained(x, geometry, a, b, threshold=7.0, tol=1e-4, shank_ids=None):
 
 
 def test_time_blocks_cover_every_sample_once():
-    from dspk._detect_gpu import block_samples, time_blocks
+    from dspk.detect._gpu import block_samples, time_blocks
 
     for n, taps, block in ((1000, 61, 1), (1000, 61, 7), (1000, 61, 512), (1000, 61, 999),
                            (1000, 61, 5000), (61, 61, 3), (130, 21, 64)):
@@ -152,7 +152,7 @@ def test_time_blocks_cover_every_sample_once():
 
 
 def test_fused_reason():
-    from dspk._detect_gpu import fused_reason
+    from dspk.detect._gpu import fused_reason
 
     x = np.zeros((4, 100), np.float32)
     assert fused_reason(x, 6, 5, 10) is None
@@ -209,7 +209,7 @@ def test_gpu_engine_fallback_agrees(whitened, monkeypatch):
     finds the same spikes as the fused path."""
     import cupy as cp
 
-    import dspk.detect as det
+    import dspk.detect.spikes as det
 
     d = whitened
     x = cp.asarray(d["xw"][:, :30000])
@@ -245,7 +245,7 @@ def _reference_scores(x, bank, nbr, w, inv_sd=None):
 def test_gpu_scores_match_float64_definition(C, nn, S, k, n, taps, block, dtype):
     import cupy as cp
 
-    from dspk import _detect_gpu
+    from dspk.detect import _gpu as _detect_gpu
     from dspk.detect import _neighbourhoods
 
     rng = np.random.default_rng(C * 1000 + n)
@@ -281,7 +281,7 @@ def test_gpu_peaks_equal_local_maxima(case):
     ties included), with room for one peak too few so that the rerun on overflow runs."""
     import cupy as cp
 
-    from dspk import _detect_gpu
+    from dspk.detect import _gpu as _detect_gpu
     from dspk.detect import _local_maxima, _neighbourhoods
 
     rng = np.random.default_rng(case)

@@ -28,7 +28,7 @@ def _reference(x, geometry, templates, threshold, n_neighbors, widths, dead_ms, 
     """detect_spikes as it was before the CPU path (the engine path on NumPy), its bank by the
     Toeplitz products (`toeplitz_correlate`: the CPU path computes those products itself, in
     blocks; the tuner's other choices for `dspk.fir_bank` round differently)."""
-    with mock.patch("dspk.detect.fir_bank", toeplitz_correlate):
+    with mock.patch("dspk.detect.spikes.fir_bank", toeplitz_correlate):
         return _dense(x, geometry, templates, threshold, n_neighbors, widths, dead_ms, memory,
                       shanks, noise)
 
@@ -296,7 +296,7 @@ def test_nan_noise_raises_as_before():
     nbr, w = _neighbourhoods(g, 4, (20.0,), None)
     b = dspk.fir_bank(x, bank.astype(np.float32))
     b[3, 2, 1234] = np.nan                             # as a NaN in x leaves it in the bank
-    import dspk.detect as det
+    import dspk.detect.spikes as det
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(det, "fir_bank", lambda *a: b.copy())

@@ -21,7 +21,7 @@ import dspk
 import dspk.kernels as kernels
 from dspk.kernels import build, fatbins
 import dspk.match as match
-from dspk import _detect_gpu
+from dspk.detect import _gpu as _detect_gpu
 from dspk.caches import forget_shared, shared
 from dspk.linalg import candidates_gpu as cg
 from dspk.linalg import candidates_int as ci

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
 
 from ..backend import is_cupy_array, pinned_empty
-from ..caches import shared
+from ..caches import LRU, shared
 from ..kernels import FastLaunch, declare_instances, grid_1d, kernel
 
 __all__ = ["fingerprint", "PreparedCache"]
@@ -245,15 +244,32 @@ class PreparedCache:
     def __init__(self, build: Callable[[Any], Any], max_entries: int = 8,
                  max_bytes: int = 256 << 20, prepare_on: int = 1) -> None:
         self._build = build
-        self.max_entries = int(max_entries)
-        self.max_bytes = int(max_bytes)
         self.prepare_on = int(prepare_on)
-        self._entries: OrderedDict = OrderedDict()     # fingerprint -> (object, nbytes)
-        self._seen: OrderedDict = OrderedDict()        # fingerprint -> sightings, not built
+        # fingerprint -> (object, nbytes)
+        self._entries = LRU(int(max_entries), int(max_bytes), nbytes=lambda entry: entry[1])
+        self._seen = LRU(_MAX_SEEN)       # fingerprint -> sightings, not built
         self._pending: list = []          # (identity, (hasher, number, event), operand)
-        self._last: OrderedDict = OrderedDict()        # identity -> fingerprint seen there
+        self._last = LRU(_MAX_SEEN)       # identity -> fingerprint seen there
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+
+    @property
+    def max_entries(self) -> int:
+        """Prepared objects kept, at most (a new bound holds from the next one kept)."""
+        return self._entries.max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        self._entries.max_entries = int(value)
+
+    @property
+    def max_bytes(self) -> int:
+        """Bytes of operands kept, at most (a new bound holds from the next one kept)."""
+        return self._entries.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._entries.max_bytes = int(value)
 
     def get(self, operand: Any) -> Any:
         """The prepared object for ``operand``: built now on the ``prepare_on``-th sighting of
@@ -285,9 +301,9 @@ class PreparedCache:
             with self._lock:
                 if any(entry[0] == ident for entry in self._pending):
                     self._fold()           # its last sighting counts before deciding
-                last = self._last.get(ident)
+                last = self._last.peek(ident)
                 hot = last is not None and (last in self._entries or
-                                            self._seen.get(last, 0) >= self.prepare_on)
+                                            self._seen.peek(last, 0) >= self.prepare_on)
             if not hot and _hashable_now(operand):
                 return None, lambda: self._sight(ident, operand)
         return self._get_waited(operand), None
@@ -310,25 +326,18 @@ class PreparedCache:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
-                self._entries.move_to_end(key)
                 self.hits += 1
                 return hit[0]
             self.misses += 1
             seen = self._seen.pop(key, 0) + 1
             if seen < self.prepare_on:
-                self._seen[key] = seen
-                while len(self._seen) > _MAX_SEEN:
-                    self._seen.popitem(last=False)
+                self._seen.put(key, seen)
                 return None
         obj = self._build(operand)
         nbytes = int(operand.nbytes)
         with self._lock:
             if nbytes <= self.max_bytes:
-                self._entries[key] = (obj, nbytes)
-                self._entries.move_to_end(key)
-                while (len(self._entries) > self.max_entries or
-                       sum(n for _, n in self._entries.values()) > self.max_bytes):
-                    self._entries.popitem(last=False)
+                self._entries.put(key, (obj, nbytes))
         return obj
 
     def _fold(self) -> None:
@@ -344,17 +353,12 @@ class PreparedCache:
                 continue
             ptr, shape, strides, dtype, dev = ident
             key = ("cupy", dev, shape, dtype, value)
-            self._seen[key] = self._seen.pop(key, 0) + 1
-            while len(self._seen) > _MAX_SEEN:
-                self._seen.popitem(last=False)
+            self._seen.put(key, self._seen.pop(key, 0) + 1)
             self._remember_last(ident, key)
         self._pending = keep
 
     def _remember_last(self, ident: tuple, key: tuple) -> None:
-        self._last[ident] = key
-        self._last.move_to_end(ident)
-        while len(self._last) > _MAX_SEEN:
-            self._last.popitem(last=False)
+        self._last.put(ident, key)
 
     def clear(self) -> None:
         """Forget every prepared object (and every sighting)."""

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from ..backend import array_module, is_cupy_array, to_numpy
+from ..caches import LRU
 from ..ops import spatial_filter
 from .motion import Motion, MotionError, positions, shank_labels
 
@@ -164,7 +164,7 @@ class Correction:
             kxx = _kernel(g, g, self.sigma_um, self.p)
             inv = np.linalg.pinv(kxx + KRIGING_RIDGE * np.eye(len(idx)))
             self._groups.append((idx, g, inv, g[:, 1].min(), g[:, 1].max()))
-        self._cache: OrderedDict = OrderedDict()
+        self._cache = LRU(CACHED_MATRICES)
         self._bins: tuple | None = None
         self._device_groups: dict = {}
 
@@ -248,11 +248,7 @@ class Correction:
             xp = array_module(like)
             with xp.cuda.Device(like.device.id) if gpu else contextlib.nullcontext():
                 w = self.matrix(disp[k], xp).astype(like.dtype)
-            self._cache[key] = w
-            while len(self._cache) > CACHED_MATRICES:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
+            self._cache.put(key, w)
         return w
 
     def segments(self, n: int, start: float, fs: float) -> list:

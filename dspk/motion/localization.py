@@ -26,12 +26,12 @@ channels' positions (SpikeInterface's ``nonrigid_fast_and_accurate``: 0.37–0.4
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from ..backend import array_module, to_numpy
+from ..caches import LRU
 from .motion import positions
 
 __all__ = ["localize", "LOCALIZE_METHODS", "LOCALIZE_NEIGHBORS", "TROUGH_WINDOW_MS",
@@ -75,7 +75,7 @@ def _gather(x: Any, chans: np.ndarray, t: np.ndarray, half: int) -> Any:
 
 #: probes whose grids are kept (the oldest goes first)
 GRID_PROBES = 4
-_GRIDS: OrderedDict = OrderedDict()
+_GRIDS = LRU(GRID_PROBES)
 _GRIDS_LOCK = threading.Lock()
 
 
@@ -86,13 +86,10 @@ def _grid_of(g: np.ndarray, nbr: np.ndarray) -> tuple:
     with _GRIDS_LOCK:
         found = _GRIDS.get(key)
         if found is not None:
-            _GRIDS.move_to_end(key)
             return found
     found = _grid_profiles(g, nbr)
     with _GRIDS_LOCK:
-        _GRIDS[key] = found
-        while len(_GRIDS) > GRID_PROBES:
-            _GRIDS.popitem(last=False)
+        _GRIDS.put(key, found, touch=False)    # (one another thread kept meanwhile: its place)
     return found
 
 

@@ -4,12 +4,12 @@ references."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..backend import array_module, blocked_transpose, cupy_module, is_cupy_array, to_numpy
+from ..caches import LRU
 from ..linalg import matmul
 from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
@@ -461,25 +461,24 @@ class _DenseVerdicts:
     MAX = 64
 
     def __init__(self) -> None:
-        self._left: OrderedDict = OrderedDict()
+        # calls left to each verdict; a verdict's use leaves its place: the oldest goes first
+        self._left = LRU(self.MAX)
         self._lock = threading.Lock()
 
     def dense(self, ident: tuple) -> bool:
         with self._lock:
-            left = self._left.get(ident)
+            left = self._left.peek(ident)
             if left is None:
                 return False
             if left <= 1:
-                del self._left[ident]
+                self._left.pop(ident)
                 return False
-            self._left[ident] = left - 1
+            self._left.put(ident, left - 1, touch=False)
             return True
 
     def add(self, ident: tuple) -> None:
         with self._lock:
-            self._left[ident] = self.RECHECK
-            while len(self._left) > self.MAX:
-                self._left.popitem(last=False)
+            self._left.put(ident, self.RECHECK, touch=False)
 
     def clear(self) -> None:
         with self._lock:

@@ -1,7 +1,8 @@
 """GPU kernels of `dspk.detect` (dspk/kernels/detect.cu): the spatial combination fused with
-its maxima over widths and templates (`scores`), and the local maxima of the score
-(`peaks`). CuPy arrays only; the caller checks ``fused_reason`` first (why the kernels cannot
-take the inputs, or None) and uses the engine path otherwise.
+its maxima over widths and templates (`scores`), the local maxima of the score (`peaks`),
+and the median of each row's absolute values (`row_abs_median`, the robust noise of
+`dspk.detect.noise`). CuPy arrays only; the caller checks ``fused_reason`` first (why the
+kernels cannot take the inputs, or None) and uses the engine path otherwise.
 
 The filter bank runs time block by time block (`dspk.fir_bank` on the block plus ``taps//2``
 samples of real data on each side, zero only outside the recording), so the [channels,
@@ -14,8 +15,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
-from .ops import fir_bank
+from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
+from ..ops import fir_bank
 
 DS_THREADS, DS_R = LAUNCH["DS_THREADS"], LAUNCH["DS_R"]
 DS_TILE = DS_THREADS * DS_R
@@ -179,7 +180,7 @@ def peaks(score: Any, nbr: np.ndarray, threshold: float, dead: int,
           capacity: int = PEAKS_CAPACITY) -> tuple:
     """(positions, samples) as host int64 arrays, unordered: the score >= threshold and the
     largest within ±dead samples at its own and its neighbouring positions (``nbr[p, 1:]``),
-    like `dspk.detect._local_maxima`. A first launch with room for ``capacity`` peaks; if
+    like `dspk.detect.spikes._local_maxima`. A first launch with room for ``capacity`` peaks; if
     there were more, a second with room for all of them."""
     import cupy as cp  # noqa: PLC0415 (GPU-only module)
 
