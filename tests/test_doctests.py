@@ -20,7 +20,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.ops.bad_channels",
            "dspk.pipeline.steps", "dspk.pipeline.steps.adc", "dspk.pipeline.steps.filters",
            "dspk.pipeline.steps.channels", "dspk.pipeline.steps.reference",
-           "dspk.pipeline.steps.whitening", "dspk.pipeline.steps.motion",
+           "dspk.pipeline.steps.whitening", "dspk.pipeline.steps.motion", "dspk.motion.spikes",
            "dspk.pipeline.pipeline", "dspk.pipeline.job",
            "dspk.pipeline.stage", "dspk.pipeline.registry", "dspk.pipeline.sinks",
            "dspk.pipeline.prepared", "dspk.pipeline.output", "dspk.pipeline.stream",

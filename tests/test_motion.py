@@ -627,3 +627,38 @@ def test_the_motion_step_on_the_gpu_gives_the_cpu_motion(drifting, tmp_path):
         ref = correct(np.ascontiguousarray(traces[:60000].T), geom, gpu, 0.0, FS)
         np.testing.assert_allclose(y, ref, atol=1e-4)
         assert a.n_samples == b.n_samples
+
+
+@settings(max_examples=8, deadline=None)
+@given(block=st.integers(3000, 20000))
+def test_a_pass_in_blocks_finds_the_spikes_of_the_whole(block):
+    """`SpikeSurvey` on a recording in blocks with `pass_margin` samples of context (zeros
+    beyond the ends, as a pipeline's pass pads) keeps each spike once, in the block holding
+    its trough: the same spikes, times, channels and positions as one block of the whole
+    recording, whatever the block length (spikes put across the cuts); the amplitudes to
+    float32's last bits (the detector's products are summed in blocks of the block's
+    length)."""
+    from dspk.motion.spikes import SpikeSurvey, pass_margin
+
+    rng = np.random.default_rng(4)
+    fs, n, c = 30000.0, 45000, 24
+    g = np.c_[np.tile([0.0, 32.0], c // 2), 20.0 * (np.arange(c) // 2)]
+    x = rng.standard_normal((c, n)).astype(np.float32)
+    shape = np.hanning(24).astype(np.float32)
+    for t in list(range(1500, n - 100, 997)) + [block - 10, 2 * block + 5]:
+        ch = int(rng.integers(2, c - 2))
+        if t + 24 < n:
+            x[ch - 2:ch + 3, t:t + 24] -= np.float32(30.0) * shape * \
+                np.array([0.3, 0.7, 1.0, 0.7, 0.3], np.float32)[:, None]
+    h = pass_margin(fs)
+    padded = np.pad(x, ((0, 0), (h, h)))
+    whole = SpikeSurvey(x[:, :15000], g, fs, threshold=7.0)
+    whole.add(padded, 0, n, h)
+    parts = SpikeSurvey(x[:, :15000], g, fs, threshold=7.0)
+    parts.add_all(((s0, min(s0 + block, n), padded[:, s0:min(s0 + block, n) + 2 * h])
+                   for s0 in range(0, n, block)), halo=h)
+    a, b = whole.spikes(), parts.spikes()
+    assert len(a["time_s"]) >= 40
+    for k in ("time_s", "y", "channel_index"):
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    np.testing.assert_allclose(a["amplitude"], b["amplitude"], rtol=2e-6)

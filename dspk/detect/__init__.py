@@ -59,7 +59,8 @@ waveforms and PCA features) and `dspk.detect.peaks` (spikes as SpikeInterface's 
 
 from .features import spike_clips, spike_features
 from .peaks import PEAK_DTYPE, PEAK_LOCATION_DTYPE, spikes_to_peaks
-from .spikes import SPIKE_DTYPE, detect_spikes, template_noise
+from .spikes import (SPIKE_DTYPE, detect_spikes, detection_lag, detection_margin,
+                     template_noise)
 from .templates import default_templates, learn_templates
 
 # names that the rest of dspk, the tests and the benchmarks reach as dspk.detect.<name>, where
@@ -72,5 +73,5 @@ from .spikes_cpu import _cpu_noise, _cpu_spikes, _sparse_maxima  # noqa: F401
 from .templates import TROUGH_TAP  # noqa: F401
 
 __all__ = ["detect_spikes", "default_templates", "learn_templates", "spike_features",
-           "spike_clips", "template_noise", "spikes_to_peaks", "SPIKE_DTYPE", "PEAK_DTYPE",
-           "PEAK_LOCATION_DTYPE"]
+           "spike_clips", "template_noise", "detection_margin", "detection_lag",
+           "spikes_to_peaks", "SPIKE_DTYPE", "PEAK_DTYPE", "PEAK_LOCATION_DTYPE"]

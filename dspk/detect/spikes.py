@@ -113,6 +113,43 @@ def _template_noise(x: Any, bank: np.ndarray, b: Any = None) -> np.ndarray:
     return np.asarray(to_numpy(_abs_median(xp, out)), dtype=np.float64) / MAD_TO_SD
 
 
+def detection_margin(fs: float, dead_time_ms: float = 0.67) -> int:
+    """Samples of context a block needs on each side for `detect_spikes` (default templates)
+    to find in it exactly the spikes of the whole recording: half the templates, the dead
+    time and one sample.
+
+    Parameters
+    ----------
+    fs : float
+    dead_time_ms : float
+
+    Examples
+    --------
+    >>> from dspk.detect import detection_margin
+    >>> detection_margin(30000.0)
+    51
+    """
+    return default_templates(fs).shape[1] // 2 + \
+        max(1, int(round(dead_time_ms * 1e-3 * fs))) + 1
+
+
+def detection_lag(fs: float) -> int:
+    """Samples from a spike's trough to the sample its detection score peaks at, for the
+    default templates.
+
+    Parameters
+    ----------
+    fs : float
+
+    Examples
+    --------
+    >>> from dspk.detect import detection_lag
+    >>> detection_lag(30000.0)
+    10
+    """
+    return default_templates(fs).shape[1] // 2 - int(round(TROUGH_TAP * fs / 30000.0))
+
+
 def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
                   threshold: float = 7.0, n_neighbors: int = 10,
                   widths_um: tuple = (10.0, 20.0, 30.0, 40.0, 50.0),

@@ -2,9 +2,10 @@
 own): the drift of a recording estimated from its spikes by DREDge's decentralised
 registration (`estimate`: activity rasters, their pairwise cross-correlations as products on
 dspk's engine, a robust least-squares solve), per shank, rigid or non-rigid; spike positions
-for it (`localize`); and the traces corrected by kriging interpolation, one matrix per time
-bin applied with `dspk.ops.spatial_filter` (`correct`). NumPy in, NumPy out; CuPy in, CuPy
-out (CuPy spikes are registered on the GPU, the solve included; a `Motion` is on the host).
+for it (`localize`; a recording's pass in blocks, `SpikeSurvey`); and the traces corrected
+by kriging interpolation, one matrix per time bin applied with `dspk.ops.spatial_filter`
+(`correct`). NumPy in, NumPy out; CuPy in, CuPy out (CuPy spikes are registered on the
+GPU, the solve included; a `Motion` is on the host).
 
 The pipeline's ``Motion`` step (``dspk preprocess --motion rigid|nonrigid``) estimates the
 drift on a pass over the recording and corrects it chunk by chunk.
@@ -31,6 +32,7 @@ Spikes that move up 10 µm after 30 s; the estimate, then the traces corrected:
 from .correction import BORDERS, Correction, correct, kriging_matrix
 from .estimation import MIN_SPIKES_PER_BIN, estimate
 from .localization import localize
+from .spikes import SpikeSurvey, pass_margin
 from .motion import Motion, MotionError, shank_labels, to_spikeinterface
 from .registration import (activity_raster, pairwise_displacement, registration_weights,
                            solve_displacement, spatial_windows)
@@ -41,4 +43,5 @@ MotionError.__module__ = "dspk.motion"
 __all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "kriging_matrix",
            "localize", "shank_labels", "to_spikeinterface", "activity_raster",
            "spatial_windows", "pairwise_displacement", "registration_weights",
-           "solve_displacement", "BORDERS", "MIN_SPIKES_PER_BIN"]
+           "solve_displacement", "SpikeSurvey", "pass_margin", "BORDERS",
+           "MIN_SPIKES_PER_BIN"]

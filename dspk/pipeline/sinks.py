@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import to_numpy
-from ..detect import (SPIKE_DTYPE, TROUGH_TAP, default_templates, detect_spikes, spike_clips,
+from ..detect import (SPIKE_DTYPE, detect_spikes, detection_lag, detection_margin, spike_clips,
                       template_noise)
 from ..ops import PCA
 from .registry import Option, register
@@ -73,8 +73,7 @@ class Detect(Sink):
 
     def margin(self, fs: float) -> int:
         """Half the templates plus the dead time, plus one sample."""
-        return default_templates(fs).shape[1] // 2 + \
-            max(1, int(round(self.dead_time_ms * 1e-3 * fs))) + 1
+        return detection_margin(fs, self.dead_time_ms)
 
     def lag(self, fs: float) -> int:
         """Samples from a spike's trough to the sample its detection score peaks at.
@@ -89,7 +88,7 @@ class Detect(Sink):
         >>> Detect().lag(30000.0)
         10
         """
-        return default_templates(fs).shape[1] // 2 - int(round(TROUGH_TAP * fs / 30000.0))
+        return detection_lag(fs)
 
     def is_fitted(self, state: dict) -> bool:
         """Whether ``state`` holds the noise (the feature PCA is fitted with it, when the fit

@@ -44,8 +44,8 @@ from .motion import Motion
 from .adc import MAX_SAMPLE_SHIFT  # noqa: F401
 from .channels import BAD_CHANNEL_LABELS  # noqa: F401
 from .common import GROUPS  # noqa: F401
-from .motion import (MOTION_MODES, MOTION_P, MOTION_SIGMA_UM, MOTION_TEMPLATE,  # noqa: F401
-                     MOTION_WIDTHS_UM)
+from ...motion.spikes import MOTION_TEMPLATE, MOTION_WIDTHS_UM  # noqa: F401
+from .motion import MOTION_MODES, MOTION_P, MOTION_SIGMA_UM  # noqa: F401
 
 __all__ = ["Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
            "SpatialHighpass", "Reference", "Whiten", "Motion"]

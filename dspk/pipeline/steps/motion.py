@@ -1,7 +1,7 @@
 """`Motion`: the drift estimated on a pass over the recording (spikes detected and placed,
-registered as DREDge does: `dspk.motion`) and each chunk corrected by kriging; the detector
-and the interpolation kernel it uses (`MOTION_TEMPLATE`, `MOTION_WIDTHS_UM`,
-`MOTION_SIGMA_UM`, `MOTION_P`)."""
+registered as DREDge does: `dspk.motion`) and each chunk corrected by kriging; the
+interpolation kernel it uses (`MOTION_SIGMA_UM`, `MOTION_P`). The pass itself, and its
+detector, are `dspk.motion.spikes`'."""
 
 from __future__ import annotations
 
@@ -11,26 +11,17 @@ from typing import Any
 import numpy as np
 
 from ...argnames import arg
-from ...backend import to_numpy
-from ...detect import NOISE_SAMPLES, default_templates, detect_spikes, template_noise
-from ...motion import BORDERS, Correction, MotionError, localize
+from ...motion import BORDERS, Correction, MotionError
 from ...motion import Motion as MotionEstimate
 from ...motion import estimate as estimate_motion
+from ...motion.spikes import SpikeSurvey, pass_margin
 from ..errors import PipelineError
 from ..registry import Option, register
-from ..sinks import Detect
 from ..stage import Context, FitBlocks, Step
 from .common import _not_fitted, log
 
-
 #: the drift estimates a `Motion` step makes
 MOTION_MODES = ("rigid", "nonrigid")
-#: the detector of a `Motion` step's pass: one template of the default bank (its middle
-#: width) and two spatial widths (µm). Measured on SpikeInterface's drifting ground truth
-#: (128 channels x 120 s, 2 cores): the pass 4.5x faster than with the default detector
-#: (6 templates, 5 widths), the same spikes within 0.2 % and the same drift error (0.33 against
-#: 0.35 µm RMS): the estimate needs the spikes' times and places, not their shapes
-MOTION_TEMPLATE, MOTION_WIDTHS_UM = 2, (15.0, 35.0)
 #: the interpolation kernel of a `Motion` step, ``exp(−(d/sigma_um)^p)``: Kilosort4's
 #: drift-correction kernel, the Gaussian ``exp(−d²/(2·20²))``. The step corrects traces that
 #: are whitened (it comes after `Whiten`), whose spike footprints are sharper than the raw
@@ -52,13 +43,13 @@ class Motion(Step):
     each chunk corrected by it — SpikeInterface's ``correct_motion``, Kilosort's drift
     correction.
 
-    Fitting it: the noise of each detection template measured on the fit chunks (as
-    `Detect` does), then every chunk of the recording, through the steps before this one,
-    searched for spikes (`dspk.detect_spikes` with one template and two spatial widths,
-    `MOTION_TEMPLATE` and `MOTION_WIDTHS_UM`; each channel first scaled to unit robust noise
-    so that un-whitened traces are detected in the same units), each spike placed between
-    the channels by a grid of point-source candidates (`dspk.motion.localize`), and the
-    drift estimated from them (`dspk.motion.estimate`: DREDge's decentralised registration,
+    Fitting it (`dspk.motion.spikes.SpikeSurvey`): the noise of each detection template
+    measured on the fit chunks (as `Detect` does), then every chunk of the recording,
+    through the steps before this one, searched for spikes (`dspk.detect_spikes` with one
+    template and two spatial widths; each channel first scaled to unit robust noise so that
+    un-whitened traces are detected in the same units), each spike placed between the
+    channels by a grid of point-source candidates (`dspk.motion.localize`), and the drift
+    estimated from them (`dspk.motion.estimate`: DREDge's decentralised registration,
     rigid or non-rigid, per shank). Applying it: each sample's channels re-sampled at their
     positions moved by the drift of its time bin, by kriging (`dspk.motion.correct`). A
     recording with too few spikes for the estimate is refused with the count needed.
@@ -125,8 +116,8 @@ class Motion(Step):
         return f"motion={self.mode!r}"
 
     def fit_pass(self, fs: float) -> int:
-        """The detection's context: the templates' half length and the dead time."""
-        return Detect(self.threshold).margin(fs)
+        """The pass's context (`dspk.motion.spikes.pass_margin`): the detection's."""
+        return pass_margin(fs)
 
     def check(self, recording: Any) -> None:
         """Refuse a recording shorter than two time bins (no drift can be estimated).
@@ -167,39 +158,11 @@ class Motion(Step):
         dict
         """
         fs, g = ctx.fs, np.asarray(ctx.geometry, np.float64)
-        xp = ctx.xp
-        inner = xp.concatenate(list(blocks.inner()), axis=1)
-        # each channel to unit robust noise (whitened traces: ~1 already; the median of
-        # |x| / 0.6745 on evenly spaced samples, on the host), then the noise of each
-        # template's output in those units (the detection threshold's unit)
-        step = max(1, inner.shape[1] // NOISE_SAMPLES)
-        sd = np.median(np.abs(to_numpy(inner[:, ::step])), axis=1).astype(np.float64) / 0.6745
-        scale = np.where(sd > 0, 1.0 / np.where(sd > 0, sd, 1.0), 0.0)
-        scale_d = xp.asarray(scale.astype(ctx.dtype))[:, None]
-        templates = default_templates(fs)[MOTION_TEMPLATE:MOTION_TEMPLATE + 1]
-        noise = template_noise(inner * scale_d, fs, templates)
-        del inner
-        halo = self.fit_pass(fs)
-        lag = Detect(self.threshold).lag(fs)
-        times, ys, amps, chans = [], [], [], []
         shanks = getattr(ctx.recording, "shank_ids", None)
-        for s0, s1, block in blocks.stream:
-            x = block * scale_d
-            spikes = detect_spikes(x, g, fs, templates=templates, threshold=self.threshold,
-                                   widths_um=MOTION_WIDTHS_UM, noise=noise, shank_ids=shanks)
-            at = spikes["sample_index"] + lag - halo
-            spikes = spikes[(at >= 0) & (at < s1 - s0)]
-            if len(spikes) == 0:
-                continue
-            _, y, _ = localize(x, spikes, g, fs)
-            times.append((spikes["sample_index"] + (s0 - halo)) / fs)
-            ys.append(y)
-            amps.append(spikes["amplitude"].astype(np.float64))
-            chans.append(spikes["channel_index"])
-        found = {"time_s": np.concatenate(times) if times else np.zeros(0),
-                 "y": np.concatenate(ys) if ys else np.zeros(0),
-                 "amplitude": np.concatenate(amps) if amps else np.zeros(0),
-                 "channel_index": np.concatenate(chans) if chans else np.zeros(0, np.int64)}
+        inner = ctx.xp.concatenate(list(blocks.inner()), axis=1)
+        survey = SpikeSurvey(inner, g, fs, self.threshold, shank_ids=shanks, dtype=ctx.dtype)
+        del inner
+        found = survey.add_all(blocks.stream, halo=self.fit_pass(fs)).spikes()
         duration = ctx.recording.n_samples / fs
         try:
             motion = estimate_motion(found, g, duration, rigid=self.mode == "rigid",
