@@ -427,40 +427,42 @@ with its own preprocessing and drift correction, (2) dspk's `--preset kilosort -
 nonrigid --format kilosort` folder with its own preprocessing and drift correction off, and
 (3) SpikeInterface's chain (high-pass, median reference, `correct_motion`, whitening) through
 `run_sorter`? Scored by `spikeinterface.comparison.compare_sorter_to_ground_truth`. The results
-are committed under `benchmarks/results/`; the cell below reads the largest run there and shows
-each ground-truth unit's accuracy in each arm (units ordered by their accuracy in Kilosort4
-alone)."""),
+are committed under `benchmarks/results/`; the cell below reads the largest runs there (every
+seed) and shows each ground-truth unit's accuracy in each arm (units ordered by their
+accuracy in Kilosort4 alone)."""),
     ("code", '''import matplotlib.pyplot as plt
 
 runs = sorted((root / "benchmarks" / "results").glob("bench_sorting-*.json"))
 docs = [json.loads(p.read_text()) for p in runs]
 size = [d["recordings"]["channels"] * d["recordings"]["seconds"] for d in docs]
-best = max(range(len(docs)), key=lambda i: (size[i], runs[i].name))
-doc, path = docs[best], runs[best]
-print(path.name, doc["recordings"])
-arms = [r for r in doc["arms"] if not r.get("variant")]   # each arm as a user runs it
-for r in arms:
-    assert {"recording", "arm", "well_detected", "accuracy_median", "preprocess_s",
-            "sort_s"} <= set(r)
-    assert r["well_detected"] == sum(a >= 0.8 for a in r["accuracy"])   # the score's own count
-recordings = list(dict.fromkeys(r["recording"] for r in arms))
-fig, axes = plt.subplots(1, len(recordings), figsize=(6 * len(recordings), 3.8), squeeze=False)
-for ax, name in zip(axes[0], recordings):
-    here = {r["arm"]: r for r in arms if r["recording"] == name}
+docs = [d for d, s in zip(docs, size) if s == max(size)]   # the largest runs, every seed
+panels = []
+for doc in docs:
+    arms = [r for r in doc["arms"] if not r.get("variant")]   # each arm as a user runs it
+    for r in arms:
+        assert {"recording", "arm", "well_detected", "accuracy_median", "preprocess_s",
+                "sort_s"} <= set(r)
+        assert r["well_detected"] == sum(a >= 0.8 for a in r["accuracy"])   # the score's count
+    for name in dict.fromkeys(r["recording"] for r in arms):
+        panels.append((doc, name, {r["arm"]: r for r in arms if r["recording"] == name}))
+fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.8), squeeze=False)
+for ax, (doc, name, here) in zip(axes[0], panels):
     order = np.argsort(here.get("kilosort4", next(iter(here.values())))["accuracy"])
     for i, (arm, r) in enumerate(here.items()):
         ax.plot(np.arange(len(order)) + 0.2 * (i - 1), np.asarray(r["accuracy"])[order], "o",
                 ms=4, label=f"{arm}: {r['well_detected']} well detected")
     ax.axhline(0.8, color="0.6", lw=0.8, ls="--")
-    ax.set(title=f"{name}: {doc['recordings']['channels']} ch x {doc['recordings']['seconds']:g} s",
+    rec = doc["recordings"]
+    ax.set(title=f"{name}: {rec['channels']} ch x {rec['seconds']:g} s, seed {rec['seed']}",
            xlabel="ground-truth unit (ordered by its accuracy in kilosort4 alone)",
            ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.legend(fontsize=7, loc="upper left")
 plt.show()
-for r in arms:
-    print(f"{r['recording']:>9} {r['arm']:<26} well detected {r['well_detected']:>3}  "
-          f"false positive {r['false_positive']:>3}  preprocess {r['preprocess_s']:7.1f} s  "
-          f"sort {r['sort_s']:7.1f} s")'''),
+for doc, name, here in panels:
+    for arm, r in here.items():
+        print(f"seed {doc['recordings']['seed']} {name:>9} {arm:<26} well detected "
+              f"{r['well_detected']:>3}  false positive {r['false_positive']:>3}  "
+              f"preprocess {r['preprocess_s']:7.1f} s  sort {r['sort_s']:7.1f} s")'''),
 ]
 
 NOTEBOOKS = {"01_quickstart.ipynb": QUICKSTART, "02_engine.ipynb": ENGINE,
