@@ -6,43 +6,21 @@ reference of sampled rows, its precision is verified on a zero-mean probe (TF32 
 errs ~3e-4 there and is rejected; integer candidates must be bit-exact on a probe spanning the
 dtype's full range), and the correct candidates are ranked by their measured time. The ranking
 is kept in memory and in a versioned JSON cache (``$DSPK_CACHE_DIR``, default
-``~/.cache/dspk``), written atomically under a file lock so that several processes can tune at
-once. Processes that share the file make the same choices: a miss re-reads the file when
-another process has changed it, and tuning holds the file's lock, so a process that needs a
-key another one is tuning waits and takes its ranking (a candidate's rounding may differ from
-another's: a shared choice is what keeps outputs bit-identical).
+``~/.cache/dspk``) that several processes share and tune at once: they make the same choices
+(a candidate's rounding may differ from another's: a shared choice is what keeps outputs
+bit-identical).
 
 Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
-within a budget of a fraction of the product's own time (`BUDGET_RATIO`, at least
-`BUDGET_FLOOR_S`; on the GPU at most `BUDGET_CAP_S`): each candidate is timed on a slice of
-the product — the longest dimension cut, the other dimensions, layouts and strides as they
-are, about 1/(`SLICE_SHARE` · candidates) of the product, grown where a candidate cannot run
-less (split-K needs K of 4 chunks) — after its precision probe (a small product of the
-slice's K, which also warms the candidate up), and its slice's result is checked; then, while
-the budget lasts, a second sample for each and more for those close to the best (each keeps
-its best sample: a loaded machine's bursts only ever slow a run down). A candidate that would
-take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would import a
-module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
-timed; the entry says so. The fastest then computes the whole product, checked once more on
-sampled entries (one that fails there is rejected and the next one runs), and, on the CPU,
-timed: a slice that fits in cache can flatter a memory-bound candidate (measured on 2 cores: a
-high-pass by whole-row FFTs estimated at 61 ms from its slice took 128 ms whole, against 50 for
-the Toeplitz products it beat), so when a runner-up's estimate is below the winner's whole
-time, the runner-up computes the whole product too, in the same call, and the faster of the
-two is the choice and the result (``"whole_ms"``): the same bits from the first call on. The
-entry records how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole).
-A *thorough*
-tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
-`dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
-median of several samples) and replaces a choice tuned on first use; nothing else ever
-replaces a stored choice, so a job's chunks, and the processes that share a cache, run one
-candidate.
+within a budget of a fraction of the product's own time: each candidate timed on a slice of
+the product, then the fastest computes the whole product, checked (and on the CPU timed
+against a runner-up whose estimate beats its whole time): the same bits from the first call
+on. A *thorough* tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune``
+and `dspk.Pipeline.tune` are for) times every candidate on the whole product and replaces a
+choice tuned on first use; nothing else ever replaces a stored choice, so a job's chunks, and
+the processes that share a cache, run one candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
-the same way: each runs once on the whole problem within the budget, or, when the caller can
-give runners on a slice of the problem (``sliced=``), each is checked and timed on the slice
-and only the winner computes the whole (`Tuner.choose_run` hands its result back, saving the
-caller a run, after the same whole-problem check of a runner-up as for products).
+the same way (`Tuner.choose_run` hands the chosen one's result back, saving the caller a run).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
@@ -50,11 +28,20 @@ must not pass unnoticed).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
 fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
+
+This module is the policy: what to choose, when to tune, the modes. The rest is in modules of
+its own, whose names stay importable from here (a test patches a name where it is read):
+
+- `dspk.linalg.tuner_cache`: the cache file — its path, entries, stamps, lock and merge.
+- `dspk.linalg.tuner_timing`: how a candidate is measured and checked — the first use's
+  budget, the clocks, the check of a result, the precision probe, the slices.
+- `dspk.linalg.tuner_products`: how a product's candidates are tried, on first use (on slices,
+  within the budget) or thoroughly.
+- `dspk.linalg.tuner_operations`: the same for an operation's implementations.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -64,26 +51,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
+from .problem import Candidate, Problem
+from .tuner_cache import (CACHE_SCHEMA, TUNED_BRIEF, TUNED_THOROUGH, _cache_lock, _entry,
+                          _gpu_stamp, _host_stamp, _how, _merge_into_cache, _signature, _stale,
+                          _stamp, cache_path, read_cache)
+from .tuner_operations import (_NOT_RUN, check_whole, choose_briefly, choose_on_slices,
+                               choose_thoroughly)
+from .tuner_products import tune_on_first_use, tune_thoroughly
+from .tuner_timing import Stopwatch
 
-from .._version import __version__
-from ..backend import device_name
-from .problem import Candidate, Problem, prepared
-from .tuner_cache import (  # noqa: F401 (the file cache's names, importable here as before)
-    CACHE_FORMAT, CACHE_SCHEMA, STAMPS, TUNED_BRIEF, TUNED_SLICE, TUNED_THOROUGH, _cache_lock,
-    _entry, _gpu_stamp, _how, _known, _merge_into_cache, _process_lock, _replaces, _signature,
-    _stale, _stamp, _valid_cache, cache_path, clear_cache, read_cache)
-from .tuner_timing import (  # noqa: F401 (the timing's names, importable here as before)
+# What the tuner's parts define stays importable from here, as before they were split off
+# (tests and benchmarks import some of it); a test patches a name in the module that reads it.
+from .tuner_cache import (  # noqa: F401
+    CACHE_FORMAT, STAMPS, TUNED_SLICE, _known, _process_lock, _replaces, _valid_cache,
+    clear_cache)
+from .tuner_products import _FirstUse, _Trial  # noqa: F401
+from .tuner_timing import (  # noqa: F401
     BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_RATIO, CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, PROBE_BLOCK,
     PROBE_MIN, ROTATE_L2_MULTIPLE, ROTATE_MAX_SETS, SAMPLED_COLS, SKIP_RATIO, SLICE_ALIGN,
-    SLICE_SHARE, Stopwatch, _aligned, _base, _cut, _cut_dim, _cycling, _dim_size, _macs,
-    _make_probe, _median_time, _precision, _probe_for, _probe_values, _rotation, _Sampler,
-    _shape, _slice_for, _warn_failed, precision_tolerance, tuning_budget)
+    SLICE_SHARE, _aligned, _base, _cut, _cut_dim, _cycling, _dim_size, _macs, _make_probe,
+    _median_time, _precision, _probe_for, _probe_values, _rotation, _Sampler, _shape,
+    _slice_for, _warn_failed, log, precision_tolerance, tuning_budget)
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
            "precision_tolerance"]
-
-log = logging.getLogger(__name__)
 
 TUNE_MODES = ("on", "off", "readonly")
 
@@ -93,9 +84,6 @@ TUNE_MODES = ("on", "off", "readonly")
 #: takes longer than that import, the import pays for itself and the runner is timed too.
 IMPORT_COST_S = {"scipy.fft": 0.2, "scipy.signal": 0.8}
 IMPORT_COST_DEFAULT_S = 0.5
-
-#: what `Tuner.choose` returns as the result when it computed nothing the caller can keep
-_NOT_RUN = object()
 
 
 def tune_mode() -> str:
@@ -133,36 +121,6 @@ def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
     return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
                   entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
                   entry.get("untimed", {}))
-
-
-@dataclass
-class _FirstUse:
-    """A first use's tuning of ``p`` (started at ``t0``): its trials, samplers and probes by
-    geometry, and which candidate's result ``p.out`` holds (None: a slice's, or nothing)."""
-
-    p: Problem
-    t0: float
-    trials: dict = field(default_factory=dict)
-    samplers: dict = field(default_factory=dict)
-    probes: dict = field(default_factory=dict)
-    wrote: str | None = None
-
-
-@dataclass
-class _Trial:
-    """A candidate being timed on its slice ``q`` (``share`` of the product's work)."""
-
-    candidate: Candidate
-    q: Problem
-    share: float
-    call: Callable[[], Any]
-    seconds: float               # best sample on the slice
-    samples: int = 1
-
-    @property
-    def estimate(self) -> float:
-        """Seconds for the whole product, from the slice."""
-        return self.seconds / self.share
 
 
 class Tuner:
@@ -394,10 +352,11 @@ class Tuner:
                 rejected[c.name] = f"unavailable: {reason}"
         if not usable:
             raise RuntimeError(f"no candidate can compute this product: {rejected}")
+        watch, key_str = self._stopwatch, self.key_str(key)    # (the key as the log names it)
         if thorough:
-            entry, done = self._tune_whole(p, usable, rejected, key)
+            entry, done = tune_thoroughly(p, usable, rejected, key_str, watch)
         else:
-            entry, done = self._tune_first_use(p, usable, rejected, key, run)
+            entry, done = tune_on_first_use(p, usable, rejected, key_str, run, watch)
         saved = self._save(key, entry)
         if saved is entry:
             best = names[entry["ranking"][0]]
@@ -413,252 +372,7 @@ class Tuner:
         choice.source = "tuned now"
         return choice
 
-    def _tune_whole(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
-                    key: tuple) -> tuple[dict, bool]:
-        """Thorough: every candidate on the whole product, checked on sampled rows (every
-        column), precision on a probe of the whole geometry, timed with a warm-up and the
-        median of several samples. Returns (entry, whether p.out holds the winner's result:
-        never)."""
-        sampler = _Sampler(p)
-        rotation = _rotation(p)
-        probe = _make_probe(p)
-        probe_sampler = _Sampler(probe)
-        timings: dict[str, float] = {}
-        for c in usable:
-            try:
-                sampler.poison()
-                c.run(p)
-                bad = sampler.check_result()
-                if bad:
-                    rejected[c.name] = f"wrong result: {bad}"
-                    continue
-                bad = _precision(c.run, probe, probe_sampler, p.dtype)
-                if bad:
-                    rejected[c.name] = bad
-                    continue
-                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu,
-                                               clock=self.clock) * 1e3
-            except Exception as exc:  # a candidate that breaks is rejected, not fatal
-                rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(c.name, self.key_str(key), exc)
-        if not timings:
-            raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        return _entry(timings, rejected, TUNED_THOROUGH), False
-
-    def _tune_first_use(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
-                        key: tuple, run: bool) -> tuple[dict, bool]:
-        """First use: each candidate checked and timed on its slice within the budget (module
-        docstring), then (with ``run``) the fastest computes ``p``, checked on sampled entries;
-        one that fails there is rejected and the next one runs. Returns (entry, whether p.out
-        holds the winner's checked result)."""
-        gpu = p.gpu
-        clock = self.clock
-        t0 = clock()
-        work = _macs(p)
-        untimed: dict[str, str] = {}
-        # a candidate whose first run would import a module nothing has imported yet is left
-        # for a thorough tuning (when another one can run the product)
-        deferred = [c for c in usable if any(m not in sys.modules for m in c.first_use_imports)]
-        if len(deferred) == len(usable):
-            deferred = []
-        for c in deferred:
-            missing = ", ".join(m for m in c.first_use_imports if m not in sys.modules)
-            untimed[c.name] = (f"not timed on first use: its first run would import {missing}, "
-                               f"which costs more than the product; a thorough tuning (dspk "
-                               f"tune) times it")
-        timed = [c for c in usable if c not in deferred]
-        target = max(MIN_SLICE_MACS[gpu], work // (SLICE_SHARE * len(timed)))
-        dim = _cut_dim(p)
-        if len(timed) == 1 or dim is None or work <= MIN_SLICE_MACS[gpu]:
-            slices = [(c, p) for c in timed]      # (one candidate: nothing to rank)
-        else:
-            slices = [(c, _slice_for(p, dim, target, c)) for c in timed]
-        # cheapest slices first: the best estimate is known before a large slice is weighed
-        order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
-        state = _FirstUse(p, t0)
-        smallest = _macs(slices[order[0]][1])
-        for i in order:
-            c, q = slices[i]
-            # Every candidate after the first is timed only while the tuning stays within
-            # SKIP_RATIO x its budget, counting its slice at the best one's speed: slices of
-            # the target's size cost about 1/SLICE_SHARE of the product together, and pass
-            # unless the candidates before them cost far more than their work (setup costs,
-            # cold runs, a loaded machine). On the GPU, where products take a fraction of a
-            # millisecond and the tuning's own Python is most of its cost, only a slice grown
-            # beyond the target (for the candidate to run it at all) is weighed.
-            weigh = bool(state.trials) and (not gpu or _macs(q) > smallest)
-            reason = self._first_trial(c, q, state, rejected, key, weigh)
-            if reason:
-                untimed[c.name] = reason
-        if not state.trials:                      # nothing else could: those deferred, then
-            for c in deferred:
-                untimed.pop(c.name)
-                self._first_trial(c, p, state, rejected, key, False)
-        trials = state.trials
-        if not trials:
-            raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        self._more_samples(trials, gpu, state)
-        ranking = sorted(trials, key=lambda n: trials[n].estimate)
-        log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
-                  (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
-        done, whole = False, {}
-        if run:
-            ranking, done, seconds = self._run_checked(p, ranking, trials, rejected,
-                                                       state.wrote, key)
-            if seconds is not None:               # (timed on the CPU only)
-                ranking, whole = self._whole_check_product(p, ranking, trials, rejected, key,
-                                                           seconds)
-        timings = {n: trials[n].estimate * 1e3 for n in ranking}
-        how = TUNED_SLICE if any(t.q is not p for t in trials.values()) else TUNED_BRIEF
-        entry = _entry(timings, rejected, how, ranking)
-        if whole:
-            entry["whole_ms"] = whole
-        if how == TUNED_SLICE:
-            entry["timed_on"] = {n: list(_shape(trials[n].q)) for n in ranking}
-        if untimed:
-            entry["untimed"] = untimed
-        return entry, done
-
-    def _first_trial(self, c: Candidate, q: Problem, state: "_FirstUse",
-                     rejected: dict[str, str], key: tuple, weigh: bool) -> str | None:
-        """``c``'s precision probe (which also warms it up: imports, kernels loaded, plans
-        made, so that the timed run is not its very first), then one timed run on its slice
-        ``q``, checked on sampled entries: a `_Trial` in ``state``, or a reason in
-        ``rejected``. With ``weigh``, each of the two runs is made only if the tuning would
-        stay within its cap (SKIP_RATIO x the budget) with this slice at the best speed so
-        far; returns why it was not timed, or None."""
-        p = state.p
-        share = _macs(q) / _macs(p)
-        try:
-            for step in ("probe", "run"):
-                if weigh:
-                    best = min(t.estimate for t in state.trials.values())
-                    cap = SKIP_RATIO * tuning_budget(best, p.gpu)
-                    if self.clock() - state.t0 + best * share > cap:
-                        what = "its slice" if step == "probe" else "its slice, after its probe,"
-                        return (f"not timed on first use: {what} {_shape(q)} would take the "
-                                f"tuning beyond its budget (~{cap * 1e3:.3g} ms); a thorough "
-                                f"tuning (dspk tune) times it")
-                if step == "run":
-                    break
-                probe, probe_sampler = _probe_for(q, c, state.probes)
-                bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
-                if bad:
-                    rejected[c.name] = bad
-                    return None
-            sampler = state.samplers.get(_shape(q))
-            if sampler is None:
-                sampler = state.samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
-            call = prepared(c, q)
-            sampler.poison()
-            seconds = self._stopwatch.seconds(call, p.gpu)
-            state.wrote = c.name if q is p else None
-            bad = sampler.check_result()
-            if bad:
-                where = "" if q is p else f" on the slice {_shape(q)}"
-                rejected[c.name] = f"wrong result{where}: {bad}"
-                return None
-            state.trials[c.name] = _Trial(c, q, share, call, seconds)
-            log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
-                      "into the tuning", c.name, _shape(q), seconds * 1e3,
-                      seconds / share * 1e3, _shape(p), (self.clock() - state.t0) * 1e3)
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(c.name, self.key_str(key), exc)
-        return None
-
-    def _more_samples(self, trials: dict[str, _Trial], gpu: bool, state: "_FirstUse") -> None:
-        """More samples while the budget lasts, each trial keeping its best (the minimum is
-        what a loaded machine's noise leaves least biased): a second one for every candidate
-        (a first sample can be spoilt by another process's burst), then rounds over those
-        within `CLOSE` of the best. Cheaper samples first. On the GPU a sample repeats a
-        short run to 0.2 ms and cycles through copies of small operands (`_rotation`)."""
-        if len(trials) < 2:
-            return
-        calls: dict[str, tuple[Callable[[], Any], int]] = {}
-        for round_ in range(MAX_SAMPLES - 1):
-            best = min(t.estimate for t in trials.values())
-            budget = tuning_budget(best, gpu)
-            names = [n for n, t in trials.items() if round_ == 0 or t.estimate <= CLOSE * best]
-            if len(names) < 2:
-                return
-            for name in sorted(names, key=lambda n: trials[n].seconds):
-                t = trials[name]
-                if name not in calls:
-                    reps = max(1, min(200, int(2e-4 / max(t.seconds, 1e-7)))) if gpu else 1
-                    sets = _rotation(t.q) if gpu else [t.q]
-                    calls[name] = (t.call if len(sets) == 1 else _cycling(t.candidate, sets),
-                                   reps)
-                call, reps = calls[name]
-                if self.clock() - state.t0 + t.seconds * reps > budget:
-                    return
-                t.seconds = min(t.seconds, self._stopwatch.seconds(call, gpu, reps))
-                t.samples += 1
-                state.wrote = name if t.q is state.p else None
-
-    def _whole_check_product(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
-                             rejected: dict[str, str], key: tuple,
-                             seconds: float) -> tuple[list[str], dict[str, float]]:
-        """`_whole_check` for a product: the winner has computed ``p`` in ``seconds``; a
-        runner-up whose estimate is below that computes it too (checked on sampled entries,
-        the winner's result kept aside), and the faster one's result stays in ``p.out``.
-        Returns (the ranking, the whole times in ms)."""
-        name = ranking[0]
-        whole = {name: seconds * 1e3}
-        rival = next((n for n in ranking[1:] if trials[n].estimate < seconds), None)
-        if rival is None:
-            return ranking, {name: round(whole[name], 6)}
-        kept = p.out.to_array().copy()
-        sampler = _Sampler(p, SAMPLED_COLS)
-        try:
-            sampler.poison()
-            t = self._stopwatch.seconds(prepared(trials[rival].candidate, p), p.gpu)
-            bad = sampler.check_result()
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            bad = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(rival, self.key_str(key), exc)
-        if bad:
-            rejected[rival] = f"wrong result on the whole product: {bad}"
-            ranking = [n for n in ranking if n != rival]
-        else:
-            whole[rival] = t * 1e3
-        if bad or t >= seconds:
-            p.out.to_array()[...] = kept          # the winner's result stands
-        ranking = sorted(whole, key=whole.get) + [n for n in ranking if n not in whole]
-        return ranking, {n: round(v, 6) for n, v in whole.items()}
-
-    def _run_checked(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
-                     rejected: dict[str, str], wrote: str | None,
-                     key: tuple) -> tuple[list[str], bool, float | None]:
-        """The best candidate computes ``p``, its result checked on sampled entries; one
-        that fails is rejected and the next one runs. Returns (the ranking without those
-        rejected, True, the seconds of that whole run — None when the result was there)."""
-        sampler = None
-        ranking = list(ranking)
-        while ranking:
-            name = ranking[0]
-            if wrote == name:
-                return ranking, True, None        # its checked result is in p.out already
-            if sampler is None:
-                sampler = _Sampler(p, SAMPLED_COLS)
-            try:
-                sampler.poison()
-                call = prepared(trials[name].candidate, p)
-                if p.gpu:                         # (the whole-problem check is the CPU's)
-                    call()
-                    seconds = None
-                else:
-                    seconds = self._stopwatch.seconds(call, False)
-                bad = sampler.check_result()
-            except Exception as exc:  # a candidate that breaks is rejected, not fatal
-                bad = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-            if not bad:
-                return ranking, True, seconds
-            rejected[name] = f"wrong result on the whole product: {bad}"
-            ranking.pop(0)
-        raise RuntimeError(f"every candidate failed for this product: {rejected}")
-
+    # -- generic choices (operations above the product engine) ------------------------------
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
                agree: Callable[[Any, Any], str | None],
                sliced: Callable[[float], dict[str, Callable[[], Any]]] | None = None,
@@ -793,17 +507,19 @@ class Tuner:
                 runners = {n: r for n, r in runners.items() if n not in deferred}
                 if sliced is not None:
                     sliced = _only(sliced, set(runners))
+        watch, key_str = self._stopwatch, self.key_str(key)    # (the key as the log names it)
         if thorough:
-            entry, result = self._choose_whole(key, runners, gpu, agree), _NOT_RUN
+            entry, result = choose_thoroughly(key_str, runners, gpu, agree, watch), _NOT_RUN
         elif len(runners) == 1:                   # nothing to rank (nor to check against)
             name = next(iter(runners))
             entry, result = _entry({}, {}, TUNED_BRIEF, [name]), _NOT_RUN
         elif sliced is not None:
-            entry, result = self._choose_sliced(key, runners, gpu, agree, sliced), _NOT_RUN
+            entry, result = choose_on_slices(key_str, runners, gpu, agree, sliced,
+                                             watch), _NOT_RUN
             if keep and not gpu:   # (measured on the CPU; the GPU's first use is as before)
-                entry, result = self._whole_check(key, entry, runners, gpu, agree)
+                entry, result = check_whole(key_str, entry, runners, gpu, agree, watch)
         else:
-            entry, result = self._choose_brief(key, runners, gpu, agree, keep)
+            entry, result = choose_briefly(key_str, runners, gpu, agree, keep, watch)
         worth, result = self._imports_worth(entry, result, runners, untimed, imports, gpu)
         if worth:
             # the chosen runner costs more than importing what a deferred one needs: time
@@ -819,64 +535,6 @@ class Tuner:
         if saved is not entry and ranking[0] != entry["ranking"][0]:
             result = _NOT_RUN                     # another process's choice: run theirs
         return ranking[0], "tuned now", result
-
-    def _whole_check(self, key: tuple, entry: dict, runners: dict[str, Callable[[], Any]],
-                     gpu: bool, agree: Callable[[Any, Any], str | None]) -> tuple[dict, Any]:
-        """The sliced ranking's winner computes the whole problem, timed (the caller's
-        result). A slice that fits in cache can make a memory-bound runner look fast (on 2
-        cores: a high-pass by whole-row FFTs estimated at 61 ms from its slice took 128 ms
-        whole, against 50 for the Toeplitz products it beat): when a runner-up's estimate is
-        below the winner's whole time, the runner-up also computes the whole problem, timed and
-        checked against the winner's result, and the faster of the two is the choice and the
-        result. Both runs are in this first call, so every later call runs the same choice
-        (the same bits). Returns (the entry with ``whole_ms``, the chosen runner's result)."""
-        name = entry["ranking"][0]
-        result, seconds, clean = self._stopwatch.sample(runners[name], gpu)
-        if not clean:                             # a tuning ran inside: no measure of it
-            return entry, result
-        whole = {name: seconds * 1e3}
-        estimates = entry["timings_ms"]
-        rival = next((n for n in entry["ranking"][1:] if estimates[n] < whole[name]), None)
-        if rival is not None:
-            try:
-                other, t, clean = self._stopwatch.sample(runners[rival], gpu)
-                bad = agree(other, result)
-                if bad:
-                    entry["rejected"][rival] = f"on the whole problem: {bad}"
-                elif clean:
-                    whole[rival] = t * 1e3
-                    if t < seconds:
-                        result = other
-                other = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                entry["rejected"][rival] = (f"failed on the whole problem: "
-                                            f"{type(exc).__name__}: {exc}")
-                _warn_failed(rival, self.key_str(key), exc)
-        entry["whole_ms"] = {n: round(v, 6) for n, v in whole.items()}
-        entry["ranking"] = sorted(whole, key=whole.get) + \
-            [n for n in entry["ranking"] if n not in whole and n not in entry["rejected"]]
-        return entry, result
-
-    def _choose_whole(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                      agree: Callable[[Any, Any], str | None]) -> dict:
-        """Thorough: each runner checked, then timed with a warm-up and the median of several
-        samples, on the whole problem."""
-        ref = runners[next(iter(runners))]()
-        timings: dict[str, float] = {}
-        rejected: dict[str, str] = {}
-        for name, run in runners.items():
-            try:
-                bad = agree(run(), ref)
-                if bad:
-                    rejected[name] = bad
-                    continue
-                timings[name] = _median_time(run, gpu, clock=self.clock) * 1e3
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        if not timings:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        return _entry(timings, rejected, TUNED_THOROUGH)
 
     def _imports_worth(self, entry: dict, result: Any, runners: dict, untimed: dict,
                        imports: dict | None, gpu: bool) -> tuple[set, Any]:
@@ -902,128 +560,9 @@ class Tuner:
                        for m in imports.get(n, ()) if m not in sys.modules)
         return {n for n in waiting if cost(n) < ms / 1e3}, result
 
-    def _choose_brief(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                      agree: Callable[[Any, Any], str | None], keep: bool) -> tuple[dict, Any]:
-        """First use without slices: each runner once on the whole problem (the first one's
-        run is the reference and its first sample; a run inside which a nested tuning ran is
-        repeated for a clean sample), more samples of close ones while the budget lasts.
-        Returns (entry, the winner's result when ``keep`` and it was kept, else `_NOT_RUN`)."""
-        t0 = self.clock()
-        seconds: dict[str, float] = {}
-        rejected: dict[str, str] = {}
-        kept_name, kept = None, _NOT_RUN
-        ref = _NOT_RUN
-        for name, run in runners.items():
-            try:
-                result, t, clean = self._stopwatch.sample(run, gpu)
-                if ref is _NOT_RUN:
-                    ref = result
-                else:
-                    bad = agree(result, ref)
-                    if bad:
-                        rejected[name] = bad
-                        continue
-                if not clean:
-                    result, t, _ = self._stopwatch.sample(run, gpu)
-                if keep and (kept_name is None or t < seconds[kept_name]):
-                    kept_name, kept = name, result   # the fastest so far: its result is kept
-                seconds[name] = t
-                result = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                if ref is _NOT_RUN:
-                    raise                         # no reference: the operation itself fails
-                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        ref = None
-        if not seconds:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        self._resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1)
-        log.debug("dspk tuner: %s: %s ms after %.3g ms", self.key_str(key),
-                  {n: round(t * 1e3, 3) for n, t in seconds.items()}, (self.clock() - t0) * 1e3)
-        entry = _entry({n: t * 1e3 for n, t in seconds.items()}, rejected, TUNED_BRIEF)
-        if kept_name != entry["ranking"][0]:
-            kept = _NOT_RUN                       # overtaken by a later sample
-        return entry, kept
-
-    def _resample(self, seconds: dict[str, float], runs: dict[str, Callable[[], Any]],
-                  gpu: bool, t0: float, fraction: float, rounds: int) -> None:
-        """Up to ``rounds`` more samples of the runners within `CLOSE` of the best, round by
-        round, while the budget of the whole operation (the best time / ``fraction``) lasts;
-        each keeps its best sample."""
-        for _ in range(rounds):
-            best = min(seconds.values())
-            close = sorted((n for n in seconds if seconds[n] <= CLOSE * best), key=seconds.get)
-            if len(close) < 2:
-                return
-            for name in close:
-                if self.clock() - t0 + seconds[name] > tuning_budget(best / fraction, gpu):
-                    return
-                _, t, _ = self._stopwatch.sample(runs[name], gpu)
-                seconds[name] = min(seconds[name], t)
-
-    def _choose_sliced(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                       agree: Callable[[Any, Any], str | None],
-                       sliced: Callable[[float], dict[str, Callable[[], Any]]]) -> dict:
-        """First use with slices: each sliced runner runs on its slice as a warm-up checked
-        against the first one's result (its time a first sample, unless a tuning ran inside
-        it), then a timed run — fastest warm-up first; after the first, only while the tuning
-        stays within SKIP_RATIO x its budget — then close ones again while the budget lasts.
-        Runners without a sliced version are not timed."""
-        t0 = self.clock()
-        fraction = 1.0 / (2 * SLICE_SHARE * len(runners))   # two runs each
-        small = sliced(fraction)
-        seconds: dict[str, float] = {}
-        clean: dict[str, bool] = {}
-        rejected: dict[str, str] = {}
-        untimed = {n: "not timed on first use: no sliced runner (a thorough tuning times it)"
-                   for n in runners if n not in small}
-        ref = _NOT_RUN
-        for name in (n for n in runners if n in small):
-            try:
-                result, seconds[name], clean[name] = self._stopwatch.sample(small[name], gpu)
-                if ref is _NOT_RUN:
-                    ref = result
-                else:
-                    bad = agree(result, ref)
-                    if bad:
-                        rejected[name] = f"on a slice: {bad}"
-                        del seconds[name]
-                result = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                if ref is _NOT_RUN:
-                    raise                         # no reference: the operation itself fails
-                seconds.pop(name, None)
-                rejected[name] = f"failed on a slice: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        ref = None
-        if not seconds:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        # the timed runs: a warm-up spoilt by a tuning inside it first (it says nothing), then
-        # the fastest; the others while the tuning stays within its cap
-        order = sorted(seconds, key=lambda n: (clean[n], seconds[n]))
-        for i, name in enumerate(order):
-            best = min(seconds[n] for n in seconds if clean[n] or n == name)
-            cap = SKIP_RATIO * tuning_budget(best / fraction, gpu)
-            if i and clean[name] and self.clock() - t0 + seconds[name] > cap:
-                continue                          # its warm-up sample stands
-            _, t, _ = self._stopwatch.sample(small[name], gpu)
-            seconds[name] = t if not clean[name] else min(seconds[name], t)
-            clean[name] = True
-        self._resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2)
-        log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
-                  self.key_str(key), fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
-                  (self.clock() - t0) * 1e3)
-        entry = _entry({n: t / fraction * 1e3 for n, t in seconds.items()}, rejected,
-                       TUNED_SLICE)
-        entry["slice_fraction"] = fraction
-        if untimed:
-            entry["untimed"] = untimed
-        return entry
-
     def stamp(self, gpu: bool, device_id: int | None) -> str:
         """The device/version stamp keys start with."""
-        return _gpu_stamp(device_id) if gpu else \
-            f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
+        return _gpu_stamp(device_id) if gpu else _host_stamp()
 
     # -- the cache file ------------------------------------------------------------------------
     def _from_file(self, key: tuple) -> dict | None:

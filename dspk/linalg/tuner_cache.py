@@ -55,8 +55,12 @@ def cache_path() -> Path:
 
 def _stamp(p: Problem) -> str:
     if not p.gpu:
-        return f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
+        return _host_stamp()
     return _gpu_stamp(p.device_id)
+
+
+def _host_stamp() -> str:
+    return f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
 
 
 #: the process-wide store (`dspk.caches`) of the GPUs' stamps, by device
@@ -122,7 +126,7 @@ def _replaces(new: dict, old: dict) -> bool:
         (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
 
 
-# -- reading, clearing, writing under the lock ----------------------------------------------------
+# -- reading, clearing, writing under the lock -----------------------------------------------------
 def _signature(path: Path) -> tuple | None:
     try:
         st = path.stat()
@@ -239,29 +243,6 @@ def _cache_lock(path: Path) -> Iterator[None]:
             _lock_depth = 0
             if lock is not None:
                 lock.close()
-
-
-def _known(entry: dict) -> set:
-    """The candidates an entry's tuning considered (timed, rejected or left untimed, with the
-    reason)."""
-    return set(entry.get("timings_ms", {})) | set(entry.get("rejected", {})) | \
-        set(entry.get("untimed", {}))
-
-
-def _stale(entry: dict, names: dict, p: Problem) -> bool:
-    """Whether a candidate that can run ``p`` is missing from the entry's tuning (a dspk
-    change added it since: same version string during development, or a kernel that became
-    available)."""
-    known = _known(entry)
-    return any(name not in known and c.unavailable(p) is None for name, c in names.items())
-
-
-def _replaces(new: dict, old: dict) -> bool:
-    """Whether ``new`` replaces ``old`` for one key: when ``old`` missed a candidate ``new``
-    considered, or when ``new`` is thorough and ``old`` was tuned on first use (an explicit
-    thorough tuning); never otherwise (another process stored it first)."""
-    return not _known(old) >= _known(new) or \
-        (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
 
 
 def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:

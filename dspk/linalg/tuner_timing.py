@@ -41,6 +41,12 @@ from .view import MatrixView
 #: the tuner's logger: its modules all log as ``dspk.linalg.tuner``, the name a user filters on
 log = logging.getLogger("dspk.linalg.tuner")
 
+
+def _warn_failed(name: str, key: str, exc: Exception) -> None:
+    log.warning("dspk tuner: candidate %s raised %s: %s; rejected for %s", name,
+                type(exc).__name__, exc, key)
+
+
 # -- first-use tuning: what it may cost ------------------------------------------------------------
 #: A first use's tuning may take BUDGET_RATIO times the estimated time of the fastest candidate
 #: on the whole product (or operation) — the product's own cost — but at least BUDGET_FLOOR_S
@@ -91,6 +97,7 @@ def precision_tolerance(dtype: Any, k: int) -> float:
     return max(1e-12, 1e-15 * np.sqrt(k))
 
 
+# -- clocks ----------------------------------------------------------------------------------------
 class Stopwatch:
     """How the tuner times a run: CUDA events on the GPU (the device's time), `clock` on the
     host; and whether a tuning started inside the run (`sample`).
@@ -172,12 +179,7 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25,
     return float(np.median([timed(n) for _ in range(samples)]))
 
 
-def _warn_failed(name: str, key: str, exc: Exception) -> None:
-    log.warning("dspk tuner: candidate %s raised %s: %s; rejected for %s", name,
-                type(exc).__name__, exc, key)
-
-
-# -- checking and timing ------------------------------------------------------------------------
+# -- checking a result, the precision probe --------------------------------------------------------
 class _Sampler:
     """Sampled entries of a product and their float64 (int64) reference: up to MAX_ROWS rows
     of the first, middle and last batch, every column or up to ``max_cols`` of them (the first
@@ -369,6 +371,7 @@ def _base(v: MatrixView) -> int:
     return v.buffer.data.ptr if v.is_gpu else v.buffer.ctypes.data
 
 
+# -- slices of a product ---------------------------------------------------------------------------
 def _macs(p: Problem) -> int:
     """Multiply-adds of a product."""
     return p.batches * p.m * p.n * p.k
@@ -466,6 +469,7 @@ def _probe_for(q: Problem, c: Candidate,
     return found
 
 
+# -- operands fresh from memory (GPU) --------------------------------------------------------------
 #: Operand bytes the tuner's timing cycles through, in multiples of the GPU's L2 cache, and
 #: the most operand sets it makes to get there. Timed back to back on one set, a product whose
 #: operands fit in L2 (W·X of 64 channels, a 61 -> 6 projection) reads them from L2, and the
