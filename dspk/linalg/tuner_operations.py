@@ -15,6 +15,11 @@ then the median of several samples).
 
 A runner inside which a product was tuned (an operation built on `dspk.linalg.matmul`, run for
 the first time) is timed again: that run is no measure of it (`Stopwatch.sample`).
+
+The functions take ``key``, the key as the log names it (`dspk.linalg.tuner.Tuner.key_str`),
+``watch``, the tuner's `Stopwatch`, and the runners, ``gpu``, ``agree`` and ``sliced`` as
+`dspk.linalg.tuner.Tuner.choose` does; each returns a cache entry (`dspk.linalg.tuner_cache`)
+that the tuner stores.
 """
 
 from __future__ import annotations

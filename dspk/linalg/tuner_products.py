@@ -26,7 +26,10 @@ A *thorough* tuning (`tune_thoroughly`; `dspk.linalg.tuner.Tuner.thorough`,
 `dspk.linalg.Engine.thorough`: what ``dspk tune`` and `dspk.Pipeline.tune` are for) times every
 candidate on the whole product (warm-up, then the median of several samples).
 
-Both return a cache entry (`dspk.linalg.tuner_cache`) and leave storing it to the tuner.
+Both take the problem ``p``, the candidates that can run it (``usable``), the reasons of those
+rejected so far (``rejected``, added to), ``key``, the key as the log names it
+(`dspk.linalg.tuner.Tuner.key_str`), and ``watch``, the tuner's `Stopwatch`; both return a
+cache entry (`dspk.linalg.tuner_cache`) and leave storing it to the tuner.
 `dspk.linalg.tuner_operations` is the same ladder for whole operations.
 """
 
