@@ -124,7 +124,7 @@ def test_caches_doctests():
 ALLOWED = {
     ("dspk/backend.py", "_fallback_logged"),        # log once per process
     ("dspk/linalg/matmul.py", "_cupy_ndarray"),     # CuPy's ndarray type, once imported
-    ("dspk/linalg/tuner.py", "_lock_depth"),        # the cache file lock's re-entry count
+    ("dspk/linalg/tuner_cache.py", "_lock_depth"),  # the cache file lock's re-entry count
     ("dspk/kernels/__init__.py", "_DECLARED"),      # declarations made at import, not a cache
 }
 #: lru_caches of facts of the machine (constant while the process runs)

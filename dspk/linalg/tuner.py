@@ -6,43 +6,21 @@ reference of sampled rows, its precision is verified on a zero-mean probe (TF32 
 errs ~3e-4 there and is rejected; integer candidates must be bit-exact on a probe spanning the
 dtype's full range), and the correct candidates are ranked by their measured time. The ranking
 is kept in memory and in a versioned JSON cache (``$DSPK_CACHE_DIR``, default
-``~/.cache/dspk``), written atomically under a file lock so that several processes can tune at
-once. Processes that share the file make the same choices: a miss re-reads the file when
-another process has changed it, and tuning holds the file's lock, so a process that needs a
-key another one is tuning waits and takes its ranking (a candidate's rounding may differ from
-another's: a shared choice is what keeps outputs bit-identical).
+``~/.cache/dspk``) that several processes share and tune at once: they make the same choices
+(a candidate's rounding may differ from another's: a shared choice is what keeps outputs
+bit-identical).
 
 Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
-within a budget of a fraction of the product's own time (`BUDGET_RATIO`, at least
-`BUDGET_FLOOR_S`; on the GPU at most `BUDGET_CAP_S`): each candidate is timed on a slice of
-the product — the longest dimension cut, the other dimensions, layouts and strides as they
-are, about 1/(`SLICE_SHARE` · candidates) of the product, grown where a candidate cannot run
-less (split-K needs K of 4 chunks) — after its precision probe (a small product of the
-slice's K, which also warms the candidate up), and its slice's result is checked; then, while
-the budget lasts, a second sample for each and more for those close to the best (each keeps
-its best sample: a loaded machine's bursts only ever slow a run down). A candidate that would
-take the tuning beyond `SKIP_RATIO` x its budget, and one whose first run would import a
-module nothing has imported yet (`dspk.linalg.problem.Candidate.first_use_imports`), is not
-timed; the entry says so. The fastest then computes the whole product, checked once more on
-sampled entries (one that fails there is rejected and the next one runs), and, on the CPU,
-timed: a slice that fits in cache can flatter a memory-bound candidate (measured on 2 cores: a
-high-pass by whole-row FFTs estimated at 61 ms from its slice took 128 ms whole, against 50 for
-the Toeplitz products it beat), so when a runner-up's estimate is below the winner's whole
-time, the runner-up computes the whole product too, in the same call, and the faster of the
-two is the choice and the result (``"whole_ms"``): the same bits from the first call on. The
-entry records how it was tuned (``"tuned": "slice"``; ``"brief"`` for a product timed whole).
-A *thorough*
-tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune`` and
-`dspk.Pipeline.tune` are for) times every candidate on the whole product (warm-up, then the
-median of several samples) and replaces a choice tuned on first use; nothing else ever
-replaces a stored choice, so a job's chunks, and the processes that share a cache, run one
-candidate.
+within a budget of a fraction of the product's own time: each candidate timed on a slice of
+the product, then the fastest computes the whole product, checked (and on the CPU timed
+against a runner-up whose estimate beats its whole time): the same bits from the first call
+on. A *thorough* tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune``
+and `dspk.Pipeline.tune` are for) times every candidate on the whole product and replaces a
+choice tuned on first use; nothing else ever replaces a stored choice, so a job's chunks, and
+the processes that share a cache, run one candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
-the same way: each runs once on the whole problem within the budget, or, when the caller can
-give runners on a slice of the problem (``sliced=``), each is checked and timed on the slice
-and only the winner computes the whole (`Tuner.choose_run` hands its result back, saving the
-caller a run, after the same whole-problem check of a runner-up as for products).
+the same way (`Tuner.choose_run` hands the chosen one's result back, saving the caller a run).
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
@@ -50,92 +28,62 @@ must not pass unnoticed).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
 fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
+
+This module is the policy: what to choose, when to tune, the modes. The rest is in modules of
+its own, whose names stay importable from here (a test patches a name where it is read):
+
+- `dspk.linalg.tuner_cache`: the cache file — its path, entries, stamps, lock and merge.
+- `dspk.linalg.tuner_timing`: how a candidate is measured and checked — the first use's
+  budget, the clocks, the check of a result, the precision probe, the slices.
+- `dspk.linalg.tuner_products`: how a product's candidates are tried, on first use (on slices,
+  within the budget) or thoroughly.
+- `dspk.linalg.tuner_operations`: the same for an operation's implementations.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import math
 import os
 import sys
-import tempfile
 import threading
-import time
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
+from .problem import Candidate, Problem
+from .tuner_cache import (CACHE_SCHEMA, TUNED_BRIEF, TUNED_THOROUGH, _cache_lock, _entry,
+                          _gpu_stamp, _host_stamp, _how, _merge_into_cache, _signature, _stale,
+                          _stamp, cache_path, read_cache)
+from .tuner_operations import (_NOT_RUN, check_whole, choose_briefly, choose_on_slices,
+                               choose_thoroughly)
+from .tuner_products import tune_on_first_use, tune_thoroughly
+from .tuner_timing import Stopwatch
 
-from .._version import __version__
-from ..backend import cupy_module, device_name
-from ..caches import shared
-from .host_checks import fill_rows, read_cols, read_matrix, read_rows
-from .problem import Candidate, Problem, prepared
-from .threads import single_threaded_blas
-from .view import MatrixView
+# What the tuner's parts define stays importable from here, as before they were split off
+# (tests and benchmarks import some of it); a test patches a name in the module that reads it.
+from .tuner_cache import (  # noqa: F401
+    CACHE_FORMAT, STAMPS, TUNED_SLICE, _known, _process_lock, _replaces, _valid_cache,
+    clear_cache)
+from .tuner_products import _FirstUse, _Trial  # noqa: F401
+from .tuner_timing import (  # noqa: F401
+    BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_RATIO, CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, PROBE_BLOCK,
+    PROBE_MIN, ROTATE_L2_MULTIPLE, ROTATE_MAX_SETS, SAMPLED_COLS, SKIP_RATIO, SLICE_ALIGN,
+    SLICE_SHARE, _aligned, _base, _cut, _cut_dim, _cycling, _dim_size, _macs, _make_probe,
+    _median_time, _precision, _probe_for, _probe_values, _rotation, _Sampler, _shape,
+    _slice_for, _warn_failed, log, precision_tolerance, tuning_budget)
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
            "precision_tolerance"]
 
-log = logging.getLogger(__name__)
-
 TUNE_MODES = ("on", "off", "readonly")
-CACHE_FORMAT = "dspk-tuner"
-CACHE_SCHEMA = 1
 
-#: How an entry was tuned (its ``"tuned"`` field; entries written before it existed were
-#: tuned on the whole product: thorough): on slices of the product on first use, on the whole
-#: problem with few samples on first use (`Tuner.choose` without slices, products too small to
-#: slice), or thoroughly (every candidate on the whole problem, median of several samples).
-TUNED_SLICE, TUNED_BRIEF, TUNED_THOROUGH = "slice", "brief", "thorough"
-
-# -- first-use tuning: what it may cost ------------------------------------------------------------
-#: A first use's tuning may take BUDGET_RATIO times the estimated time of the fastest candidate
-#: on the whole product (or operation) — the product's own cost — but at least BUDGET_FLOOR_S
-#: (below that no timing means anything, and a key is tuned once per machine), and on the GPU
-#: at most BUDGET_CAP_S (the goal there: a first call within 0.3 s of a warm one), by device
-#: class (False: CPU, True: GPU). The budget decides the extra samples; a candidate is not
-#: timed at all when its slice would take the tuning beyond SKIP_RATIO x the budget (a slice
-#: grown for the candidate to run it, or candidates before it that cost more than their work).
-BUDGET_RATIO = 0.5
 #: What importing a module costs a fresh process, in seconds (measured on the 2-core machine:
 #: scipy.fft 0.19 s, scipy.signal 0.76 s; others assumed 0.5 s). A first use leaves untimed a
 #: runner whose first run would import a module not yet imported; when the chosen runner then
 #: takes longer than that import, the import pays for itself and the runner is timed too.
 IMPORT_COST_S = {"scipy.fft": 0.2, "scipy.signal": 0.8}
 IMPORT_COST_DEFAULT_S = 0.5
-BUDGET_FLOOR_S = {False: 0.003, True: 0.03}
-BUDGET_CAP_S = {False: math.inf, True: 0.2}
-SKIP_RATIO = 1.5
-#: Each candidate is timed on about 1/(SLICE_SHARE · candidates) of the product: the timed
-#: runs together cost about 1/SLICE_SHARE of one product, which leaves most of the budget to
-#: the checks, the cold first runs and extra samples of close contenders. A product of fewer
-#: multiply-adds than MIN_SLICE_MACS (CPU: ~0.1-0.3 ms on 2 cores; GPU: a fraction of a ms,
-#: where a smaller grid would no longer fill the device) is timed whole, and so is a slice
-#: grown to more than 3/4 of its product.
-SLICE_SHARE = 4
-MIN_SLICE_MACS = {False: 1 << 23, True: 1 << 31}
-#: slices are cut to multiples of this many rows, columns or K (batches: any count), which
-#: keeps the alignment of what follows the cut (16 and 256 bytes)
-SLICE_ALIGN = 64
-#: the CPU's precision probe keeps the slice's reduction length (K) and cuts the other
-#: dimensions to this many (grown where the candidate cannot run it); the GPU's is the slice
-PROBE_MIN = 64
-#: the probe's values: a block of this many (a prime: consecutive rows differ) repeated
-PROBE_BLOCK = 4093
-#: candidates whose estimate is within CLOSE of the best get extra samples (up to
-#: MAX_SAMPLES) while the budget lasts; a result check of the whole product (and each slice)
-#: looks at SAMPLED_COLS columns of its sampled rows
-CLOSE = 1.3
-MAX_SAMPLES = 5
-SAMPLED_COLS = 32
-
-#: what `Tuner.choose` returns as the result when it computed nothing the caller can keep
-_NOT_RUN = object()
 
 
 def tune_mode() -> str:
@@ -145,64 +93,8 @@ def tune_mode() -> str:
     return mode
 
 
-def cache_path() -> Path:
-    """The default engine's cache file: ``tuner-v1.json`` in ``DSPK_CACHE_DIR`` (read now), else
-    in ``~/.cache/dspk``."""
-    base = os.environ.get("DSPK_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "dspk"
-    return root / f"tuner-v{CACHE_SCHEMA}.json"
-
-
-def precision_tolerance(dtype: Any, k: int) -> float:
-    """Largest relative Frobenius error accepted on the zero-mean probe for a candidate that
-    computes in ``dtype``. TF32 (10-bit mantissa) gives ~3e-4 there; float32 ~1e-7·√K·c."""
-    if np.dtype(dtype) == np.float32:
-        return min(1e-4, max(2e-5, 1.2e-7 * np.sqrt(k)))
-    return max(1e-12, 1e-15 * np.sqrt(k))
-
-
-def tuning_budget(best_s: float, gpu: bool) -> float:
-    """Seconds a first use may spend tuning a product (or an operation) whose fastest
-    candidate is estimated to take ``best_s`` seconds (see `BUDGET_RATIO`)."""
-    return min(BUDGET_CAP_S[gpu], max(BUDGET_FLOOR_S[gpu], BUDGET_RATIO * best_s))
-
-
 def _size_class(n: int) -> int:
     return int(n).bit_length()  # 0 for 0; c for 2^(c-1) <= n < 2^c
-
-
-def _stamp(p: Problem) -> str:
-    if not p.gpu:
-        return f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
-    return _gpu_stamp(p.device_id)
-
-
-#: the process-wide store (`dspk.caches`) of the GPUs' stamps, by device
-STAMPS = "tuner_gpu_stamps"
-
-
-def _gpu_stamp(device_id: int) -> str:
-    stamps = shared(STAMPS, dict)
-    s = stamps.get(device_id)
-    if s is None:
-        cp = cupy_module()
-        rt = cp.cuda.runtime
-        try:
-            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415 (needs CuPy)
-
-            with cp.cuda.Device(device_id):
-                blas = cublas.getVersion(cp.cuda.device.get_cublas_handle())
-        except Exception:  # pragma: no cover - version query unavailable
-            blas = "?"
-        s = (f"{device_name(device_id)}|driver{rt.driverGetVersion()}|runtime"
-             f"{rt.runtimeGetVersion()}|cublas{blas}|cupy{cp.__version__}|dspk{__version__}")
-        stamps[device_id] = s
-    return s
-
-
-def _how(entry: dict) -> str:
-    """How a cache entry was tuned (`TUNED_SLICE`, `TUNED_BRIEF` or `TUNED_THOROUGH`)."""
-    return entry.get("tuned", TUNED_THOROUGH)
 
 
 @dataclass
@@ -229,36 +121,6 @@ def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
     return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
                   entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
                   entry.get("untimed", {}))
-
-
-@dataclass
-class _FirstUse:
-    """A first use's tuning of ``p`` (started at ``t0``): its trials, samplers and probes by
-    geometry, and which candidate's result ``p.out`` holds (None: a slice's, or nothing)."""
-
-    p: Problem
-    t0: float
-    trials: dict = field(default_factory=dict)
-    samplers: dict = field(default_factory=dict)
-    probes: dict = field(default_factory=dict)
-    wrote: str | None = None
-
-
-@dataclass
-class _Trial:
-    """A candidate being timed on its slice ``q`` (``share`` of the product's work)."""
-
-    candidate: Candidate
-    q: Problem
-    share: float
-    call: Callable[[], Any]
-    seconds: float               # best sample on the slice
-    samples: int = 1
-
-    @property
-    def estimate(self) -> float:
-        """Seconds for the whole product, from the slice."""
-        return self.seconds / self.share
 
 
 class Tuner:
@@ -297,8 +159,17 @@ class Tuner:
         self._warned_write = False
         self._thorough = 0                     # depth of `thorough` blocks (any thread)
         self._state_lock = threading.Lock()
-        self._tunings = 0                      # tunings started (a nested one spoils a timing)
-        self.clock: Callable[[], float] = time.perf_counter
+        self._stopwatch = Stopwatch()          # `clock`, and the tunings started (a nested one
+                                               # spoils a timing)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The host clock first-use tuning times CPU runs and its budget with (settable)."""
+        return self._stopwatch.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._stopwatch.clock = clock
 
     @property
     def mode(self) -> str:
@@ -470,7 +341,7 @@ class Tuner:
               thorough: bool = False) -> Choice:
         """Tune ``key`` on ``p`` (on first use, or thoroughly), store the ranking, and (with
         ``run``) leave the chosen candidate's product in ``p.out``."""
-        self._tunings += 1
+        self._stopwatch.tunings += 1
         rejected: dict[str, str] = {}
         usable = []
         for c in names.values():
@@ -481,10 +352,11 @@ class Tuner:
                 rejected[c.name] = f"unavailable: {reason}"
         if not usable:
             raise RuntimeError(f"no candidate can compute this product: {rejected}")
+        watch, key_str = self._stopwatch, self.key_str(key)    # (the key as the log names it)
         if thorough:
-            entry, done = self._tune_whole(p, usable, rejected, key)
+            entry, done = tune_thoroughly(p, usable, rejected, key_str, watch)
         else:
-            entry, done = self._tune_first_use(p, usable, rejected, key, run)
+            entry, done = tune_on_first_use(p, usable, rejected, key_str, run, watch)
         saved = self._save(key, entry)
         if saved is entry:
             best = names[entry["ranking"][0]]
@@ -499,269 +371,6 @@ class Tuner:
             choice.candidate.run(p)
         choice.source = "tuned now"
         return choice
-
-    def _tune_whole(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
-                    key: tuple) -> tuple[dict, bool]:
-        """Thorough: every candidate on the whole product, checked on sampled rows (every
-        column), precision on a probe of the whole geometry, timed with a warm-up and the
-        median of several samples. Returns (entry, whether p.out holds the winner's result:
-        never)."""
-        sampler = _Sampler(p)
-        rotation = _rotation(p)
-        probe = _make_probe(p)
-        probe_sampler = _Sampler(probe)
-        timings: dict[str, float] = {}
-        for c in usable:
-            try:
-                sampler.poison()
-                c.run(p)
-                bad = sampler.check_result()
-                if bad:
-                    rejected[c.name] = f"wrong result: {bad}"
-                    continue
-                bad = _precision(c.run, probe, probe_sampler, p.dtype)
-                if bad:
-                    rejected[c.name] = bad
-                    continue
-                timings[c.name] = _median_time(_cycling(c, rotation), p.gpu,
-                                               clock=self.clock) * 1e3
-            except Exception as exc:  # a candidate that breaks is rejected, not fatal
-                rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(c.name, self.key_str(key), exc)
-        if not timings:
-            raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        return _entry(timings, rejected, TUNED_THOROUGH), False
-
-    def _tune_first_use(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
-                        key: tuple, run: bool) -> tuple[dict, bool]:
-        """First use: each candidate checked and timed on its slice within the budget (module
-        docstring), then (with ``run``) the fastest computes ``p``, checked on sampled entries;
-        one that fails there is rejected and the next one runs. Returns (entry, whether p.out
-        holds the winner's checked result)."""
-        gpu = p.gpu
-        clock = self.clock
-        t0 = clock()
-        work = _macs(p)
-        untimed: dict[str, str] = {}
-        # a candidate whose first run would import a module nothing has imported yet is left
-        # for a thorough tuning (when another one can run the product)
-        deferred = [c for c in usable if any(m not in sys.modules for m in c.first_use_imports)]
-        if len(deferred) == len(usable):
-            deferred = []
-        for c in deferred:
-            missing = ", ".join(m for m in c.first_use_imports if m not in sys.modules)
-            untimed[c.name] = (f"not timed on first use: its first run would import {missing}, "
-                               f"which costs more than the product; a thorough tuning (dspk "
-                               f"tune) times it")
-        timed = [c for c in usable if c not in deferred]
-        target = max(MIN_SLICE_MACS[gpu], work // (SLICE_SHARE * len(timed)))
-        dim = _cut_dim(p)
-        if len(timed) == 1 or dim is None or work <= MIN_SLICE_MACS[gpu]:
-            slices = [(c, p) for c in timed]      # (one candidate: nothing to rank)
-        else:
-            slices = [(c, _slice_for(p, dim, target, c)) for c in timed]
-        # cheapest slices first: the best estimate is known before a large slice is weighed
-        order = sorted(range(len(slices)), key=lambda i: (_macs(slices[i][1]), i))
-        state = _FirstUse(p, t0)
-        smallest = _macs(slices[order[0]][1])
-        for i in order:
-            c, q = slices[i]
-            # Every candidate after the first is timed only while the tuning stays within
-            # SKIP_RATIO x its budget, counting its slice at the best one's speed: slices of
-            # the target's size cost about 1/SLICE_SHARE of the product together, and pass
-            # unless the candidates before them cost far more than their work (setup costs,
-            # cold runs, a loaded machine). On the GPU, where products take a fraction of a
-            # millisecond and the tuning's own Python is most of its cost, only a slice grown
-            # beyond the target (for the candidate to run it at all) is weighed.
-            weigh = bool(state.trials) and (not gpu or _macs(q) > smallest)
-            reason = self._first_trial(c, q, state, rejected, key, weigh)
-            if reason:
-                untimed[c.name] = reason
-        if not state.trials:                      # nothing else could: those deferred, then
-            for c in deferred:
-                untimed.pop(c.name)
-                self._first_trial(c, p, state, rejected, key, False)
-        trials = state.trials
-        if not trials:
-            raise RuntimeError(f"every candidate failed for this product: {rejected}")
-        self._more_samples(trials, gpu, state)
-        ranking = sorted(trials, key=lambda n: trials[n].estimate)
-        log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
-                  (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
-        done, whole = False, {}
-        if run:
-            ranking, done, seconds = self._run_checked(p, ranking, trials, rejected,
-                                                       state.wrote, key)
-            if seconds is not None:               # (timed on the CPU only)
-                ranking, whole = self._whole_check_product(p, ranking, trials, rejected, key,
-                                                           seconds)
-        timings = {n: trials[n].estimate * 1e3 for n in ranking}
-        how = TUNED_SLICE if any(t.q is not p for t in trials.values()) else TUNED_BRIEF
-        entry = _entry(timings, rejected, how, ranking)
-        if whole:
-            entry["whole_ms"] = whole
-        if how == TUNED_SLICE:
-            entry["timed_on"] = {n: list(_shape(trials[n].q)) for n in ranking}
-        if untimed:
-            entry["untimed"] = untimed
-        return entry, done
-
-    def _first_trial(self, c: Candidate, q: Problem, state: "_FirstUse",
-                     rejected: dict[str, str], key: tuple, weigh: bool) -> str | None:
-        """``c``'s precision probe (which also warms it up: imports, kernels loaded, plans
-        made, so that the timed run is not its very first), then one timed run on its slice
-        ``q``, checked on sampled entries: a `_Trial` in ``state``, or a reason in
-        ``rejected``. With ``weigh``, each of the two runs is made only if the tuning would
-        stay within its cap (SKIP_RATIO x the budget) with this slice at the best speed so
-        far; returns why it was not timed, or None."""
-        p = state.p
-        share = _macs(q) / _macs(p)
-        try:
-            for step in ("probe", "run"):
-                if weigh:
-                    best = min(t.estimate for t in state.trials.values())
-                    cap = SKIP_RATIO * tuning_budget(best, p.gpu)
-                    if self.clock() - state.t0 + best * share > cap:
-                        what = "its slice" if step == "probe" else "its slice, after its probe,"
-                        return (f"not timed on first use: {what} {_shape(q)} would take the "
-                                f"tuning beyond its budget (~{cap * 1e3:.3g} ms); a thorough "
-                                f"tuning (dspk tune) times it")
-                if step == "run":
-                    break
-                probe, probe_sampler = _probe_for(q, c, state.probes)
-                bad = _precision(lambda pr: prepared(c, pr)(), probe, probe_sampler, p.dtype)
-                if bad:
-                    rejected[c.name] = bad
-                    return None
-            sampler = state.samplers.get(_shape(q))
-            if sampler is None:
-                sampler = state.samplers[_shape(q)] = _Sampler(q, SAMPLED_COLS)
-            call = prepared(c, q)
-            sampler.poison()
-            seconds = self._time(call, p.gpu)
-            state.wrote = c.name if q is p else None
-            bad = sampler.check_result()
-            if bad:
-                where = "" if q is p else f" on the slice {_shape(q)}"
-                rejected[c.name] = f"wrong result{where}: {bad}"
-                return None
-            state.trials[c.name] = _Trial(c, q, share, call, seconds)
-            log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
-                      "into the tuning", c.name, _shape(q), seconds * 1e3,
-                      seconds / share * 1e3, _shape(p), (self.clock() - state.t0) * 1e3)
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(c.name, self.key_str(key), exc)
-        return None
-
-    def _more_samples(self, trials: dict[str, _Trial], gpu: bool, state: "_FirstUse") -> None:
-        """More samples while the budget lasts, each trial keeping its best (the minimum is
-        what a loaded machine's noise leaves least biased): a second one for every candidate
-        (a first sample can be spoilt by another process's burst), then rounds over those
-        within `CLOSE` of the best. Cheaper samples first. On the GPU a sample repeats a
-        short run to 0.2 ms and cycles through copies of small operands (`_rotation`)."""
-        if len(trials) < 2:
-            return
-        calls: dict[str, tuple[Callable[[], Any], int]] = {}
-        for round_ in range(MAX_SAMPLES - 1):
-            best = min(t.estimate for t in trials.values())
-            budget = tuning_budget(best, gpu)
-            names = [n for n, t in trials.items() if round_ == 0 or t.estimate <= CLOSE * best]
-            if len(names) < 2:
-                return
-            for name in sorted(names, key=lambda n: trials[n].seconds):
-                t = trials[name]
-                if name not in calls:
-                    reps = max(1, min(200, int(2e-4 / max(t.seconds, 1e-7)))) if gpu else 1
-                    sets = _rotation(t.q) if gpu else [t.q]
-                    calls[name] = (t.call if len(sets) == 1 else _cycling(t.candidate, sets),
-                                   reps)
-                call, reps = calls[name]
-                if self.clock() - state.t0 + t.seconds * reps > budget:
-                    return
-                t.seconds = min(t.seconds, self._time(call, gpu, reps))
-                t.samples += 1
-                state.wrote = name if t.q is state.p else None
-
-    def _whole_check_product(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
-                             rejected: dict[str, str], key: tuple,
-                             seconds: float) -> tuple[list[str], dict[str, float]]:
-        """`_whole_check` for a product: the winner has computed ``p`` in ``seconds``; a
-        runner-up whose estimate is below that computes it too (checked on sampled entries,
-        the winner's result kept aside), and the faster one's result stays in ``p.out``.
-        Returns (the ranking, the whole times in ms)."""
-        name = ranking[0]
-        whole = {name: seconds * 1e3}
-        rival = next((n for n in ranking[1:] if trials[n].estimate < seconds), None)
-        if rival is None:
-            return ranking, {name: round(whole[name], 6)}
-        kept = p.out.to_array().copy()
-        sampler = _Sampler(p, SAMPLED_COLS)
-        try:
-            sampler.poison()
-            t = self._time(prepared(trials[rival].candidate, p), p.gpu)
-            bad = sampler.check_result()
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            bad = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(rival, self.key_str(key), exc)
-        if bad:
-            rejected[rival] = f"wrong result on the whole product: {bad}"
-            ranking = [n for n in ranking if n != rival]
-        else:
-            whole[rival] = t * 1e3
-        if bad or t >= seconds:
-            p.out.to_array()[...] = kept          # the winner's result stands
-        ranking = sorted(whole, key=whole.get) + [n for n in ranking if n not in whole]
-        return ranking, {n: round(v, 6) for n, v in whole.items()}
-
-    def _run_checked(self, p: Problem, ranking: list[str], trials: dict[str, _Trial],
-                     rejected: dict[str, str], wrote: str | None,
-                     key: tuple) -> tuple[list[str], bool, float | None]:
-        """The best candidate computes ``p``, its result checked on sampled entries; one
-        that fails is rejected and the next one runs. Returns (the ranking without those
-        rejected, True, the seconds of that whole run — None when the result was there)."""
-        sampler = None
-        ranking = list(ranking)
-        while ranking:
-            name = ranking[0]
-            if wrote == name:
-                return ranking, True, None        # its checked result is in p.out already
-            if sampler is None:
-                sampler = _Sampler(p, SAMPLED_COLS)
-            try:
-                sampler.poison()
-                call = prepared(trials[name].candidate, p)
-                if p.gpu:                         # (the whole-problem check is the CPU's)
-                    call()
-                    seconds = None
-                else:
-                    seconds = self._time(call, False)
-                bad = sampler.check_result()
-            except Exception as exc:  # a candidate that breaks is rejected, not fatal
-                bad = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-            if not bad:
-                return ranking, True, seconds
-            rejected[name] = f"wrong result on the whole product: {bad}"
-            ranking.pop(0)
-        raise RuntimeError(f"every candidate failed for this product: {rejected}")
-
-    def _time(self, fn: Callable[[], Any], gpu: bool, reps: int = 1) -> float:
-        """Seconds per call of ``fn`` over ``reps`` calls: CUDA events on the GPU (the
-        device's time), `clock` on the host."""
-        if gpu:
-            cp = cupy_module()
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / reps
-        t0 = self.clock()
-        for _ in range(reps):
-            fn()
-        return (self.clock() - t0) / reps
 
     # -- generic choices (operations above the product engine) ------------------------------
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
@@ -880,7 +489,7 @@ class Tuner:
                     keep: bool = False, thorough: bool = False,
                     imports: dict[str, tuple[str, ...]] | None = None,
                     jit: Any = ()) -> tuple[str, str, Any]:
-        self._tunings += 1
+        self._stopwatch.tunings += 1
         untimed = {}
         every, every_sliced = runners, sliced
         if not thorough and (imports or (gpu and jit)):
@@ -898,17 +507,19 @@ class Tuner:
                 runners = {n: r for n, r in runners.items() if n not in deferred}
                 if sliced is not None:
                     sliced = _only(sliced, set(runners))
+        watch, key_str = self._stopwatch, self.key_str(key)    # (the key as the log names it)
         if thorough:
-            entry, result = self._choose_whole(key, runners, gpu, agree), _NOT_RUN
+            entry, result = choose_thoroughly(key_str, runners, gpu, agree, watch), _NOT_RUN
         elif len(runners) == 1:                   # nothing to rank (nor to check against)
             name = next(iter(runners))
             entry, result = _entry({}, {}, TUNED_BRIEF, [name]), _NOT_RUN
         elif sliced is not None:
-            entry, result = self._choose_sliced(key, runners, gpu, agree, sliced), _NOT_RUN
+            entry, result = choose_on_slices(key_str, runners, gpu, agree, sliced,
+                                             watch), _NOT_RUN
             if keep and not gpu:   # (measured on the CPU; the GPU's first use is as before)
-                entry, result = self._whole_check(key, entry, runners, gpu, agree)
+                entry, result = check_whole(key_str, entry, runners, gpu, agree, watch)
         else:
-            entry, result = self._choose_brief(key, runners, gpu, agree, keep)
+            entry, result = choose_briefly(key_str, runners, gpu, agree, keep, watch)
         worth, result = self._imports_worth(entry, result, runners, untimed, imports, gpu)
         if worth:
             # the chosen runner costs more than importing what a deferred one needs: time
@@ -925,64 +536,6 @@ class Tuner:
             result = _NOT_RUN                     # another process's choice: run theirs
         return ranking[0], "tuned now", result
 
-    def _whole_check(self, key: tuple, entry: dict, runners: dict[str, Callable[[], Any]],
-                     gpu: bool, agree: Callable[[Any, Any], str | None]) -> tuple[dict, Any]:
-        """The sliced ranking's winner computes the whole problem, timed (the caller's
-        result). A slice that fits in cache can make a memory-bound runner look fast (on 2
-        cores: a high-pass by whole-row FFTs estimated at 61 ms from its slice took 128 ms
-        whole, against 50 for the Toeplitz products it beat): when a runner-up's estimate is
-        below the winner's whole time, the runner-up also computes the whole problem, timed and
-        checked against the winner's result, and the faster of the two is the choice and the
-        result. Both runs are in this first call, so every later call runs the same choice
-        (the same bits). Returns (the entry with ``whole_ms``, the chosen runner's result)."""
-        name = entry["ranking"][0]
-        result, seconds, clean = self._sample(runners[name], gpu)
-        if not clean:                             # a tuning ran inside: no measure of it
-            return entry, result
-        whole = {name: seconds * 1e3}
-        estimates = entry["timings_ms"]
-        rival = next((n for n in entry["ranking"][1:] if estimates[n] < whole[name]), None)
-        if rival is not None:
-            try:
-                other, t, clean = self._sample(runners[rival], gpu)
-                bad = agree(other, result)
-                if bad:
-                    entry["rejected"][rival] = f"on the whole problem: {bad}"
-                elif clean:
-                    whole[rival] = t * 1e3
-                    if t < seconds:
-                        result = other
-                other = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                entry["rejected"][rival] = (f"failed on the whole problem: "
-                                            f"{type(exc).__name__}: {exc}")
-                _warn_failed(rival, self.key_str(key), exc)
-        entry["whole_ms"] = {n: round(v, 6) for n, v in whole.items()}
-        entry["ranking"] = sorted(whole, key=whole.get) + \
-            [n for n in entry["ranking"] if n not in whole and n not in entry["rejected"]]
-        return entry, result
-
-    def _choose_whole(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                      agree: Callable[[Any, Any], str | None]) -> dict:
-        """Thorough: each runner checked, then timed with a warm-up and the median of several
-        samples, on the whole problem."""
-        ref = runners[next(iter(runners))]()
-        timings: dict[str, float] = {}
-        rejected: dict[str, str] = {}
-        for name, run in runners.items():
-            try:
-                bad = agree(run(), ref)
-                if bad:
-                    rejected[name] = bad
-                    continue
-                timings[name] = _median_time(run, gpu, clock=self.clock) * 1e3
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        if not timings:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        return _entry(timings, rejected, TUNED_THOROUGH)
-
     def _imports_worth(self, entry: dict, result: Any, runners: dict, untimed: dict,
                        imports: dict | None, gpu: bool) -> tuple[set, Any]:
         """(the runners left untimed for an import, on the CPU, whose imports cost less than
@@ -995,7 +548,7 @@ class Tuner:
         name = entry["ranking"][0]
         ms = entry.get("whole_ms", {}).get(name)
         if ms is None and result is _NOT_RUN and len(runners) == 1:
-            result, seconds, clean = self._sample(runners[name], gpu)
+            result, seconds, clean = self._stopwatch.sample(runners[name], gpu)
             ms = seconds * 1e3 if clean else None
         if ms is None:
             ms = entry.get("timings_ms", {}).get(name)
@@ -1007,140 +560,9 @@ class Tuner:
                        for m in imports.get(n, ()) if m not in sys.modules)
         return {n for n in waiting if cost(n) < ms / 1e3}, result
 
-    def _sample(self, run: Callable[[], Any], gpu: bool) -> tuple[Any, float, bool]:
-        """(result, seconds, whether the run was clean: no tuning started inside it — a
-        nested tuning's time is no measure of the runner)."""
-        before = self._tunings
-        box = [None]
-
-        def call() -> None:
-            box[0] = run()
-
-        seconds = self._time(call, gpu)
-        return box[0], seconds, self._tunings == before
-
-    def _choose_brief(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                      agree: Callable[[Any, Any], str | None], keep: bool) -> tuple[dict, Any]:
-        """First use without slices: each runner once on the whole problem (the first one's
-        run is the reference and its first sample; a run inside which a nested tuning ran is
-        repeated for a clean sample), more samples of close ones while the budget lasts.
-        Returns (entry, the winner's result when ``keep`` and it was kept, else `_NOT_RUN`)."""
-        t0 = self.clock()
-        seconds: dict[str, float] = {}
-        rejected: dict[str, str] = {}
-        kept_name, kept = None, _NOT_RUN
-        ref = _NOT_RUN
-        for name, run in runners.items():
-            try:
-                result, t, clean = self._sample(run, gpu)
-                if ref is _NOT_RUN:
-                    ref = result
-                else:
-                    bad = agree(result, ref)
-                    if bad:
-                        rejected[name] = bad
-                        continue
-                if not clean:
-                    result, t, _ = self._sample(run, gpu)
-                if keep and (kept_name is None or t < seconds[kept_name]):
-                    kept_name, kept = name, result   # the fastest so far: its result is kept
-                seconds[name] = t
-                result = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                if ref is _NOT_RUN:
-                    raise                         # no reference: the operation itself fails
-                rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        ref = None
-        if not seconds:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        self._resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1)
-        log.debug("dspk tuner: %s: %s ms after %.3g ms", self.key_str(key),
-                  {n: round(t * 1e3, 3) for n, t in seconds.items()}, (self.clock() - t0) * 1e3)
-        entry = _entry({n: t * 1e3 for n, t in seconds.items()}, rejected, TUNED_BRIEF)
-        if kept_name != entry["ranking"][0]:
-            kept = _NOT_RUN                       # overtaken by a later sample
-        return entry, kept
-
-    def _resample(self, seconds: dict[str, float], runs: dict[str, Callable[[], Any]],
-                  gpu: bool, t0: float, fraction: float, rounds: int) -> None:
-        """Up to ``rounds`` more samples of the runners within `CLOSE` of the best, round by
-        round, while the budget of the whole operation (the best time / ``fraction``) lasts;
-        each keeps its best sample."""
-        for _ in range(rounds):
-            best = min(seconds.values())
-            close = sorted((n for n in seconds if seconds[n] <= CLOSE * best), key=seconds.get)
-            if len(close) < 2:
-                return
-            for name in close:
-                if self.clock() - t0 + seconds[name] > tuning_budget(best / fraction, gpu):
-                    return
-                _, t, _ = self._sample(runs[name], gpu)
-                seconds[name] = min(seconds[name], t)
-
-    def _choose_sliced(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
-                       agree: Callable[[Any, Any], str | None],
-                       sliced: Callable[[float], dict[str, Callable[[], Any]]]) -> dict:
-        """First use with slices: each sliced runner runs on its slice as a warm-up checked
-        against the first one's result (its time a first sample, unless a tuning ran inside
-        it), then a timed run — fastest warm-up first; after the first, only while the tuning
-        stays within SKIP_RATIO x its budget — then close ones again while the budget lasts.
-        Runners without a sliced version are not timed."""
-        t0 = self.clock()
-        fraction = 1.0 / (2 * SLICE_SHARE * len(runners))   # two runs each
-        small = sliced(fraction)
-        seconds: dict[str, float] = {}
-        clean: dict[str, bool] = {}
-        rejected: dict[str, str] = {}
-        untimed = {n: "not timed on first use: no sliced runner (a thorough tuning times it)"
-                   for n in runners if n not in small}
-        ref = _NOT_RUN
-        for name in (n for n in runners if n in small):
-            try:
-                result, seconds[name], clean[name] = self._sample(small[name], gpu)
-                if ref is _NOT_RUN:
-                    ref = result
-                else:
-                    bad = agree(result, ref)
-                    if bad:
-                        rejected[name] = f"on a slice: {bad}"
-                        del seconds[name]
-                result = None
-            except Exception as exc:  # a broken implementation is rejected, not fatal
-                if ref is _NOT_RUN:
-                    raise                         # no reference: the operation itself fails
-                seconds.pop(name, None)
-                rejected[name] = f"failed on a slice: {type(exc).__name__}: {exc}"
-                _warn_failed(name, self.key_str(key), exc)
-        ref = None
-        if not seconds:
-            raise RuntimeError(f"every implementation failed: {rejected}")
-        # the timed runs: a warm-up spoilt by a tuning inside it first (it says nothing), then
-        # the fastest; the others while the tuning stays within its cap
-        order = sorted(seconds, key=lambda n: (clean[n], seconds[n]))
-        for i, name in enumerate(order):
-            best = min(seconds[n] for n in seconds if clean[n] or n == name)
-            cap = SKIP_RATIO * tuning_budget(best / fraction, gpu)
-            if i and clean[name] and self.clock() - t0 + seconds[name] > cap:
-                continue                          # its warm-up sample stands
-            _, t, _ = self._sample(small[name], gpu)
-            seconds[name] = t if not clean[name] else min(seconds[name], t)
-            clean[name] = True
-        self._resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2)
-        log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
-                  self.key_str(key), fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
-                  (self.clock() - t0) * 1e3)
-        entry = _entry({n: t / fraction * 1e3 for n, t in seconds.items()}, rejected,
-                       TUNED_SLICE)
-        entry["slice_fraction"] = fraction
-        if untimed:
-            entry["untimed"] = untimed
-        return entry
-
     def stamp(self, gpu: bool, device_id: int | None) -> str:
         """The device/version stamp keys start with."""
-        return _gpu_stamp(device_id) if gpu else \
-            f"{device_name(None)}|numpy{np.__version__}|dspk{__version__}"
+        return _gpu_stamp(device_id) if gpu else _host_stamp()
 
     # -- the cache file ------------------------------------------------------------------------
     def _from_file(self, key: tuple) -> dict | None:
@@ -1191,576 +613,3 @@ def _only(sliced: Callable[[float], dict], names: set) -> Callable[[float], dict
 
     return only
 
-
-def _entry(timings_ms: dict[str, float], rejected: dict[str, str], how: str,
-           ranking: list[str] | None = None) -> dict:
-    """A cache entry: the ranking (fastest first, unless given), its timings (ms), the
-    candidates rejected and why, how it was tuned, when."""
-    if ranking is None:
-        ranking = sorted(timings_ms, key=timings_ms.get)
-    return {"ranking": list(ranking),
-            "timings_ms": {k: round(v, 6) for k, v in timings_ms.items()},
-            "rejected": rejected, "tuned": how, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-
-def _signature(path: Path) -> tuple | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _warn_failed(name: str, key: str, exc: Exception) -> None:
-    log.warning("dspk tuner: candidate %s raised %s: %s; rejected for %s", name,
-                type(exc).__name__, exc, key)
-
-
-def _valid_cache(doc: Any) -> bool:
-    return (isinstance(doc, dict) and doc.get("format") == CACHE_FORMAT
-            and doc.get("schema") == CACHE_SCHEMA and isinstance(doc.get("entries"), dict)
-            and all(isinstance(v, dict) and isinstance(v.get("ranking"), list)
-                    for v in doc["entries"].values()))
-
-
-def read_cache(path: str | os.PathLike | None = None, warn: bool = True) -> dict[str, dict]:
-    """The tuned choices stored in a cache file: key -> entry (``ranking``, ``timings_ms``,
-    ``rejected``, ``when``; ``tuned``: ``"slice"``, ``"brief"`` or ``"thorough"`` (entries
-    without it were tuned thoroughly), and for first uses ``timed_on`` (each candidate's
-    slice) and ``untimed`` (candidates not timed, and why)).
-
-    Parameters
-    ----------
-    path : str or os.PathLike, optional
-        The file; default `cache_path` (the default engine's).
-    warn : bool
-        Warn (RuntimeWarning) when the file cannot be read or is not a dspk tuner cache of
-        this schema.
-
-    Returns
-    -------
-    dict
-        Empty when the file is missing, unreadable or not a cache of this schema.
-    """
-    path = cache_path() if path is None else Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        if warn:
-            warnings.warn(f"dspk tuner: cannot read {path}: {exc}; ignored", RuntimeWarning,
-                          stacklevel=4)
-        return {}
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        doc = None
-    if not _valid_cache(doc):
-        if warn:
-            warnings.warn(f"dspk tuner: {path} is corrupt or not a dspk tuner cache (schema "
-                          f"{CACHE_SCHEMA}); ignored, and rewritten on the next tuning",
-                          RuntimeWarning, stacklevel=4)
-        return {}
-    return doc["entries"]
-
-
-def clear_cache(path: str | os.PathLike | None = None) -> bool:
-    """Remove a cache file (``dspk tune-cache clear``). Engines keep what they hold in memory
-    until they `forget` it.
-
-    Parameters
-    ----------
-    path : str or os.PathLike, optional
-        The file; default `cache_path` (the default engine's).
-
-    Returns
-    -------
-    bool
-        Whether a file was removed.
-    """
-    path = cache_path() if path is None else Path(path)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-_process_lock = threading.RLock()
-_lock_depth = 0
-
-
-@contextmanager
-def _cache_lock(path: Path) -> Iterator[None]:
-    """The cache file's exclusive lock, for tuning and writing. Re-entrant within a process (a
-    tuning run may tune a product it needs, and flock on a second descriptor would wait for
-    itself); other threads and processes wait. Without a writable cache folder: no lock."""
-    global _lock_depth
-    with _process_lock:
-        if _lock_depth:
-            _lock_depth += 1
-            try:
-                yield
-            finally:
-                _lock_depth -= 1
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(path.with_suffix(path.suffix + ".lock"), "a+")
-        except OSError:
-            lock = None
-        try:
-            if lock is not None:
-                try:
-                    import fcntl  # noqa: PLC0415 (POSIX only)
-
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-                except ImportError:  # pragma: no cover - Windows: rename is still atomic
-                    pass
-            _lock_depth = 1
-            yield
-        finally:
-            _lock_depth = 0
-            if lock is not None:
-                lock.close()
-
-
-def _known(entry: dict) -> set:
-    """The candidates an entry's tuning considered (timed, rejected or left untimed, with the
-    reason)."""
-    return set(entry.get("timings_ms", {})) | set(entry.get("rejected", {})) | \
-        set(entry.get("untimed", {}))
-
-
-def _stale(entry: dict, names: dict, p: Problem) -> bool:
-    """Whether a candidate that can run ``p`` is missing from the entry's tuning (a dspk
-    change added it since: same version string during development, or a kernel that became
-    available)."""
-    known = _known(entry)
-    return any(name not in known and c.unavailable(p) is None for name, c in names.items())
-
-
-def _replaces(new: dict, old: dict) -> bool:
-    """Whether ``new`` replaces ``old`` for one key: when ``old`` missed a candidate ``new``
-    considered, or when ``new`` is thorough and ``old`` was tuned on first use (an explicit
-    thorough tuning); never otherwise (another process stored it first)."""
-    return not _known(old) >= _known(new) or \
-        (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
-
-
-def _merge_into_cache(path: Path, key: str, entry: dict) -> dict:
-    """Add ``entry`` under ``key`` unless the file already holds that key and ``entry`` does
-    not replace it (`_replaces`: another process stored it first: its entry is returned and
-    kept). Read-merge-write under the cache lock; the write is a rename, so a reader never
-    sees a half-written file and two tuning processes never lose each other's entries."""
-    with _cache_lock(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entries = read_cache(path, warn=False)
-        if key in entries and not _replaces(entry, entries[key]):
-            return entries[key]
-        entries[key] = entry
-        doc = {"format": CACHE_FORMAT, "schema": CACHE_SCHEMA, "dspk": __version__,
-               "entries": entries}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return entry
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-
-
-# -- checking and timing ------------------------------------------------------------------------
-class _Sampler:
-    """Sampled entries of a product and their float64 (int64) reference: up to MAX_ROWS rows
-    of the first, middle and last batch, every column or up to ``max_cols`` of them (the first
-    and last included). Only those rows of ``a`` and columns of ``b`` are read."""
-
-    MAX_ROWS = 8
-
-    def __init__(self, p: Problem, max_cols: int | None = None):
-        self.p = p
-        B, M, N = p.batches, p.m, p.n
-        self.batches = sorted({0, B // 2, B - 1})
-        self.rows = sorted({int(r) for r in np.linspace(0, M - 1, min(M, self.MAX_ROWS))})
-        self.cols = None if max_cols is None or N <= max_cols else \
-            sorted({int(c) for c in np.linspace(0, N - 1, max_cols)})
-        # on the GPU the sampled values are read to the host and compared there (host_checks:
-        # CuPy's own kernels would be compiled in a first call)
-        self.host = p.gpu
-        xp = np if self.host else p.a.xp
-        self.xp = xp
-        self.exact = p.dtype.kind in "iu"
-        ref_t = np.int64 if self.exact else np.float64
-        if self.host:
-            rows = cols = None
-            a = read_rows(p.a, self.batches, self.rows).astype(ref_t)
-            b = (read_matrix(p.b, self.batches) if self.cols is None
-                 else read_cols(p.b, self.batches, self.cols)).astype(ref_t)
-        else:
-            rows = xp.asarray(self.rows)
-            cols = None if self.cols is None else xp.asarray(self.cols)
-            av, bv = p.a.to_array(), p.b.to_array()
-            a = xp.stack([av[i][rows] for i in self.batches]).astype(ref_t)
-            b = xp.stack([bv[i] if cols is None else bv[i][:, cols]
-                          for i in self.batches]).astype(ref_t)
-        # a small product: one BLAS thread (waking BLAS's threads on a loaded machine took
-        # 0.04-0.6 s for 3 x 30 000 x 32 float64 on 2 cores)
-        with single_threaded_blas() if xp is np else nullcontext():
-            if not self.exact:
-                self.ref = xp.matmul(a, b)
-                self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
-            else:
-                self.absprod = None
-                bound = p.k * int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
-                if bound < 2**53:  # every float64 partial sum is an exact integer: BLAS
-                    self.ref = np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64))
-                                       ).astype(np.int64)
-                else:              # NumPy's int64 loop (no BLAS: ~30x slower)
-                    self.ref = np.matmul(a, b)
-        self._rows, self._cols = rows, cols
-
-    def _out_rows(self) -> Any:
-        if self.host:
-            got = read_rows(self.p.out, self.batches, self.rows)
-            return got if self.cols is None else got[:, :, self.cols]
-        out = self.p.out.to_array()
-        got = [out[i][self._rows] for i in self.batches]
-        if self._cols is not None:
-            got = [g[:, self._cols] for g in got]
-        return self.xp.stack(got)
-
-    def poison(self) -> None:
-        if self.host:  # the sampled rows whole (every candidate writes every output)
-            out = self.p.out
-            value = np.iinfo(out.dtype).min if out.dtype.kind in "iu" else np.nan
-            fill_rows(out, self.batches, self.rows, value)
-            return
-        out = self.p.out.to_array()
-        value = np.iinfo(np.int64).min if self.exact else np.nan
-        for bi in self.batches:
-            if self._cols is None:
-                out[bi, self.rows, :] = value
-            else:
-                out[bi][self.xp.ix_(self._rows, self._cols)] = value
-
-    def relative_error(self) -> float:
-        xp = self.xp
-        diff = self._out_rows().astype(np.float64) - self.ref
-        return float(xp.linalg.norm(diff) / max(float(xp.linalg.norm(self.ref)), 1e-300))
-
-    def check_result(self) -> str | None:
-        if self.exact:
-            got = self._out_rows()
-            wrong = int(np.count_nonzero(got != self.ref))
-            return None if wrong == 0 else (f"{wrong} of {got.size} sampled outputs differ from "
-                                            f"the int64 reference")
-        xp = self.xp
-        got = self._out_rows().astype(np.float64)
-        eps = float(np.finfo(self.p.dtype).eps)
-        k = max(self.p.k, 1)
-        bound = min(k, 64 * np.sqrt(k)) * eps * self.absprod + 1e-30
-        err = xp.abs(got - self.ref)
-        ok = bool(xp.all(err <= bound))  # NaN (an unwritten output) fails here
-        if ok:
-            return None
-        worst = float(xp.nanmax(err / bound)) if bool(xp.isfinite(got).all()) else float("nan")
-        return (f"sampled outputs differ from the float64 reference beyond the rounding bound "
-                f"(worst {worst:.3g}x the bound; NaN means an output was not written)")
-
-
-def _precision(run: Callable[[Problem], Any], probe: Problem, sampler: _Sampler,
-               dtype: Any) -> str | None:
-    """Run a candidate on the precision probe: None, or why it is rejected (an integer
-    candidate not bit-exact over the full range; a float one beyond `precision_tolerance`)."""
-    sampler.poison()
-    run(probe)
-    if sampler.exact:
-        bad = sampler.check_result()
-        return None if not bad else f"not bit-exact on a full-range probe: {bad}"
-    err = sampler.relative_error()
-    tol = precision_tolerance(dtype, probe.k)
-    if err <= tol:
-        return None
-    if not err <= 1e-2:  # no rounding errs this much (NaN: an output not written)
-        return (f"wrong result on the precision probe: relative error {err:.2e} against the "
-                f"float64 reference")
-    return (f"precision check failed: relative error {err:.2e} > {tol:.1e} on a zero-mean probe "
-            f"(not computed in {np.dtype(dtype).name}?)")
-
-
-def _probe_values(xp: Any, shape: tuple, dtype: Any) -> Any:
-    """Probe values for an operand of ``shape``: a fixed block of PROBE_BLOCK zero-mean normal
-    values (integers: the dtype's full range, both extremes included, which exercises every
-    correction) repeated — as hard on precision as fresh values, and cheap for large probes."""
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng(12345)
-    n = int(np.prod(shape))
-    size = min(n, PROBE_BLOCK)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        block = rng.integers(info.min, int(info.max) + 1, size, dtype=dtype)
-        block[:2] = (info.min, info.max)[:size]
-    else:
-        block = rng.standard_normal(size, dtype=dtype)
-    block = xp.asarray(block)
-    if n > size:
-        block = xp.tile(block, -(-n // size))[:n]
-    return block.reshape(shape)
-
-
-def _make_probe(p: Problem) -> Problem:
-    """``p``'s geometry — strides, and addresses modulo 256 bytes (alignment decides some
-    kernels) — over new buffers no larger than the views reach (views over the same memory,
-    X and X.T, share one), the operands filled with `_probe_values`, the output not."""
-    xp = p.a.xp
-    views = (p.a, p.b, p.out)
-    reach: dict[int, list[int]] = {}
-    for v in views:
-        lo, hi = v.extent()
-        span = reach.setdefault(_base(v), [lo, hi])
-        span[0], span[1] = min(span[0], lo), max(span[1], hi)
-    buffers: dict[int, tuple[Any, int]] = {}
-    for base, (lo, hi) in reach.items():
-        item = p.a.itemsize if base in (_base(p.a), _base(p.b)) else p.out.itemsize
-        dtype = p.a.dtype if base in (_base(p.a), _base(p.b)) else p.out.dtype
-        shift = ((base + lo * item) % 256) // item
-        buffers[base] = (xp.empty(shift + hi - lo + 1, dtype=dtype), shift - lo)
-
-    def clone(v: MatrixView) -> MatrixView:
-        buf, delta = buffers[_base(v)]
-        return MatrixView(buf, v.shape, v.strides, v.offset + delta, v.name)
-
-    a, b, out = (clone(v) for v in views)
-    if xp is np:
-        for v in (a, b):
-            v.to_array()[...] = _probe_values(np, v.shape, v.dtype)
-        return Problem(a, b, out, p.symmetric)
-    # GPU: the values written into host copies of the buffers, then one copy each (CuPy's
-    # strided assignment would compile a kernel in the first call). A buffer whose view's
-    # elements overlap (the lags of `dspk.motion.pairwise_displacement`: a batch stride of one
-    # element) is filled as a whole, the view reading the values as they lie: through the
-    # view, an hour's rigid registration wrote 800 M probe values into 7.6 M elements (15 s
-    # of its first call on the GPU machine)
-    hosts: dict[int, tuple[Any, np.ndarray]] = {}
-    for v in (a, b):
-        buf = v.buffer
-        if id(buf) not in hosts:
-            hosts[id(buf)] = (buf, np.zeros(buf.size, buf.dtype))
-        host = hosts[id(buf)][1]
-        if v.size > buf.size:
-            host[...] = _probe_values(np, host.shape, v.dtype)
-        else:
-            MatrixView(host, v.shape, v.strides, v.offset, v.name).to_array()[...] = \
-                _probe_values(np, v.shape, v.dtype)
-    for buf, host in hosts.values():
-        buf.set(host)
-    return Problem(a, b, out, p.symmetric)
-
-
-def _base(v: MatrixView) -> int:
-    return v.buffer.data.ptr if v.is_gpu else v.buffer.ctypes.data
-
-
-def _macs(p: Problem) -> int:
-    """Multiply-adds of a product."""
-    return p.batches * p.m * p.n * p.k
-
-
-def _shape(p: Problem) -> tuple:
-    return (p.batches, p.m, p.n, p.k)
-
-
-def _dim_size(p: Problem, dim: str) -> int:
-    return {"b": p.batches, "m": p.m, "n": p.n, "k": p.k, "mn": p.m}[dim]
-
-
-def _cut_dim(p: Problem) -> str | None:
-    """The dimension a slice cuts: the longest (ties: N, K, M, batches), the one whose cost per
-    element the others fix — the samples of W·X, the reduction of X·Xᵀ. X·Xᵀ keeps b = aᵀ, so
-    its rows and columns are cut together (``"mn"``) or K. None when none is worth cutting."""
-    dims = [("k", p.k), ("mn", p.m), ("b", p.batches)] if p.symmetric else \
-        [("n", p.n), ("k", p.k), ("m", p.m), ("b", p.batches)]
-    dim, size = max(dims, key=lambda d: d[1])
-    return dim if size > (1 if dim == "b" else SLICE_ALIGN) else None
-
-
-def _cut(p: Problem, dim: str, size: int) -> Problem:
-    """``p`` on the first ``size`` batches, rows, columns, K or (X·Xᵀ) rows and columns:
-    views into its operands and output, nothing copied."""
-    a, b, out = p.a, p.b, p.out
-    if dim == "b":
-        a, b, out = a.batch(0, size), b.batch(0, size), out.batch(0, size)
-    elif dim == "m":
-        a, out = a.rows(0, size), out.rows(0, size)
-    elif dim == "n":
-        b, out = b.cols(0, size), out.cols(0, size)
-    elif dim == "k":
-        a, b = a.cols(0, size), b.rows(0, size)
-    else:  # "mn"
-        a, b, out = a.rows(0, size), b.cols(0, size), out.rows(0, size).cols(0, size)
-    return Problem(a, b, out, p.symmetric)
-
-
-def _aligned(size: float, dim: str, full: int) -> int:
-    step = 1 if dim == "b" else SLICE_ALIGN
-    return min(full, max(step, -(-math.ceil(size) // step) * step))
-
-
-def _slice_for(p: Problem, dim: str, target: int, c: Candidate) -> Problem:
-    """The smallest slice of ``p`` along ``dim`` of at least ``target`` multiply-adds that
-    ``c`` can run (a split-K candidate needs K of 4 chunks, say), or ``p`` itself when that
-    is 3/4 of it or more: doubling from the target until ``c`` can run it, then bisecting
-    back (availability grows with the size)."""
-    full = _dim_size(p, dim)
-    frac = target / _macs(p)
-    size = _aligned(full * (math.sqrt(frac) if dim == "mn" else frac), dim, full)
-    step = 1 if dim == "b" else SLICE_ALIGN
-    low = None                                   # the largest size known unavailable
-    while size < full and c.unavailable(_cut(p, dim, size)) is not None:
-        low, size = size, _aligned(2 * size, dim, full)
-    if low is not None:
-        hi = size                                # available (or the whole)
-        while hi - low > step:
-            mid = _aligned((low + hi) / 2, dim, full)
-            if mid >= hi:
-                break
-            if c.unavailable(_cut(p, dim, mid)) is None:
-                hi = mid
-            else:
-                low = mid
-        size = hi
-    return p if 4 * size >= 3 * full else _cut(p, dim, size)
-
-
-def _probe_for(q: Problem, c: Candidate,
-               made: dict[tuple, tuple[Problem, _Sampler]]) -> tuple[Problem, _Sampler]:
-    """The precision probe for ``c`` timed on slice ``q`` (and its sampler), made once per
-    geometry in ``made``: on the CPU ``q`` with its K and its other dimensions cut to
-    PROBE_MIN (doubled until ``c`` can run it), on the GPU ``q``'s own geometry."""
-    geometry = q
-    if not q.gpu:
-        dims = ("mn", "b") if q.symmetric else ("m", "n", "b")
-        size = PROBE_MIN
-        while True:
-            r = q
-            for d in dims:
-                if _dim_size(r, d) > size:
-                    r = _cut(r, d, size)
-            if r is q or c.unavailable(r) is None:
-                geometry = r
-                break
-            size *= 2
-    key = (_shape(geometry), geometry.a.strides, geometry.b.strides, geometry.out.strides)
-    found = made.get(key)
-    if found is None:
-        probe = _make_probe(geometry)
-        found = made[key] = (probe, _Sampler(probe))
-    return found
-
-
-#: Operand bytes the tuner's timing cycles through, in multiples of the GPU's L2 cache, and
-#: the most operand sets it makes to get there. Timed back to back on one set, a product whose
-#: operands fit in L2 (W·X of 64 channels, a 61 -> 6 projection) reads them from L2, and the
-#: candidate that wins there is not the one that wins on operands fresh from memory, which is
-#: what a pipeline's chunk is and what the benchmarks time: measured on an H200 for the
-#: projection, direct_wxv2k16 0.0140 ms against direct_wxtile128c1s6w16 0.0116 with inputs
-#: rotated beyond L2, while the L2-hot timing ranked them the other way.
-ROTATE_L2_MULTIPLE = 4
-ROTATE_MAX_SETS = 8
-
-
-def _rotation(p: Problem) -> list[Problem]:
-    """``p`` and copies of its operands (same values, strides and 256-byte alignment, fresh
-    outputs) enough that timing cycles through ROTATE_L2_MULTIPLE times the GPU's L2: ``[p]``
-    on the CPU, when the operands alone are that large, or when memory for copies is short."""
-    if not p.gpu:
-        return [p]
-    cp = cupy_module()
-    views = {id(v): v for v in (p.a, p.b, p.out)}
-    footprint = sum((v.extent()[1] - v.extent()[0] + 1) * v.itemsize for v in views.values())
-    l2 = int(cp.cuda.runtime.getDeviceProperties(p.a.device_id).get("l2CacheSize", 0))
-    if footprint == 0 or l2 == 0 or footprint >= ROTATE_L2_MULTIPLE * l2:
-        return [p]
-    sets = min(ROTATE_MAX_SETS, -(-ROTATE_L2_MULTIPLE * l2 // footprint))
-    out = [p]
-    try:
-        for _ in range(sets - 1):
-            copies: dict[tuple, Any] = {}
-
-            def clone(v: MatrixView, fill: bool) -> MatrixView:
-                lo, hi = v.extent()
-                addr = v.buffer.data.ptr + lo * v.itemsize
-                shift = (addr % 256) // v.itemsize        # keep the address modulo 256
-                ident = (v.buffer.data.ptr, lo, hi)       # X and X.T share one copy
-                buf = copies.get(ident)
-                if buf is None:
-                    buf = cp.empty(shift + hi - lo + 1, dtype=v.dtype)
-                    if fill:  # (a copy, not CuPy's assignment kernel: nothing compiled)
-                        cp.cuda.runtime.memcpyAsync(
-                            buf.data.ptr + shift * v.itemsize,
-                            v.buffer.data.ptr + lo * v.itemsize, (hi - lo + 1) * v.itemsize,
-                            cp.cuda.runtime.memcpyDeviceToDevice,
-                            cp.cuda.get_current_stream().ptr)
-                    copies[ident] = buf
-                return MatrixView(buf, v.shape, v.strides, v.offset - lo + shift, v.name)
-
-            if any(v.buffer.data.ptr % v.itemsize for v in views.values()):
-                return [p]
-            out.append(Problem(clone(p.a, True), clone(p.b, True), clone(p.out, False),
-                               p.symmetric))
-    except cp.cuda.memory.OutOfMemoryError:
-        pass                                   # time on the sets made so far
-    return out
-
-
-def _cycling(c: Candidate, sets: list[Problem]) -> Callable[[], None]:
-    """``c`` bound on each operand set, one call per set in turn."""
-    calls = [prepared(c, q) for q in sets]
-    if len(calls) == 1:
-        return calls[0]
-    state = [0]
-
-    def run() -> None:
-        i = state[0]
-        state[0] = i + 1 if i + 1 < len(calls) else 0
-        calls[i]()
-
-    return run
-
-
-def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25,
-                 clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median seconds per call of ``fn`` after a warm-up (CUDA events on the GPU, ``clock``
-    on the host)."""
-    if gpu:
-        cp = cupy_module()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-
-        def timed(n: int) -> float:
-            start.record()
-            for _ in range(n):
-                fn()
-            stop.record()
-            stop.synchronize()
-            return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / n
-    else:
-        def timed(n: int) -> float:
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            return (clock() - t0) / n
-
-    fn()
-    one = max(timed(1), 1e-7)
-    n = int(min(200, max(1, (2e-4 if gpu else 2e-3) / one)))
-    samples = max(3, min(9, int(budget_s / (one * n))))
-    return float(np.median([timed(n) for _ in range(samples)]))
