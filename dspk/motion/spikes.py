@@ -68,7 +68,7 @@ class SpikeSurvey:
         Detection threshold, in noise SDs of each template's output.
     shank_ids : array-like, optional
         One shank per channel (spikes are combined within a shank only).
-    dtype : dtype, optional
+    dtype : numpy dtype, optional
         The dtype of the blocks the pass will give (default: the sample's).
 
     Examples
