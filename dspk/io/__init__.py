@@ -21,9 +21,9 @@ from .layout import to_channels_first
 from .openephys import OEBIN, OpenEphysRecording
 from .probe import read_probe
 from .recording import (BINARY_SUFFIXES, MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording,
-                        BinaryRecording, OpenOptions, Recording, RecordingSpec,
-                        SpikeInterfaceRecording, source_path)
+                        BinaryRecording, OpenOptions, Recording, RecordingSpec, source_path)
 from .scaling import to_uv
+from .spikeinterface_recording import SpikeInterfaceRecording
 from .spikeglx import SpikeGLXRecording, meta_path
 from .subset import SubsetRecording
 
