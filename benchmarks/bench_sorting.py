@@ -61,6 +61,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -298,7 +299,8 @@ def arm_dspk(rec: Path, geometry, work: Path, args) -> dict:
         chain = f"{shown}; Kilosort4 nblocks=0, do_CAR=False (its high-pass and whitening again)"
     traces = np.memmap(out / "traces.bin", np.int16, "r").reshape(-1, len(geometry))
     return dict(preprocess_s=preprocess_s, sort_s=sort_s, results=results, chain=chain,
-                traces=traces, scale=scale, dspk_units=meta.get("units"))
+                traces=traces, scale=scale, dspk_units=meta.get("units"),
+                scratch=[out / "traces.bin"])
 
 
 def arm_spikeinterface(rec: Path, geometry, work: Path, args) -> dict:
@@ -332,7 +334,7 @@ def arm_spikeinterface(rec: Path, geometry, work: Path, args) -> dict:
     traces = np.memmap(work / "si_preprocessed" / "traces_cached_seg0.raw", np.float32,
                        "r").reshape(-1, len(geometry))
     return dict(preprocess_s=preprocess_s, sort_s=sort_s, traces=traces, scale=1.0,
-                results=work / "ks4_si" / "sorter_output",
+                results=work / "ks4_si" / "sorter_output", scratch=[work / "si_preprocessed"],
                 chain=f"{shown}; run_sorter kilosort4 skip_kilosort_preprocessing, no "
                       f"correction, no CAR")
 
@@ -476,8 +478,6 @@ def run_arm(arm: str, rec: Path, args) -> dict:
     tag = re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"{arm}-{variant}" if variant else arm)
     work = Path(args.work) / f"{rec.name}-{tag}"
     if work.exists():
-        import shutil
-
         shutil.rmtree(work)
     work.mkdir(parents=True)
     geometry = probeinterface.read_probeinterface(rec / "probe.json").probes[0] \
@@ -497,6 +497,12 @@ def run_arm(arm: str, rec: Path, args) -> dict:
         q = unit_quality(got["traces"], geometry, rec, got["scale"])
         row.update({f"unit_{k}" if k in ("snr", "stability", "amplitude_cv") else k: v
                     for k, v in q.items()})
+    got.pop("traces", None)
+    if not args.keep_traces:
+        # a 384-channel, 10-minute arm leaves 14 GB (int16) to 28 GB (float32) of traces: three
+        # arms and a recording would fill the GPU machine's 64 GB disk
+        for path in got.get("scratch", []):
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     log(f"{arm} {variant} on {rec.name}: {row['well_detected']} well detected, median "
         f"accuracy {row['accuracy_median']:.3f}, {row['false_positive']} false positive; "
         f"preprocess {row['preprocess_s']} s, sort {row['sort_s']} s")
@@ -593,6 +599,8 @@ def parse(argv=None):
                          "skipped)")
     ap.add_argument("--diagnose", action="store_true",
                     help="each unit's SNR and stability in the traces each sorter is given")
+    ap.add_argument("--keep-traces", action="store_true",
+                    help="keep each arm's preprocessed traces (deleted once scored by default)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of an earlier run in --work (same recording, arm, variant)")
     ap.add_argument("--stop-by", type=float, default=None,
