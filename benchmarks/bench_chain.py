@@ -20,7 +20,7 @@ the largest absolute difference over the reference's largest value. IBL's own `d
 (ibl-neuropixel) is reported missing where it does not import.
 
     python benchmarks/bench_chain.py [--backend cpu|gpu] [--seconds S] [--repeats N]
-                                     [--out FILE.md]
+                                     [--out DIR|FILE.md]
 
 The machine's load (``/proc/loadavg``, 1/5/15 min, our own run included) is written at the
 start and the end: on shared cores a loaded machine slows every row.
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment  # noqa: E402
+from common import environment, out_files  # noqa: E402
 
 FS = 30000.0
 
@@ -204,7 +204,8 @@ def main(argv=None) -> None:
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=None, help="write the Markdown table to this file")
+    ap.add_argument("--out", default=None, help="folder for bench_chain-<backend>.{md,json} "
+                    "(or the table's FILE.md, its JSON beside it)")
     args = ap.parse_args(argv)
     gpu = args.backend == "gpu"
     if gpu:
@@ -286,9 +287,9 @@ def main(argv=None) -> None:
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(md)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(
+        md_path, json_path = out_files(args.out, "bench_chain", args.backend)
+        md_path.write_text(md)
+        json_path.write_text(json.dumps(
             dict(rows=rows, notes=notes, environment=env, command=command), indent=1))
 
 

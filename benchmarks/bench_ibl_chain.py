@@ -15,7 +15,7 @@ its run timed apart). SpikeInterface's same chain on the CPU (``phase_shift`` â†
 it: h5py into a NumpyRecording). Both chains' bad channels are reported.
 
     python benchmarks/bench_ibl_chain.py [--backend cpu|gpu] [--seconds 60] [--no-si]
-                                         [--out FILE.md]
+                                         [--out DIR|FILE.md]
 
 Goals (issue 33): >= 40x real time on the GPU machine, >= 3x SpikeInterface on 2 CPU cores.
 """
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_chain import load, np1_geometry  # noqa: E402 (benchmarks/)
-from common import environment  # noqa: E402
+from common import environment, out_files  # noqa: E402
 
 FS = 30000.0
 CHANNELS = 384
@@ -175,7 +175,8 @@ def main(argv=None) -> None:
     ap.add_argument("--no-si", action="store_true", help="leave SpikeInterface's chain out")
     ap.add_argument("--int16", action="store_true",
                     help="also a warm job writing int16 (IBL's destriped .bin, Kilosort's input)")
-    ap.add_argument("--out", default=None, help="write the Markdown table to this file")
+    ap.add_argument("--out", default=None, help="folder for bench_ibl_chain-<backend>.{md,json} "
+                    "(or the table's FILE.md, its JSON beside it)")
     args = ap.parse_args(argv)
     rows, notes = [], []
     start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load()
@@ -251,9 +252,9 @@ def main(argv=None) -> None:
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(md)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(
+        md_path, json_path = out_files(args.out, "bench_ibl_chain", args.backend)
+        md_path.write_text(md)
+        json_path.write_text(json.dumps(
             dict(rows=rows, notes=notes, environment=env, command=command,
                  warm_run_timeline=timeline), indent=1))
 

@@ -11,14 +11,17 @@ second (46 MB) written into one new file, as a job writes them, by:
 
 and the time to delete the written file (what replacing an existing output costs), the
 file system, and the kernel's dirty-page limits. Not a dspk function: the numbers decide how
-dspk's writer writes.
+dspk's writer writes. ``--backend`` only names the run (the writes are the host's either way:
+a GPU job's output reaches the file from pinned host memory as a CPU job's does).
 
     python benchmarks/bench_write.py [--gb 2.76] [--dir DIR] [--threads 4]
+                                     [--backend cpu|gpu] [--out DIR|FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import mmap
 import os
 import sys
@@ -28,6 +31,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import environment, out_files  # noqa: E402 (benchmarks/)
 
 BLOCK = 384 * 30000 * 4
 
@@ -138,23 +145,28 @@ def main(argv=None) -> None:
     ap.add_argument("--gb", type=float, default=2.76)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                    help="names the run only: the writes are the host's")
+    ap.add_argument("--out", default=None, help="folder for bench_write-<backend>.{md,json} "
+                    "(or the table's FILE.md, its JSON beside it)")
     args = ap.parse_args(argv)
     n_blocks = max(1, int(round(args.gb * 1e9 / BLOCK)))
     gb = n_blocks * BLOCK / 1e9
     block = np.random.default_rng(0).standard_normal(BLOCK // 4).astype(np.float32)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         d = Path(tmp)
-        print(f"# bench_write: {n_blocks} blocks of {BLOCK / 1e6:.1f} MB = {gb:.2f} GB into "
-              f"{d} ({file_system(d)}); {os.cpu_count()} cores; vm.dirty_ratio "
-              f"{vm('dirty_ratio')}, dirty_background_ratio {vm('dirty_background_ratio')}, "
-              f"dirty_bytes {vm('dirty_bytes')}")
+        where = (f"{n_blocks} blocks of {BLOCK / 1e6:.1f} MB = {gb:.2f} GB into {d} "
+                 f"({file_system(d)}); {os.cpu_count()} cores; vm.dirty_ratio "
+                 f"{vm('dirty_ratio')}, dirty_background_ratio {vm('dirty_background_ratio')}, "
+                 f"dirty_bytes {vm('dirty_bytes')}")
+        print(f"# bench_write: {where}", flush=True)
         methods = (("pwrite, 1 thread", lambda p: run_pwrite(p, block, n_blocks, 1)),
                    (f"pwrite, {args.threads} threads",
                     lambda p: run_pwrite(p, block, n_blocks, args.threads)),
                    (f"mmap, {args.threads} threads",
                     lambda p: run_mmap(p, block, n_blocks, args.threads)),
                    ("O_DIRECT, 1 thread", lambda p: run_direct(p, block, n_blocks)))
-        rows = {name: [] for name, _ in methods}
+        runs = {name: [] for name, _ in methods}
         # two rounds, the methods in turn: the first file written on a machine pays for
         # the page cache it takes from others (each method's rounds are printed)
         for _ in range(2):
@@ -164,17 +176,31 @@ def main(argv=None) -> None:
                 t0 = time.perf_counter()
                 if path.exists():
                     path.unlink()
-                rows[name].append((dt, time.perf_counter() - t0))
+                runs[name].append((dt, time.perf_counter() - t0))
                 time.sleep(0.5)
-        print(f"{'method':24s} {'round 1 s':>9s} {'round 2 s':>9s} {'GB/s (2)':>8s} "
-              f"{'unlink s (1, 2)':>16s}")
-        for name, runs in rows.items():
-            if any(dt is None for dt, _ in runs):
-                print(f"{name:24s} {'n/a':>9s}")
-                continue
-            (d1, u1), (d2, u2) = runs
-            print(f"{name:24s} {d1:9.3f} {d2:9.3f} {gb / d2:8.2f} {u1:8.3f} {u2:7.3f}")
+    case = f"{gb:.2f} GB into one new file"
+    rows, notes = [], [where, "wall_s: the second round (the first pays for the page cache)."]
+    lines = [f"# bench_write — {args.backend}", "",
+             "Environment: " + ", ".join(f"{k}={v}" for k, v in environment(False).items()),
+             "", "| method | round 1 s | round 2 s | GB/s (2) | unlink s (1, 2) |",
+             "|---|---|---|---|---|"]
+    for name, rs in runs.items():
+        if any(dt is None for dt, _ in rs):
+            lines.append(f"| {name} | n/a | n/a | | |")
+            notes.append(f"{name}: not available on this file system")
+            continue
+        (d1, u1), (d2, u2) = rs
+        lines.append(f"| {name} | {d1:.3f} | {d2:.3f} | {gb / d2:.2f} | {u1:.3f}, {u2:.3f} |")
+        rows.append(dict(case=case, impl=name, wall_s=d2, round1_s=d1, gb_per_s=gb / d2,
+                         unlink_s=[u1, u2]))
+    md = "\n".join(lines + ["", "## Notes", ""] + [f"- {n}" for n in notes]) + "\n"
+    print(md)
     sys.stdout.flush()
+    if args.out:
+        md_path, json_path = out_files(args.out, "bench_write", args.backend)
+        md_path.write_text(md)
+        json_path.write_text(json.dumps(dict(env=environment(False), rows=rows, notes=notes),
+                                        indent=1))
 
 
 if __name__ == "__main__":

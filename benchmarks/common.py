@@ -77,6 +77,18 @@ def publish(name: str, backend: str, md: str, payload: dict, out: str | None) ->
         (d / f"{name}-{backend}.json").write_text(json.dumps(payload, indent=1))
 
 
+def out_files(out: str, name: str, backend: str) -> tuple:
+    """Where ``--out`` puts a benchmark's table and JSON: a folder (what `publish` and
+    scripts/gpu-check use) gets <name>-<backend>.md and .json; a path ending in ``.md`` is the
+    table itself, the JSON beside it. The folder is made."""
+    from pathlib import Path
+
+    o = Path(out)
+    md = o if o.suffix == ".md" else o / f"{name}-{backend}.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    return md, md.with_suffix(".json")
+
+
 def backend_tools(backend: str) -> tuple:
     """(gpu, array module, Clock) for a benchmark's backend."""
     gpu = backend == "gpu"

@@ -4,7 +4,7 @@ imports, plans and tuning are out) of IBL's order with local whitening on a 384-
 HDF5 recording (`bench_ibl_chain.make_recording`), the 25 functions with the most cumulative
 time.
 
-    python benchmarks/profile_fit.py [--backend cpu|gpu] [--seconds 60]
+    python benchmarks/profiles/profile_fit.py [--backend cpu|gpu] [--seconds 60]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 
 import dspk  # noqa: E402
 from bench_ibl_chain import make_recording  # noqa: E402 (benchmarks/)

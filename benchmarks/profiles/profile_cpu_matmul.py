@@ -11,9 +11,9 @@ follows a NumPy call here meets OpenBLAS's worker threads still spinning from it
 user's interleaved calls would. Each row also checks that dspk gives the same bits with BLAS on
 1 and on the configured count of threads.
 
-    python benchmarks/profile_cpu_matmul.py [--repeats 41] [--shapes 384x384x6000,64x64x60000]
-        [--dtype float64] [--one-process] [--no-single]
-    OPENBLAS_NUM_THREADS=1 python benchmarks/profile_cpu_matmul.py
+    python benchmarks/profiles/profile_cpu_matmul.py [--repeats 41]
+        [--shapes 384x384x6000,64x64x60000] [--dtype float64] [--one-process] [--no-single]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/profiles/profile_cpu_matmul.py
 
 DSPK_CACHE_DIR is pointed at a temporary directory unless set, so the tuner's choices of earlier
 runs are not reused.
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 SHAPES = "384x384x6000,384x384x60000,64x64x60000,32x64x60000,4x4x60000,6x61x100000"
 
 

@@ -4,7 +4,7 @@
 path's sort and check, and the whole call; with the number of candidates. Median of CUDA-event
 timings.
 
-    python benchmarks/profile_peaks.py [N ...]     (default: 32 128)
+    python benchmarks/profiles/profile_peaks.py [N ...]     (default: 32 128)
 """
 
 import sys
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 
 import cupy as cp  # noqa: E402
 
 from bench_match import coins_or_none, cut_templates, large_image  # noqa: E402
-from dspk.match import NCC_KERNELS, TemplateBank  # noqa: E402
+from dspk.match import PEAK_KERNELS, TemplateBank  # noqa: E402
 from dspk.kernels import kernel  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def main() -> None:
 
         t_sort = timed(sort)
         ks, ss = sort()
-        fn = kernel(str(NCC_KERNELS), "ncc_peak_check")
+        fn = kernel("ncc.cu", PEAK_KERNELS[0])     # ncc_peak_check, as TemplateBank.peaks
         ho, wo = img.shape[0] - 15, img.shape[1] - 15
 
         def sorted_check():

@@ -8,7 +8,7 @@ Each call is made once (the tuner chooses, in a fresh `$DSPK_CACHE_DIR` unless o
 then timed warm: median of --repeats calls, idle, then with ``python -c "while True: pass"``
 running. Prints one JSON line (``RESULT {...}``) and a Markdown table.
 
-    PYTHONPATH=$PWD python benchmarks/profile_cpu_shared.py [--repeats 7]
+    PYTHONPATH=$PWD python benchmarks/profiles/profile_cpu_shared.py [--repeats 7]
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 
 os.environ.setdefault("DSPK_CACHE_DIR", tempfile.mkdtemp(prefix="dspk-shared-"))
 

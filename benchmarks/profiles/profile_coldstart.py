@@ -3,7 +3,7 @@
 processes with chosen caches emptied and profiles the first call with cProfile (the
 cumulative and own-time tables of the functions that took longest).
 
-    python benchmarks/profile_coldstart.py --backend gpu --out DIR "covariance float32" ...
+    python benchmarks/profiles/profile_coldstart.py --backend gpu --out DIR "covariance float32" ...
 
 For each case four processes share one cache folder: ``cold`` (both caches empty), then
 ``tuner_cold`` (the kernel caches the first process filled, an empty tuner cache) and
@@ -21,7 +21,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # benchmarks/ (this file: benchmarks/profiles/)
 sys.path.insert(0, str(HERE))
 
 from bench_coldstart import CASES, PRELUDE, ROOT  # noqa: E402 (benchmarks/)

@@ -10,8 +10,8 @@ is idle before each call, so each figure is the stage alone, launch overheads in
 The sum, x the job's chunks, is the compute a job's loop cannot go below without a faster
 stage; the job's own loop time (`Job.timing`) is printed beside it.
 
-    python benchmarks/profile_run.py [--backend cpu|gpu] [--chain ibl|motion] [--seconds 60]
-                                     [--repeats 20] [--int16]
+    python benchmarks/profiles/profile_run.py [--backend cpu|gpu] [--chain ibl|motion]
+                                              [--seconds 60] [--repeats 20] [--int16]
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 
 import dspk  # noqa: E402
 from bench_ibl_chain import make_recording  # noqa: E402 (benchmarks/)

@@ -4,7 +4,7 @@ row, 384 x 60 000 float32), every variant launched three times: for ncu, e.g.
 
     ncu --kernel-name regex:sparse_rows --section SpeedOfLight --section Occupancy \\
         --section WarpStateStats --section MemoryWorkloadAnalysis \\
-        python benchmarks/profile_sparse.py
+        python benchmarks/profiles/profile_sparse.py
 
 Without ncu it prints each variant's median time (CUDA events) and its plan's sizes.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 import cupy as cp  # noqa: E402
 

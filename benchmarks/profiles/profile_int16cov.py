@@ -3,7 +3,7 @@
 (int_matmul alone, the channel sums, the int64 combination), median of 20 back-to-back calls
 (CUDA events) and the host time per call, for 384, 64 and 4 channels x 60 000 samples.
 
-    python benchmarks/profile_int16cov.py
+    python benchmarks/profiles/profile_int16cov.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 import cupy as cp  # noqa: E402
 

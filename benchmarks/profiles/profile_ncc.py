@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One launch of each NCC tensor-core kernel variant on a 4096x4096 uint8 image, for Nsight
-Compute (``ncu --kernel-name regex:ncc_bank_mma ... python benchmarks/profile_ncc.py N...``).
+Compute:
 
-    python benchmarks/profile_ncc.py [N ...]     (default: 1 32)
+    ncu --kernel-name regex:ncc_bank_mma ... python benchmarks/profiles/profile_ncc.py N ...
+    python benchmarks/profiles/profile_ncc.py [N ...]     (default: 1 32)
 """
 
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 import cupy as cp  # noqa: E402
 

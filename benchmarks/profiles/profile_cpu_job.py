@@ -12,7 +12,7 @@ code): the read (h5py, int16 transpose, µV scaling) and the output (the [sample
 float32 or int16 block the writer stores), including OpenBLAS's ``cblas_somatcopy``
 (transpose and scale in one pass) where NumPy's OpenBLAS exports it.
 
-    PYTHONPATH=$PWD python benchmarks/profile_cpu_job.py IN.h5 OUT.h5 [--no-job] [--no-io]
+    PYTHONPATH=$PWD python benchmarks/profiles/profile_cpu_job.py IN.h5 OUT.h5 [--no-job] [--no-io]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 T0 = time.perf_counter()
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 import dspk  # noqa: E402
 
 IMPORT_S = time.perf_counter() - T0

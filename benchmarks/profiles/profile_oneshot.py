@@ -11,7 +11,7 @@ Two timings per row, both medians of 21 samples between CUDA events: one call fr
 stream (after a sync: the host time before the first launch shows, as in bench_ops), and 20
 calls back to back divided by 20 (throughput, host time hidden behind the GPU's work).
 
-    python benchmarks/profile_oneshot.py [--out DIR]
+    python benchmarks/profiles/profile_oneshot.py [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 import cupy as cp  # noqa: E402
 

@@ -4,8 +4,8 @@ GEMM path (pack + cuBLASLt + combine) on the same data: int16 [C, 60 000] full-r
 rotated over copies that together exceed L2 (as a pipeline's chunks arrive), median of 25
 calls (CUDA events per call); every result checked exactly against the first candidate's.
 
-    python benchmarks/profile_gram16.py            # the table
-    python benchmarks/profile_gram16.py --once     # each variant once on 384 channels (ncu)
+    python benchmarks/profiles/profile_gram16.py          # the table
+    python benchmarks/profiles/profile_gram16.py --once   # each variant once, 384 channels (ncu)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 import cupy as cp  # noqa: E402
 
