@@ -10,7 +10,7 @@ samples at 30 kHz) of margin on each side of every chunk, and the filters run on
 engine on both backends. On the GPU the groups go through one launch of the direct FIR
 kernel with a filter per channel (``fir_rows``): a call per group of 32 channels, each a
 gather, a pad, a filter and a scatter, took 9.2 ms per 384 x 33 000 block on an H100, most of
-it launches (benchmarks/profile_run.py).
+it launches (benchmarks/profiles/profile_run.py).
 """
 
 from __future__ import annotations

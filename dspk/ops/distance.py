@@ -112,7 +112,7 @@ _SQD_THREADS, _SQD_UNROLL = LAUNCH["SQD_THREADS"], LAUNCH["SQD_UNROLL"]
 _SQDD_TILE = LAUNCH["SQDD_TILE"]
 #: the GPU route: the one-launch kernel always up to _DIRECT_MAX_DIMS dimensions, and up to
 #: _DIRECT_SMALL_DIMS for outputs of at most _DIRECT_SMALL_SIZE elements; else the engine's
-#: product and the in-place finish. Measured on the H100 (benchmarks/profile_oneshot.py,
+#: product and the in-place finish. Measured on the H100 (benchmarks/profiles/profile_oneshot.py,
 #: results/profile_oneshot-gpu-h100-2026-12-05.md, float32, back to back, ms):
 #:   d = 16:  20 000² direct 0.77, product+finish 1.75;  2000² 0.014 vs 0.079
 #:   d = 64:  20 000² direct 3.05, product+finish 2.58;  2000² 0.037 vs 0.083
