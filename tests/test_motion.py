@@ -621,10 +621,11 @@ def test_the_motion_step_on_the_gpu_gives_the_cpu_motion(drifting, tmp_path):
     outs = {b: fitted[b].run(rec, tmp_path / f"{b}.h5", chunk_s=0.5, progress=False)
             for b in ("cpu", "gpu")}
     with dspk.open_recording(outs["cpu"]) as a, dspk.open_recording(outs["gpu"]) as b:
-        # the GPU run corrects by the GPU's estimate: compare it with the CPU's correction of
-        # the same estimate
+        # the GPU run corrects by the GPU's estimate with the step's kernel: compare it with
+        # the CPU's correction of the same estimate by the same kernel
         y = b.read(0, 60000)
-        ref = correct(np.ascontiguousarray(traces[:60000].T), geom, gpu, 0.0, FS)
+        ref = correct(np.ascontiguousarray(traces[:60000].T), geom, gpu, 0.0, FS,
+                      sigma_um=MOTION_SIGMA_UM, p=MOTION_P)
         np.testing.assert_allclose(y, ref, atol=1e-4)
         assert a.n_samples == b.n_samples
 
