@@ -358,7 +358,8 @@ def score(rec: Path, results: Path) -> dict:
     cmp = scmp.compare_sorter_to_ground_truth(truth, found, exhaustive_gt=True)
     perf = cmp.get_performance(method="by_unit")
     acc = perf["accuracy"].to_numpy(np.float64)
-    return dict(n_found=int(len(found.unit_ids)),
+    fate = unit_fate(gt["sample_index"], gt["unit_index"], len(gt["unit_ids"]), times, labels)
+    return dict(**fate, n_found=int(len(found.unit_ids)),
                 well_detected=int(cmp.count_well_detected_units(WELL_DETECTED)),
                 accuracy_median=float(np.median(acc)),
                 recall_median=float(np.median(perf["recall"].to_numpy(np.float64))),
@@ -369,6 +370,52 @@ def score(rec: Path, results: Path) -> dict:
                 accuracy=[round(float(a), 4) for a in acc],
                 recall=[round(float(a), 4) for a in perf["recall"].to_numpy(np.float64)],
                 precision=[round(float(a), 4) for a in perf["precision"].to_numpy(np.float64)])
+
+
+#: a sorted spike within this many samples of a ground-truth spike detects it (0.4 ms:
+#: `compare_sorter_to_ground_truth`'s delta_time)
+DETECT_SAMPLES = 12
+#: a sorted unit holding at least this fraction of a ground-truth unit's detected spikes is one
+#: of its pieces
+PIECE_FRACTION = 0.1
+
+
+def unit_fate(gt_times: np.ndarray, gt_units: np.ndarray, n_units: int, times: np.ndarray,
+              labels: np.ndarray) -> dict:
+    """Where each ground-truth unit went, whatever the comparison matched: ``detected``, the
+    fraction of its spikes with a sorted spike within `DETECT_SAMPLES` (any unit); ``lag``, the
+    median signed offset (sorted − true samples) of those nearest sorted spikes (a sorter that
+    times a unit off by more than the comparison's 0.4 ms loses it whole); ``pieces``, the
+    sorted units holding ≥ `PIECE_FRACTION` of its detected spikes (2+: split); ``missed``, the
+    units with detected < 0.5, and ``detected_median``."""
+    order = np.argsort(times, kind="stable")
+    t, lab = times[order], labels[order]
+    if len(t) == 0:
+        nearest = np.zeros(len(gt_times), np.int64)
+        off = np.full(len(gt_times), np.iinfo(np.int64).max)
+    else:
+        i = np.searchsorted(t, gt_times)
+        left, right = np.clip(i - 1, 0, len(t) - 1), np.clip(i, 0, len(t) - 1)
+        nearest = np.where(np.abs(t[left] - gt_times) <= np.abs(t[right] - gt_times), left,
+                           right)
+        off = t[nearest] - gt_times
+    hit = np.abs(off) <= DETECT_SAMPLES
+    detected, lag, pieces = [], [], []
+    for u in range(n_units):
+        mine = gt_units == u
+        got = hit[mine]
+        detected.append(float(got.mean()) if mine.any() else 0.0)
+        near = np.abs(off[mine]) <= 30
+        lag.append(float(np.median(off[mine][near])) if near.any() else None)
+        if got.any():
+            _, counts = np.unique(lab[nearest[mine][got]], return_counts=True)
+            pieces.append(int(np.sum(counts >= PIECE_FRACTION * got.sum())))
+        else:
+            pieces.append(0)
+    det = np.asarray(detected)
+    return dict(unit_detected=[round(d, 4) for d in detected], unit_lag=lag,
+                unit_pieces=pieces, missed=int(np.sum(det < 0.5)),
+                detected_median=float(np.median(det)))
 
 
 # -- what the sorter is given -------------------------------------------------------------------
@@ -513,6 +560,14 @@ def fmt(v, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
 
+def unmatched_detected(row: dict) -> int | None:
+    """Units whose spikes the sorter detected (≥ 0.8) but in pieces or merged: no sorted unit
+    reaches accuracy 0.5 (None for a row without `unit_fate`)."""
+    if "unit_detected" not in row:
+        return None
+    return int(sum(d >= 0.8 and a < 0.5 for d, a in zip(row["unit_detected"], row["accuracy"])))
+
+
 def markdown(rows: list, env: dict, args) -> str:
     lines = [f"# bench_sorting — {args.machine}", "",
              "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
@@ -521,10 +576,11 @@ def markdown(rows: list, env: dict, args) -> str:
              f"int16 at {GAIN_UV} µV/bit).", "",
              "| recording | arm | variant | well detected (acc ≥ 0.8) | median accuracy "
              "| median recall | median precision | KS units | false positive | redundant "
+             "| missed (detected < 0.5) | detected ≥ 0.8, accuracy < 0.5 "
              "| preprocess s | sort s | KS4 log: preprocessing s | KS4 log: drift s "
              "| unit SNR (median) | unit stability (median) | unit amplitude CV (median) "
              "| noise SD |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['recording']} | {r['arm']} | {r.get('variant', '')} | "
                      f"{fmt(r.get('well_detected'), 'd')} | "
@@ -532,7 +588,8 @@ def markdown(rows: list, env: dict, args) -> str:
                      f"{fmt(r.get('recall_median'), '.3f')} | "
                      f"{fmt(r.get('precision_median'), '.3f')} | "
                      f"{fmt(r.get('n_found'), 'd')} | {fmt(r.get('false_positive'), 'd')} | "
-                     f"{fmt(r.get('redundant'), 'd')} | "
+                     f"{fmt(r.get('redundant'), 'd')} | {fmt(r.get('missed'), 'd')} | "
+                     f"{fmt(unmatched_detected(r), 'd')} | "
                      f"{r['preprocess_s']:.2f} | {fmt(r['sort_s'], '.2f')} | "
                      f"{fmt(r.get('ks_preprocess_s'), '.2f')} | {fmt(r.get('ks_drift_s'), '.2f')}"
                      f" | {fmt(r.get('snr_median'), '.2f')} | "
