@@ -25,15 +25,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .._version import __version__
 from ..backend import array_module, resolve_backend
 from ..io import Recording
 from ..linalg import current_engine
@@ -235,10 +232,11 @@ class Pipeline:
         [{'step': 'HighPass', 'cutoff_hz': 300.0},
          {'step': 'Reference', 'operator': 'mean', 'groups': 'none'}]
         """
-        return [{"step": type(s).__name__, **asdict(s)} for s in self.steps]
+        return record.stage_options(self.steps)
 
     def fingerprint(self, states: Sequence[dict] | None = None) -> str:
-        """A digest of the stages and their fitted arrays (a resumed job must match it).
+        """A digest of the stages and their fitted arrays (a resumed job must match it;
+        `dspk.pipeline.record.fingerprint`).
 
         Parameters
         ----------
@@ -251,13 +249,8 @@ class Pipeline:
         >>> len(dspk.Pipeline.from_options(whiten=None).fingerprint())
         64
         """
-        h = hashlib.sha256(json.dumps(self.options(), sort_keys=True).encode())
-        h.update(str(self.dtype).encode())
-        for step, st in zip(self.steps, self.states if states is None else states):
-            for key in step.fitted:
-                if key in st:
-                    h.update(np.ascontiguousarray(st[key]).tobytes())
-        return h.hexdigest()
+        return record.fingerprint(self.steps, self.states if states is None else states,
+                                  self.dtype)
 
     @property
     def xp(self) -> Any:
@@ -823,7 +816,8 @@ class Pipeline:
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Stages and fitted arrays to an .npz file (`Pipeline.load` reads it back).
+        """Stages and fitted arrays to an .npz file (`dspk.pipeline.record.save_pipeline`;
+        `Pipeline.load` reads it back).
 
         Parameters
         ----------
@@ -843,34 +837,22 @@ class Pipeline:
         (True, True, 30000.0)
         >>> tmp.cleanup()
         """
-        arrays = {f"{key}{k}": st[key] for k, (step, st) in enumerate(zip(self.steps,
-                                                                           self.states))
-                  for key in step.fitted if key in st}
-        meta = {"steps": self.options(), "backend": self.backend, "dtype": str(self.dtype),
-                "fs": self.fs, "dspk": __version__}
-        np.savez(path, meta=json.dumps(meta), **arrays)
+        record.save_pipeline(path, self.steps, self.states, backend=self.backend,
+                             dtype=str(self.dtype), fs=self.fs)
 
     @classmethod
     def load(cls, path: str) -> "Pipeline":
         """A pipeline saved by `Pipeline.save`: its stages (registered classes, by name),
-        backend, dtype, sampling rate and fitted arrays (no pickles are read).
+        backend, dtype, sampling rate and fitted arrays (no pickles are read;
+        `dspk.pipeline.record.read_pipeline`).
 
         Parameters
         ----------
         path : str
         """
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            steps = []
-            for spec in meta["steps"]:
-                spec = dict(spec)
-                steps.append(registry.stage_class(spec.pop("step"), str(path))(**spec))
-            p = cls(steps, backend=meta["backend"], dtype=meta["dtype"], fs=meta["fs"])
-            for k, step in enumerate(steps):
-                for key in step.fitted:
-                    if f"{key}{k}" in z:
-                        p.states[k][key] = z[f"{key}{k}"]
-        return p
+        meta, steps, states = record.read_pipeline(path)
+        return cls(steps, backend=meta["backend"], dtype=meta["dtype"], fs=meta["fs"],
+                   states=states)
 
 
 def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,

@@ -1,5 +1,6 @@
 """What a dspk output says about itself, in one place: the fitted state of the pipeline that
-wrote it (`write_fitted`, `read_fitted`), the job's record (`job_record`: a resumed job must
+wrote it (`write_fitted`, `read_fitted`; a pipeline's own file: `save_pipeline`,
+`read_pipeline`), the job's record (`job_record`, its `fingerprint`: a resumed job must
 match it), the metadata beside the traces (`write_metadata` for HDF5, `kilosort_about` for a
 Kilosort folder's ``dspk.json``, `peaks_about` for ``dspk detect``'s ``detect.json``), and
 `describe`, which reads any of them back (``dspk info``, `dspk.spikeinterface.read_dspk`).
@@ -27,8 +28,10 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from dataclasses import asdict
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,11 +40,13 @@ from .._version import __version__
 from ..io import Recording, RecordingError
 from ..io.hdf5 import h5py_module, is_hdf5, pipeline_steps
 from ..io.rawio import create_dataset
+from . import registry
 from .errors import PipelineError
 
-__all__ = ["UNITS_UV", "UNITS_WHITENED", "FITTED_GROUP", "write_fitted", "read_fitted",
-           "job_record", "write_metadata", "channel_ids", "plain", "json_channel_ids",
-           "kilosort_about", "peaks_about", "describe", "is_output"]
+__all__ = ["UNITS_UV", "UNITS_WHITENED", "FITTED_GROUP", "stage_options", "write_fitted",
+           "read_fitted", "save_pipeline", "read_pipeline", "fingerprint", "job_record",
+           "write_metadata", "channel_ids", "plain", "json_channel_ids", "kilosort_about",
+           "peaks_about", "describe", "is_output"]
 
 #: the ``units`` of stored traces: what ``raw x gain_to_uv`` is in, µV (as SpikeInterface
 #: writes it) or, after whitening, the noise's standard deviation
@@ -49,6 +54,24 @@ UNITS_UV, UNITS_WHITENED = "uV", "whitened (noise SD)"
 #: the group of an HDF5 output (or of a Kilosort folder's ``fitted.h5``) holding the fitted
 #: state: ``fitted/step{k}_{Name}/{key}``
 FITTED_GROUP = "fitted"
+
+
+def stage_options(steps: Sequence[Any]) -> list:
+    """The stages as JSON-able dicts, ``{"step": class name, **its fields}`` each: what an
+    output and a saved pipeline store of them (`Pipeline.options`).
+
+    Parameters
+    ----------
+    steps : sequence of Stage
+
+    Examples
+    --------
+    >>> from dspk.pipeline import Reference
+    >>> from dspk.pipeline.record import stage_options
+    >>> stage_options([Reference("mean")])
+    [{'step': 'Reference', 'operator': 'mean', 'groups': 'none'}]
+    """
+    return [{"step": type(s).__name__, **asdict(s)} for s in steps]
 
 
 # -- the fitted state ------------------------------------------------------------------------------
@@ -135,7 +158,95 @@ def _fitted_groups(f: Any) -> dict:
     return {name: {key: fitted[name][key][()] for key in fitted[name]} for name in fitted}
 
 
+# -- a pipeline's file ----------------------------------------------------------------------------
+def save_pipeline(path: str | os.PathLike, steps: Sequence[Any], states: Sequence[dict],
+                  **meta: Any) -> None:
+    """A pipeline's stages and fitted arrays to an .npz file (`Pipeline.save`): ``meta``
+    (JSON: the stages' options, ``backend``, ``dtype``, ``fs``, the version) and each
+    fitted array as ``{key}{k}`` (no pickles).
+
+    Parameters
+    ----------
+    path : path
+    steps : sequence of Stage
+    states : sequence of dict
+    **meta
+        ``backend``, ``dtype``, ``fs``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dspk.pipeline import Whiten
+    >>> from dspk.pipeline.record import read_pipeline, save_pipeline
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "p.npz")
+    >>> save_pipeline(path, [Whiten("global")], [{"W": np.eye(2)}], backend="cpu",
+    ...               dtype="float32", fs=3e4)
+    >>> meta, steps, states = read_pipeline(path)
+    >>> meta["fs"], steps, states[0]["W"].shape
+    (30000.0, [Whiten(mode='global', n_neighbors=32, eps=None, groups='none')], (2, 2))
+    >>> tmp.cleanup()
+    """
+    arrays = {f"{key}{k}": st[key] for k, (step, st) in enumerate(zip(steps, states))
+              for key in step.fitted if key in st}
+    meta = {"steps": stage_options(steps),
+            "backend": meta["backend"], "dtype": meta["dtype"], "fs": meta["fs"],
+            "dspk": __version__}
+    np.savez(path, meta=json.dumps(meta), **arrays)
+
+
+def read_pipeline(path: str | os.PathLike) -> tuple:
+    """What `save_pipeline` stored: (meta, the stages — registered classes, by name — and
+    their fitted states).
+
+    Parameters
+    ----------
+    path : path
+    """
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        steps = []
+        for spec in meta["steps"]:
+            spec = dict(spec)
+            steps.append(registry.stage_class(spec.pop("step"), str(path))(**spec))
+        states: list = [{} for _ in steps]
+        for k, step in enumerate(steps):
+            for key in step.fitted:
+                if f"{key}{k}" in z:
+                    states[k][key] = z[f"{key}{k}"]
+    return meta, steps, states
+
+
 # -- the job's record and the metadata -------------------------------------------------------------
+def fingerprint(steps: Sequence[Any], states: Sequence[dict], dtype: Any) -> str:
+    """A digest of a pipeline's stages (their options), its processing dtype and its fitted
+    arrays: the job record's ``fingerprint`` (a resumed job must match it).
+
+    Parameters
+    ----------
+    steps : sequence of Stage
+    states : sequence of dict
+    dtype : numpy dtype
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline import Whiten
+    >>> from dspk.pipeline.record import fingerprint
+    >>> a = fingerprint([Whiten("global")], [{"W": np.eye(2)}], np.float32)
+    >>> len(a), a == fingerprint([Whiten("global")], [{"W": 2 * np.eye(2)}], np.float32)
+    (64, False)
+    """
+    h = hashlib.sha256(json.dumps(stage_options(steps), sort_keys=True).encode())
+    h.update(str(np.dtype(dtype)).encode())
+    for step, st in zip(steps, states):
+        for key in step.fitted:
+            if key in st:
+                h.update(np.ascontiguousarray(st[key]).tobytes())
+    return h.hexdigest()
+
+
 def job_record(fingerprint: str, rec: Recording, chunk: int, out_dtype: Any, scale: float,
                layout: str, compression: str | None) -> dict:
     """What an output was made from and how (its ``job`` attribute; a resumed job must
