@@ -14,9 +14,9 @@ Examples
 ('.nwb', 'folder')
 """
 
-from .base import (LAYOUTS, OUTPUT_DTYPES, FolderOutput, Output, PartialOutput,
-                   check_output_options, chunk_samples, formats, int16_scale, output_class,
-                   register_output, unregister_output)
+from .base import (LAYOUTS, OUTPUT_DTYPES, Output, check_output_options, chunk_samples,
+                   formats, int16_scale, output_class, register_output, unregister_output)
+from .partial import FolderOutput, PartialOutput
 # each module registers its format when imported: this order is the order of `formats`
 from .hdf5 import HDF5Output, TraceOutput
 from .kilosort import KILOSORT_BINARY, KILOSORT_FILES, KILOSORT_STEPS_PER_SD, KilosortOutput
