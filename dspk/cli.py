@@ -373,10 +373,10 @@ def _detect_pipeline(args: argparse.Namespace, on_output: bool) -> Pipeline:
 def _detect(args: argparse.Namespace) -> int:
     """``dspk detect``: the pipeline into a `dspk.pipeline.outputs.PeaksOutput`, OUTDIR."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    input_units = _dspk_output_units(args.input)
-    found = PeaksOutput(args.output, overwrite=args.overwrite, units=input_units)
-    found.check(None)                  # OUTDIR before the input is opened (the job: again)
-    pipe = _detect_pipeline(args, on_output=input_units is not None)
+    found = PeaksOutput(args.output, overwrite=args.overwrite)
+    found.check(None)                  # OUTDIR before the input is read (the job: again)
+    found.units = _dspk_output_units(args.input)
+    pipe = _detect_pipeline(args, on_output=found.units is not None)
     with _open(args) as rec:
         steps = [o["step"] for o in pipe.options()]
         print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
