@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import dspk
 from dspk import cli
 from dspk.io import RecordingError
-from dspk.pipeline import Job, JobInterrupted, Pipeline, PipelineError
+from dspk.pipeline import Job, JobInterrupted, Pipeline, PipelineError, detect_peaks
 from dspk.pipeline.outputs import (HDF5Output, KilosortOutput, NWBOutput, Output, PeaksOutput,
                                    SpanOutput, formats, output_class, register_output,
                                    unregister_output)
@@ -343,6 +343,14 @@ def test_a_peaks_folder_holding_the_input_is_refused_now_too(tmp_path):
         Pipeline.from_options(whiten="global", detect=True).run(
             rec, raw.parent, format="peaks", overwrite=True, progress=False)
     assert os.listdir(raw.parent) == ["raw.bin"]
+
+
+def test_an_output_that_lies_somewhere_needs_its_name(tmp_path):
+    with pytest.raises(PipelineError, match="out_path: format='hdf5' writes a file: name it"):
+        Pipeline.from_options(whiten="global").run(recording(), None)
+    peaks, _ = detect_peaks(Pipeline.from_options(whiten="global", detect=True),
+                            recording(n=30000))
+    assert peaks.dtype == dspk.detect.PEAK_DTYPE and os.listdir(tmp_path) == []
 
 
 def test_a_span_is_checked_against_the_recording_before_any_work(tmp_path):

@@ -297,6 +297,8 @@ class Output:
         ------
         PipelineError
         """
+        if self.target is not None and self.out is None:
+            raise PipelineError(f"out_path: {self.said()} writes a {self.target}: name it")
         if self.files is not None:
             folder = self.target == "folder"
             self._check_inputs(rec, folder)

@@ -86,6 +86,8 @@ class PeaksOutput(Output):
 
     def __init__(self, out: str | os.PathLike | None = None, *, overwrite: bool = False,
                  units: str | None = None, segment_index: int = 0) -> None:
+        if out is None:
+            self.target = None              # kept in memory: no folder to check or commit
         super().__init__(out, overwrite=overwrite)
         self.units, self.segment_index = units, segment_index
         self.peaks: Any = []
