@@ -33,7 +33,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import textwrap
@@ -48,7 +47,7 @@ from ._version import __version__
 from .argnames import command_line_spelling
 from .backend import cupy_module, device_name, gpu_unavailable_reason, resolve_backend
 from .io import RecordingError, open_recording, read_probe
-from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5, pipeline_steps
+from .io.hdf5 import contents, electrical_series, h5py_module, is_hdf5
 from .io.subset import SubsetRecording, parse_channels
 from .kernels import kernel_origin_mode, loaded_from, precompile
 from .warmup import warm_gpu_calls
@@ -56,9 +55,8 @@ from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
 from .motion import Motion as MotionEstimate
 from .pipeline import Detect, JobInterrupted, Pipeline, registry
-from .pipeline.handoff import FORMATS
-from .pipeline.output import UNITS_UV, UNITS_WHITENED
-from .pipeline.peaks import detect_peaks
+from .pipeline.outputs import DETECT_FILES, PeaksOutput, formats, output_class
+from .pipeline.record import describe, is_output
 from .pipeline.steps import BAD_CHANNEL_LABELS
 
 #: the raw sample types a flat binary may hold
@@ -147,13 +145,12 @@ def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
     return f"{name} [{dims}] {dtype}"
 
 
-def _bad_channels(f: Any) -> str | None:
+def _bad_channels(fitted: dict) -> str | None:
     """The channels a `BadChannels` step replaced, by label (``"dead [3, 40], given [5]"``),
-    from an output's fitted state; None where no such step ran."""
-    fitted = f.get("fitted")
-    for name in ([] if fitted is None else sorted(fitted)):
+    from an output's fitted state (`describe`'s ``fitted``); None where no such step ran."""
+    for name in sorted(fitted):
         if name.endswith("_BadChannels") and "labels" in fitted[name]:
-            labels = np.asarray(fitted[name]["labels"][()])
+            labels = np.asarray(fitted[name]["labels"])
             found = [f"{label} {np.flatnonzero(labels == code).tolist()}"
                      for code, label in enumerate(BAD_CHANNEL_LABELS) if code and
                      (labels == code).any()]
@@ -161,77 +158,67 @@ def _bad_channels(f: Any) -> str | None:
     return None
 
 
-def _drift(f: Any) -> str | None:
+def _drift(fitted: dict) -> str | None:
     """The drift a `Motion` step corrected (``"rigid, 60 time bins of 2 s, displacement
-    -20.1..18.9 µm (range 39 µm)"``), from an output's fitted state; None where no such step
-    ran."""
-    fitted = f.get("fitted")
-    for name in ([] if fitted is None else sorted(fitted)):
+    -20.1..18.9 µm (range 39 µm)"``), from an output's fitted state (`describe`'s
+    ``fitted``); None where no such step ran."""
+    for name in sorted(fitted):
         group = fitted[name]
         if name.endswith("_Motion") and all(k in group for k in MotionEstimate.STATE_KEYS):
-            m = MotionEstimate.from_state({k: group[k][()] for k in group})
+            m = MotionEstimate.from_state(dict(group))
             lo, hi = m.drift_range()
             return f"{m.summary()}, displacement {lo:.3g}..{hi:.3g} µm (range {hi - lo:.3g} µm)"
     return None
 
 
-def _info_kilosort(folder: str) -> int:
-    """``dspk info`` of a folder written by ``--format kilosort``: its binary, units, probe,
-    the steps that ran, the channels found bad and the drift corrected (from ``dspk.json``,
-    ``chanMap.json`` and ``fitted.h5``)."""
-    with open(os.path.join(folder, "dspk.json"), encoding="utf-8") as fh:
-        meta = json.load(fh)
-    n, c, fs = int(meta["n_samples"]), int(meta["n_channels"]), float(meta["fs"])
-    print(f"{folder}: a Kilosort folder written by dspk {meta.get('dspk', '?')}")
-    print(f"  {meta['binary']}: {c} channels x {n} samples {meta['dtype']} "
-          f"([samples, channels], offset {meta.get('offset', 0)}), {fs:g} Hz, {n / fs:.3f} s")
-    print(f"  values: raw x {meta['scale']:g}, in {meta.get('units', 'µV')}")
-    steps = [s["step"] for s in meta.get("pipeline", [])]
-    print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
-    probe = os.path.join(folder, "chanMap.json")
-    if os.path.isfile(probe):
-        with open(probe, encoding="utf-8") as fh:
-            ks = json.load(fh)
-        xc, yc = np.asarray(ks["xc"], float), np.asarray(ks["yc"], float)
-        shanks = np.unique(np.asarray(ks.get("kcoords", np.zeros(len(xc)))))
-        print(f"  probe (chanMap.json): {len(xc)} channels, x {xc.min():g}..{xc.max():g} µm, "
-              f"y {yc.min():g}..{yc.max():g} µm, {len(shanks)} shank(s)")
-    fitted = os.path.join(folder, "fitted.h5")
-    if os.path.isfile(fitted):
-        with h5py_module().File(fitted, "r") as f:
-            bad, drift = _bad_channels(f), _drift(f)
-        if bad is not None:
-            print(f"  bad channels (interpolated): {bad}")
-        if drift is not None:
-            print(f"  drift (corrected): {drift}")
+def _info_fitted(about: dict) -> None:
+    """What a dspk output's fitted state (`describe`) says: the channels found bad and the
+    drift corrected."""
+    bad, drift = _bad_channels(about["fitted"]), _drift(about["fitted"])
+    if bad is not None:
+        print(f"  bad channels (interpolated): {bad}")
+    if drift is not None:
+        print(f"  drift (corrected): {drift}")
+
+
+def _info_kilosort(about: dict) -> int:
+    """``dspk info`` of a folder written by ``--format kilosort`` (`describe`): its binary,
+    units, probe, the steps that ran, the channels found bad and the drift corrected."""
+    n, c, fs = about["n_samples"], about["n_channels"], about["fs"]
+    print(f"{about['path']}: a Kilosort folder written by dspk {about['dspk']}")
+    print(f"  {about['binary']}: {c} channels x {n} samples {about['dtype']} "
+          f"([samples, channels], offset {about['offset']}), {fs:g} Hz, {n / fs:.3f} s")
+    print(f"  values: raw x {about['scale']:g}, in {about['units']}")
+    print(f"  written by dspk: {' -> '.join(about['steps']) or 'no steps'}")
+    geometry = about["geometry"]
+    if geometry is not None:
+        (x0, y0), (x1, y1) = geometry.min(axis=0), geometry.max(axis=0)
+        print(f"  probe (chanMap.json): {len(geometry)} channels, x {x0:g}..{x1:g} µm, "
+              f"y {y0:g}..{y1:g} µm, {len(np.unique(about['shank_ids']))} shank(s)")
+    _info_fitted(about)
     return 0
 
 
 def _info_file(args: argparse.Namespace) -> int:
     path = args.input
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "dspk.json")):
-        return _info_kilosort(path)
+    about = describe(path) if is_output(path) else None
+    if about is not None and about["format"] == "kilosort":
+        return _info_kilosort(about)
     series: list = []
-    steps = None
+    steps = None if about is None else about["steps"]
     if os.path.isfile(path) and is_hdf5(path):
         with h5py_module().File(path, "r") as f:
             series = electrical_series(f)
             datasets = contents(f)
-            steps = pipeline_steps(f)
-            bad = _bad_channels(f)
-            drift = _drift(f)
         print(f"{path}: HDF5")
         for name in series:
             print(f"  ElectricalSeries {name}")
         for name, shape, dtype in datasets:
             if not any(name.startswith(s + "/") for s in series):
                 print(f"  dataset {_dataset_line(name, shape, dtype)}")
-        if steps is not None:
+        if about is not None:
             print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
-        if bad is not None:
-            print(f"  bad channels (interpolated): {bad}")
-        if drift is not None:
-            print(f"  drift (corrected): {drift}")
+            _info_fitted(about)
     names = series if (series and args.dataset is None) else [args.dataset]
     for name in names:
         with _open(args, dataset=name) as rec:
@@ -356,25 +343,15 @@ def _preprocess_many(args: argparse.Namespace) -> int:
 
 
 # -- dspk detect ----------------------------------------------------------------------------------
-#: what ``dspk detect`` writes into OUTDIR (SpikeInterface's names for the first two: its
-#: ``save_motion_info`` and ``load_motion_info`` use them)
-DETECT_FILES = ("peaks.npy", "peak_locations.npy", "detect.json")
 #: the steps turned off on a dspk output, unless given: its traces are processed already
 DETECT_OFF_ON_OUTPUT = {"highpass": None, "reference": "none", "whiten": "none"}
 
 
 def _dspk_output_units(path: str) -> str | None:
-    """The units of a dspk output's traces (None: not a dspk output)."""
-    if not (os.path.isfile(path) and is_hdf5(path)):
+    """The units of a dspk output file's traces (None: not a dspk output file)."""
+    if not (os.path.isfile(path) and is_output(path)):
         return None
-    with h5py_module().File(path, "r") as f:
-        steps = pipeline_steps(f)
-        if steps is None or "traces" not in f:
-            return None
-        units = f["traces"].attrs.get("units")
-    if units is None:           # written before the attribute: whitened when it whitened
-        return UNITS_WHITENED if "Whiten" in steps else UNITS_UV
-    return units.decode() if isinstance(units, bytes) else str(units)
+    return describe(path, fitted=False)["units"]
 
 
 def _detect_pipeline(args: argparse.Namespace, on_output: bool) -> Pipeline:
@@ -393,82 +370,24 @@ def _detect_pipeline(args: argparse.Namespace, on_output: bool) -> Pipeline:
     return pipe
 
 
-def _peaks_folder(path: str, overwrite: bool) -> tuple:
-    """(OUTDIR, its partial folder), refused before any work: an existing file; an existing
-    folder without --overwrite, or holding anything but what `dspk detect` writes; a
-    missing parent folder."""
-    out = os.path.abspath(path)
-    partial = out + ".partial"
-    if os.path.exists(out):
-        if not os.path.isdir(out):
-            raise ValueError(f"{path}: is a file; OUTDIR is the folder dspk detect writes "
-                             f"{', '.join(DETECT_FILES)} into")
-        others = sorted(set(os.listdir(out)) - set(DETECT_FILES))
-        if others:
-            raise ValueError(f"{path}: holds files dspk detect did not write "
-                             f"({', '.join(others[:5])}); give a new or empty folder")
-        if os.listdir(out) and not overwrite:
-            raise ValueError(f"{path}: holds the peaks of an earlier run; pass --overwrite "
-                             f"to replace them")
-    if not os.path.isdir(os.path.dirname(out)):
-        raise ValueError(f"{path}: its folder {os.path.dirname(out)} does not exist")
-    if os.path.exists(partial) and not os.path.isdir(partial):
-        raise ValueError(f"{partial}: is a file (dspk detect writes that folder first)")
-    return out, partial
-
-
-def _write_peaks(out: str, partial: str, peaks: np.ndarray, locations: np.ndarray,
-                 meta: dict) -> None:
-    """The peaks, their locations and ``detect.json`` into ``partial``, then moved to
-    ``out`` (a run that fails leaves no folder that looks complete)."""
-    os.makedirs(partial, exist_ok=True)
-    try:
-        for name in os.listdir(partial):        # a failed run's leftovers
-            os.unlink(os.path.join(partial, name))
-        np.save(os.path.join(partial, DETECT_FILES[0]), peaks)
-        np.save(os.path.join(partial, DETECT_FILES[1]), locations)
-        with open(os.path.join(partial, DETECT_FILES[2]), "w") as fh:
-            json.dump(meta, fh, indent=1)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if os.path.isdir(out):                      # --overwrite: dspk detect's files only
-        for name in os.listdir(out):
-            os.unlink(os.path.join(out, name))
-        os.rmdir(out)
-    os.replace(partial, out)
-
-
-def _jsonable_ids(rec: Any) -> list:
-    ids = getattr(rec, "channel_ids", None)
-    if ids is None:
-        return list(range(rec.n_channels))
-    return [int(v) if np.asarray(v).dtype.kind in "iu" else str(v) for v in ids]
-
-
 def _detect(args: argparse.Namespace) -> int:
-    """``dspk detect``: `dspk.pipeline.peaks.detect_peaks` into OUTDIR."""
+    """``dspk detect``: the pipeline into a `dspk.pipeline.outputs.PeaksOutput`, OUTDIR."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    out, partial = _peaks_folder(args.output, args.overwrite)
-    input_units = _dspk_output_units(args.input)
-    pipe = _detect_pipeline(args, on_output=input_units is not None)
+    found = PeaksOutput(args.output, overwrite=args.overwrite)
+    found.check(None)                  # OUTDIR before the input is read (the job: again)
+    found.units = _dspk_output_units(args.input)
+    pipe = _detect_pipeline(args, on_output=found.units is not None)
     with _open(args) as rec:
         steps = [o["step"] for o in pipe.options()]
         print(f"{rec.source}: {rec.n_channels} channels x {rec.n_samples} samples, "
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(steps))
         t0 = time.perf_counter()
-        peaks, locations = detect_peaks(pipe, rec, chunk_s=args.chunk_s)
+        pipe.run(rec, found, chunk_s=args.chunk_s, progress=False)
         dt = time.perf_counter() - t0
-        units = UNITS_WHITENED if pipe.whitens else (input_units or UNITS_UV)
-        meta = {"dspk": __version__, "input": rec.source, "fs": rec.fs,
-                "n_samples": rec.n_samples, "n_channels": rec.n_channels,
-                "channel_ids": _jsonable_ids(rec), "pipeline": pipe.options(),
-                "n_peaks": int(len(peaks)), "amplitude_units": units,
-                "peaks": DETECT_FILES[0], "peak_locations": DETECT_FILES[1]}
-        _write_peaks(out, partial, peaks, locations, meta)
-        print(f"{len(peaks)} peaks ({len(peaks) / rec.duration_s:.1f} per s) in {dt:.2f} s "
-              f"-> {args.output}: {', '.join(DETECT_FILES)}")
+        n = len(found.peaks)
+        print(f"{n} peaks ({n / rec.duration_s:.1f} per s) in {dt:.2f} s -> {args.output}: "
+              f"{', '.join(DETECT_FILES)}")
     return 0
 
 
@@ -640,12 +559,9 @@ def parser() -> argparse.ArgumentParser:
                        "kilosort a folder, with --format nwb an .nwb file)")
     _pipeline_args(p_pre)
     _subset_args(p_pre)
-    p_pre.add_argument("--format", default="hdf5", choices=FORMATS,
-                       help="hdf5: dspk's HDF5 output; kilosort: a folder that Kilosort4, "
-                            "Phy and SpikeInterface read as it is (traces.bin int16 "
-                            "[samples, channels], chanMap.json/.mat, probe.json, params.py, "
-                            "dspk.json); nwb: an NWB file with a processed ElectricalSeries "
-                            "(needs pynwb)")
+    p_pre.add_argument("--format", default="hdf5", choices=formats(listed=True),
+                       help="; ".join(f"{name}: {output_class(name).summary}"
+                                      for name in formats(listed=True)))
     kind = p_pre.add_mutually_exclusive_group()
     kind.add_argument("--int16", action="store_true",
                       help="scaled int16 output (the default of --format kilosort: whitened "
@@ -677,10 +593,10 @@ def parser() -> argparse.ArgumentParser:
                        help="local worker processes (when not given: one per core; with "
                             "--backend gpu and dask-cuda, one per GPU)")
     _pipeline_args(p_many)
-    p_many.add_argument("--format", default="hdf5", choices=FORMATS,
-                        help="each output as dspk preprocess --format writes it: "
-                             "OUTDIR/<name>.h5, the Kilosort folder OUTDIR/<name>, or "
-                             "OUTDIR/<name>.nwb")
+    p_many.add_argument("--format", default="hdf5", choices=formats(listed=True),
+                        help="each output as dspk preprocess --format writes it: " + ", ".join(
+                            f"{name}: OUTDIR/<name>{output_class(name).suffix}"
+                            for name in formats(listed=True)))
     many_kind = p_many.add_mutually_exclusive_group()
     many_kind.add_argument("--int16", action="store_true",
                            help="scaled int16 output (the default of --format kilosort)")

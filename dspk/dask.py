@@ -3,8 +3,8 @@ blocks with halos, and many recordings fanned out over a ``dask.distributed`` cl
 
 Nothing here computes on its own: every block runs the single-process code path
 (`Pipeline.apply` on a NumPy or CuPy block, `Pipeline.fit` in a task, `dspk.io` for reading,
-a `dspk.pipeline.Job` — `Pipeline.run`, `Pipeline.run_span`, `Job.allocate` — for writing,
-`dspk.pipeline.output` for the output files), so a result is the single-process result.
+a `dspk.pipeline.Job` — `Pipeline.run`, `Pipeline.run_span`, `Job.run` — for writing,
+`dspk.pipeline.outputs` for the output files), so a result is the single-process result.
 Workers open recordings for themselves from `dspk.io.Recording.spec`; only public API of the
 pipeline is used here.
 Needs the optional extra ``dask`` (``pip install dspk[dask]``); dask-cuda's
@@ -46,9 +46,9 @@ from .backend import resolve_backend
 from .io import Recording, RecordingSpec, open_recording
 from .io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .pipeline import Job, Pipeline, PipelineError, registry
-from .pipeline.handoff import check_format
 from .pipeline.job import opened
-from .pipeline.output import LAYOUTS, PartialOutput, check_output, chunk_samples
+from .pipeline.outputs import (LAYOUTS, HDF5Output, chunk_samples, formats, output_class,
+                               write_traces)
 
 __all__ = ["to_dask", "apply", "fit", "to_hdf5", "run_split", "preprocess_many", "cluster_client",
            "close_client"]
@@ -227,30 +227,17 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
 
 
 def _write_block(block: np.ndarray, path: str, offset: int, shape: tuple, dtype: str,
-                 starts: np.ndarray, samples_first: bool, block_info: Any = None) -> np.ndarray:
-    """One block of traces into the output's samples (os.pwrite; no HDF5 in the worker)."""
+                 starts: np.ndarray, layout: str, block_info: Any = None) -> np.ndarray:
+    """One block [channels, samples] of traces into the output's samples, in its layout
+    (`dspk.pipeline.outputs.write_traces` through os.pwrite; no HDF5 in the worker)."""
     s0 = int(starts[block_info[None]["chunk-location"][1]])
     host = np.asarray(getattr(block, "get", lambda: block)(), dtype=dtype)
     writer = RawDatasetWriter(path, offset=offset, shape=shape, dtype=dtype)
     try:
-        if samples_first:
-            writer.write(s0, np.ascontiguousarray(host.T), axis=0)
-        else:
-            writer.write(s0, host, axis=1)
+        write_traces(writer, None, s0, s0 + host.shape[1], host, layout, transposed=False)
     finally:
         writer.close()
     return np.zeros((1, 1), dtype=np.int8)
-
-
-def _new_output(out_path: str, layout: str, overwrite: bool, rec: Any = None) -> Path:
-    """The output's path, after the checks every writer of this module makes (those of
-    `Pipeline.run`: not the input, not an existing file unless ``overwrite``, a folder that
-    exists and is writable)."""
-    out = check_output(out_path, rec, overwrite)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
-                         f"{layout!r}")
-    return out
 
 
 def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
@@ -298,16 +285,22 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
     (1000.0, True)
     >>> tmp.cleanup()
     """
-    out = _new_output(out_path, layout, overwrite)
+    # the checks of Pipeline.run's output: not an existing file unless overwrite, a folder
+    # that exists and is writable
+    output = HDF5Output(out_path, overwrite=overwrite)
+    output.check(None)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected 'samples_channels' or 'channels_samples', got "
+                         f"{layout!r}")
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype: expected float32 or float64, got {dtype}")
     c, n = darray.shape
     shape = (n, c) if layout == "samples_channels" else (c, n)
-    files = PartialOutput(out)
-    files.discard()
+    output.discard()
+    partial = output.files.partial
     # a failed block: no file that could pass for an output
-    with files.writing() as partial:
+    with output.writing():
         with new_file(partial) as f:
             dset = create_contiguous(f, "traces", shape, dtype)
             dset.attrs["layout"] = layout
@@ -319,12 +312,12 @@ def to_hdf5(darray: Any, out_path: str, fs: float | None = None,
         darray = darray.rechunk({0: -1})
         starts = np.concatenate([[0], np.cumsum(darray.chunks[1])])
         done = darray.map_blocks(_write_block, str(partial), offset, shape, dtype.str, starts,
-                                 layout == "samples_channels", dtype=np.int8, chunks=(1, 1))
+                                 layout, dtype=np.int8, chunks=(1, 1))
         if client is not None:
             client.compute(done).result()
         else:
             dask.compute(done)
-    return out
+    return output.out
 
 
 def _span_job(pipeline: Pipeline, source: _Reopened, path: str, offset: int, s0: int,
@@ -426,20 +419,24 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
     spans = max(1, min(int(spans), n_chunks))
     bounds = [min(n, (i * n_chunks // spans) * chunk) for i in range(spans + 1)]
     t0 = time.perf_counter()
-    # a failed span leaves no file that could pass for an output
-    with job.files.writing() as partial:
-        offset = job.allocate()       # the metadata and fitted state of Pipeline.run's output
+    marks, timings, tasks = [], [], []
+
+    def in_spans(output: Any) -> None:
+        """The chunks written by the workers, each span by `Pipeline.run_span` into the
+        output begun with the metadata and fitted state of Pipeline.run's."""
         source = _Reopened(rec)
-        tasks = [dask.delayed(_span_job)(pipeline, source, str(partial), offset, a, b, chunk_s,
-                                         job.out_dtype.str, job.scale, layout, on_chunk)
-                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        t1 = time.perf_counter()
-        if client is not None:
-            timings = client.gather(client.compute(tasks))
-        else:
-            timings = dask.compute(*tasks, scheduler="threads")
-        t2 = time.perf_counter()
-    out = job.files.out
+        tasks.extend(dask.delayed(_span_job)(pipeline, source, str(output.files.partial),
+                                             output.offset, a, b, chunk_s, job.out_dtype.str,
+                                             job.scale, layout, on_chunk)
+                     for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+        marks.append(time.perf_counter())
+        timings.extend(client.gather(client.compute(tasks)) if client is not None else
+                       dask.compute(*tasks, scheduler="threads"))
+        marks.append(time.perf_counter())
+
+    # a failed span leaves no file that could pass for an output (the job's lifecycle)
+    out = job.run(progress=False, elsewhere=in_spans)
+    t1, t2 = marks
     log.info("run_split %s: output prepared in %.3f s, %d span(s) in %.3f s", out.name,
              t1 - t0, len(tasks), t2 - t1)
     for t in timings:
@@ -574,7 +571,7 @@ OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry"
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
             "overwrite", "on_chunk", "format"}
 #: each format's output name for a recording's stem (a Kilosort output is a folder)
-OUTPUT_SUFFIX = {"hdf5": ".h5", "kilosort": "", "nwb": ".nwb"}
+OUTPUT_SUFFIX = {name: output_class(name).suffix for name in formats(listed=True)}
 
 
 def pipeline_keys() -> set:
@@ -605,8 +602,8 @@ def _job(path: str, out: str, open_options: dict, pipeline: Pipeline,
     run = dict(run_options)
     if "layout_out" in run:
         run["layout"] = run.pop("layout_out")
-    # an NWB output is written in one go (a retried job starts it again)
-    resume = run.get("format", "hdf5") != "nwb"
+    # an output written in one go (NWB) is started again by a retried job
+    resume = output_class(run.get("format", "hdf5")).resumes
     with open_recording(path, **open_options) as rec:
         return str(pipeline.run(rec, out, resume=resume, progress=False, **run))
 
@@ -768,10 +765,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
     # the pipeline is made here, once (a bad option is refused before a cluster starts), and
     # sent to the workers: its stages travel with it, those of your own registered steps too
     pipeline = _pipeline({k: v for k, v in options.items() if k in pipe_keys})
-    fmt = check_format(run_options.get("format", "hdf5"),
-                       run_options.get("layout_out", "samples_channels"),
-                       run_options.get("compression"), False, pipeline)
-    suffix = OUTPUT_SUFFIX[fmt]
+    kind = output_class(run_options.get("format", "hdf5"))
+    kind.check_options(pipeline, run_options.get("layout_out", "samples_channels"),
+                       run_options.get("compression"), False)
+    suffix = kind.suffix
     own = client is None
     if own:
         client = cluster_client(gpu=resolve_backend(pipeline.backend) == "gpu")

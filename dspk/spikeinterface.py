@@ -27,7 +27,7 @@ cannot use the CUDA context of its parent).
 1, ``offset_to_uV`` 0). Whitened, they are in units of the noise's standard deviation: the
 recording has no ``gain_to_uV`` / ``offset_to_uV`` (SpikeInterface then does not take them
 for µV) and says its unit in SpikeInterface's ``physical_unit`` property
-(`dspk.pipeline.output.UNITS_WHITENED`), with ``gain_to_physical_unit`` and
+(`dspk.pipeline.record.UNITS_WHITENED`), with ``gain_to_physical_unit`` and
 ``offset_to_physical_unit``. `read_dspk` labels a dspk output the same way.
 
 Examples
@@ -67,10 +67,9 @@ except ImportError as exc:   # pragma: no cover - installed with the test extras
 
 from .backend import blocked_transpose, resolve_backend, to_numpy
 from .io import RecordingError, SpikeInterfaceRecording, open_recording
-from .io.hdf5 import h5py_module, pipeline_steps
 from .pipeline import Detect, Pipeline, PipelineError, registry
-from .pipeline.output import UNITS_UV, UNITS_WHITENED
 from .pipeline.peaks import detect_peaks
+from .pipeline.record import UNITS_UV, UNITS_WHITENED, describe
 
 __all__ = ["DspkRecording", "dspk_preprocess", "DspkOutputRecording", "read_dspk",
            "dspk_detect_peaks"]
@@ -326,50 +325,13 @@ def dspk_preprocess(recording: Any, pipeline: Pipeline | dict | None = None,
 
 
 # -- reading a dspk output ------------------------------------------------------------------------
-def _output_metadata(path: str) -> dict:
-    """What `DspkOutputRecording` needs from a dspk output: /traces' shape, dtype, layout,
-    rate, gain and units; the channel ids, geometry and shanks; the steps."""
-    h5py = h5py_module()
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise RecordingError(f"file_path: {path} is not an HDF5 file ({exc})") from exc
-    with f:
-        steps = pipeline_steps(f)
-        traces = f.get("traces")
-        if steps is None or not isinstance(traces, h5py.Dataset) or traces.ndim != 2:
-            raise RecordingError(f"file_path: {path} is not a dspk output (no /traces written "
-                                 f"by dspk); open other files with dspk.open_recording or "
-                                 f"SpikeInterface's readers")
-        a = traces.attrs
-        layout = str(a.get("layout", "samples_channels"))
-        n, c = traces.shape if layout == "samples_channels" else traces.shape[::-1]
-        if "units" in a:
-            units = a["units"].decode() if isinstance(a["units"], bytes) else str(a["units"])
-        else:       # written before the attribute: whitened when a Whiten step ran
-            units = UNITS_WHITENED if "Whiten" in steps else UNITS_UV
-        if "channel_ids" in f:
-            ds = f["channel_ids"]
-            ids = np.array(list(ds.asstr()[()])) if ds.dtype.kind in "SO" else ds[()]
-        else:
-            ids = np.arange(c)
-        geometry = f["geometry"][()] if "geometry" in f else a.get("geometry")
-        shanks = f["shank_ids"][()] if "shank_ids" in f else None
-        return {"fs": float(a["fs"]), "n_samples": int(n), "n_channels": int(c),
-                "dtype": traces.dtype, "gain": float(a.get("gain_to_uv", 1.0)),
-                "units": units, "channel_ids": ids,
-                "geometry": None if geometry is None else np.asarray(geometry, np.float64),
-                "shank_ids": None if shanks is None else np.asarray(shanks, np.int64),
-                "steps": steps}
-
-
 class DspkOutputRecording(BaseRecording):
     """A dspk output file (``dspk preprocess``, `dspk.Pipeline.run`) as a SpikeInterface
     recording: ``/traces`` read by its own shape (not by the file's size: ``/spikes`` and the
     fitted state follow it in the file), in its stored dtype (float32, or int16 with its
     scale as the gain), with the channel ids, locations (a probeinterface probe of the
     stored positions; contact shapes are probeinterface's default, dspk stores none), groups
-    (the shanks) and units the file stores (see `dspk.pipeline.output.write_metadata`).
+    (the shanks) and units the file stores (`dspk.pipeline.record.describe` reads them).
 
     µV outputs have ``gain_to_uV`` (the int16 scale, 1 for float32) and ``offset_to_uV`` 0;
     whitened ones have no µV gains, and ``physical_unit`` says "whitened (noise SD)" with
@@ -408,10 +370,13 @@ class DspkOutputRecording(BaseRecording):
         path = os.fspath(file_path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"file_path: {path}: no such file")
-        meta = _output_metadata(path)
+        try:
+            meta = describe(path, fitted=False)
+        except RecordingError as exc:      # said as this class's argument
+            raise RecordingError(f"file_path: {exc}") from None
         BaseRecording.__init__(self, meta["fs"], list(meta["channel_ids"]), meta["dtype"])
         c = meta["n_channels"]
-        gains, zeros = np.full(c, meta["gain"]), np.zeros(c)
+        gains, zeros = np.full(c, meta["scale"]), np.zeros(c)
         if meta["units"] == UNITS_UV:
             self.set_channel_gains(gains)
             self.set_channel_offsets(zeros)

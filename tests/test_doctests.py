@@ -29,6 +29,11 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.io.spikeglx", "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
            "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.pipeline.peaks",
            "dspk.spikeinterface", "dspk.io.kilosort", "dspk.io.nwb", "dspk.pipeline.handoff",
+           "dspk.pipeline.record", "dspk.pipeline.outputs", "dspk.pipeline.outputs.base",
+           "dspk.pipeline.outputs.partial", "dspk.pipeline.outputs.raw",
+           "dspk.pipeline.outputs.hdf5", "dspk.pipeline.outputs.kilosort",
+           "dspk.pipeline.outputs.nwb", "dspk.pipeline.outputs.span",
+           "dspk.pipeline.outputs.peaks",
            "dspk.motion", "dspk.motion.motion", "dspk.motion.registration",
            "dspk.motion.estimation", "dspk.motion.localization", "dspk.motion.correction"]
 

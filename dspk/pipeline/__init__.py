@@ -31,10 +31,13 @@ The package's modules: `dspk.pipeline.stage` (the contract of a stage: `Step`, `
 `Pipeline.from_options` and `dspk.dask` read it), `dspk.pipeline.steps` and
 `dspk.pipeline.sinks` (the stages), `dspk.pipeline.pipeline` (`Pipeline`, `preprocess`),
 `dspk.pipeline.prepared` (a pipeline prepared for a run; the fit pass),
-`dspk.pipeline.job` (`Job`: one run), `dspk.pipeline.output` (the output file),
-`dspk.pipeline.stream` (the chunk loop) and `dspk.pipeline.peaks` (detection alone:
-`detect_peaks`, SpikeInterface's peaks without a trace output). Every name below is
-importable from ``dspk.pipeline``.
+`dspk.pipeline.job` (`Job`: one run, the one lifecycle of every output),
+`dspk.pipeline.outputs` (the contract of an output, `Output`, its registry,
+`register_output`, and the formats: HDF5, Kilosort folder, NWB, a span of a prepared file,
+peaks), `dspk.pipeline.record` (what an output holds: fitted state, job record, metadata,
+`describe`), `dspk.pipeline.stream` (reading ahead, writing behind) and
+`dspk.pipeline.peaks` (detection alone: `detect_peaks`, SpikeInterface's peaks without a
+trace output). Every name below is importable from ``dspk.pipeline``.
 
 Examples
 --------
@@ -48,6 +51,7 @@ Examples
 from . import registry  # noqa: F401
 from .errors import PipelineError
 from .job import Job, JobInterrupted
+from .outputs import Output, register_output
 from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
 from .peaks import detect_peaks
 from .registry import Option, register
@@ -66,4 +70,5 @@ __all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "BadC
            "Step",
            "Sink", "Stage", "Context",
            "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
-           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs", "detect_peaks"]
+           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs", "detect_peaks", "Output",
+           "register_output"]

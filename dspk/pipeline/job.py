@@ -1,7 +1,11 @@
-"""A `Job`: one run of a pipeline over a recording — its span, its output (checked before any
-work, written as ``OUT.partial``, committed when complete), its resume record, its progress
-and what happens when it is interrupted. `Pipeline.run`, `Pipeline.run_span`,
-`Pipeline.tune` and every writer of `dspk.dask` run their pipelines through it.
+"""A `Job`: one run of a pipeline over a recording into an output (`dspk.pipeline.outputs`),
+and the one lifecycle every output goes through — the output checked before any work, the
+partial output of a killed job found and its fitted state adopted (or the pipeline fitted),
+the output begun, every chunk computed and written on the writer thread in order, the
+progress recorded after each, and the output committed — or, interrupted, its partial kept
+for a resume when a resume could get past the error. `Pipeline.run`, `Pipeline.run_span`,
+`Pipeline.tune`, `detect_peaks` and every writer of `dspk.dask` run their pipelines through
+it.
 
 A job reports each chunk it has committed through its ``on_chunk`` callback
 (``on_chunk(samples_done)``), after the chunk's data is flushed and the resume record written:
@@ -32,21 +36,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
 
 from ..argnames import arg
 from ..io import Recording, open_recording
-from ..io.hdf5 import h5py_module
-from ..io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .errors import PipelineError
-from .output import (PartialOutput, TraceOutput, check_output, check_output_options,
-                     UNITS_UV, UNITS_WHITENED, chunk_samples, int16_scale, job_record,
-                     write_metadata, write_traces)
+from .outputs import (HDF5Output, Output, PartialOutput, SpanOutput, check_output_options,
+                      chunk_samples, int16_scale)
 from .prepared import PreparedPipeline
+from .record import UNITS_UV, UNITS_WHITENED, job_record
 from .stage import Context
 from .stream import ChunkStream, Staging, ahead, output_block, raw_transfer, read_block
 
 # Job and JobInterrupted are documented where they are imported from: dspk.pipeline
+# (PartialOutput is importable here as before: its home is dspk.pipeline.outputs)
 __all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
 
 log = logging.getLogger("dspk.pipeline")
@@ -118,6 +120,8 @@ class JobInterrupted(KeyboardInterrupt):
         The sampling rate.
     kept : bool
         Whether ``OUT.partial`` was kept (a chunk had been committed).
+    resumes : bool
+        Whether the output could be resumed at all (else it is written in one go).
 
     Examples
     --------
@@ -129,13 +133,16 @@ class JobInterrupted(KeyboardInterrupt):
     kept: run the same job again with resume=True to continue it
     """
 
-    def __init__(self, out: Path, done: int, total: int, fs: float, kept: bool) -> None:
+    def __init__(self, out: Path, done: int, total: int, fs: float, kept: bool,
+                 resumes: bool = True) -> None:
         self.out, self.done, self.total, self.fs, self.kept = out, done, total, fs, kept
         where = (f"interrupted at {done / fs:.1f} s of {total / fs:.1f} s of the recording "
                  f"(sample {done} of {total})")
         if kept:
             msg = (f"{where}; {PartialOutput(out).partial} is kept: run the same job again "
                    f"with {arg('resume', True)} to continue it")
+        elif not resumes:
+            msg = f"{where}; {out} is written in one go: nothing was kept"
         else:
             msg = f"{where}, before any chunk was written: nothing was kept to resume"
         super().__init__(msg)
@@ -144,34 +151,39 @@ class JobInterrupted(KeyboardInterrupt):
 class Job:
     """One run of a pipeline over a recording into an output.
 
-    Constructing it checks everything that can be checked before any work: the output (not
-    any file of the input, a regular file, not an existing one without ``overwrite``, a
-    writable folder), the output options, and what the pipeline's stages need of the
-    recording. A job never changes its pipeline, except to fit an unfitted one when it runs
-    (`Pipeline.fit`, or the fitted state of the partial output it resumes; a pipeline with
-    nothing to fit records the recording's rate, as `fit` would).
+    Constructing it checks everything that can be checked before any work: the output
+    (`dspk.pipeline.outputs.Output.check`: not any file of the input, a regular file or a
+    folder of its own, not an existing one without ``overwrite``, a writable folder; and
+    the options its format refuses), the output options, and what the pipeline's stages need
+    of the recording. A job never changes its pipeline, except to fit an unfitted one when
+    it runs (`Pipeline.fit`, or the fitted state of the partial output it resumes; a pipeline
+    with nothing to fit records the recording's rate, as `fit` would).
 
     Parameters
     ----------
     pipeline : Pipeline
     recording : Recording
-    out : path, optional
-        The output file; None for a job that writes spans into a file prepared by another
-        (`run_span`).
+    out : path or Output, optional
+        The output: a path is an HDF5 output file (`dspk.pipeline.outputs.HDF5Output`);
+        None for a job that only rehearses (`Pipeline.tune`) or writes spans into a file
+        prepared by another (`run_span`).
     chunk_s : float
         Chunk length in seconds (the output does not depend on it).
-    output_dtype : float32 or int16
+    output_dtype : float32 or int16, optional
+        Default: the output's (`Output.default_dtype`: int16 for a Kilosort folder, else
+        float32).
     output_scale : float, optional
-        The units of one int16 step (default: 0.01 whitened, else 0.1 µV).
+        The units of one int16 step (default: the output's `Output.whitened_step` whitened,
+        else 0.1 µV).
     layout : {"samples_channels", "channels_samples"}
     compression : None, "gzip" or "lzf"
     overwrite : bool
-        Replace an existing output (never a file of the input).
+        Replace an existing output given as a path (never a file of the input).
 
     Attributes
     ----------
-    files : PartialOutput or None
-        The output, its partial file and resume record.
+    output : Output or None
+        What the job writes into (`files`: its partial file or folder).
     timing : dict
         After a run: seconds reading (summed over threads), computing, writing, moving to and
         from the device, decompressing, the wall time, samples and × real time.
@@ -187,28 +199,46 @@ class Job:
     dspk.pipeline.PipelineError: whiten='local' needs the recording's geometry ...
     """
 
-    def __init__(self, pipeline: Any, recording: Recording, out: str | os.PathLike | None = None,
-                 *, chunk_s: float = 1.0, output_dtype: Any = np.float32,
-                 output_scale: float | None = None, layout: str = "samples_channels",
-                 compression: str | None = None, overwrite: bool = False) -> None:
+    def __init__(self, pipeline: Any, recording: Recording,
+                 out: str | os.PathLike | Output | None = None, *, chunk_s: float = 1.0,
+                 output_dtype: Any = None, output_scale: float | None = None,
+                 layout: str = "samples_channels", compression: str | None = None,
+                 overwrite: bool = False) -> None:
+        output = out if out is None or isinstance(out, Output) else \
+            HDF5Output(out, overwrite=overwrite)
         # every check before any work: nothing fitted, no file created when one fails
-        self.files = None if out is None else \
-            PartialOutput(check_output(out, recording, overwrite))
-        self.out_dtype = check_output_options(output_dtype, layout, compression, chunk_s)
+        if output is not None:
+            output.check_options(pipeline, layout, compression, resume=False)
+            output.check(recording)
+        kind = type(output) if output is not None else HDF5Output
+        self.out_dtype = check_output_options(
+            kind.default_dtype if output_dtype is None else output_dtype, layout, compression,
+            chunk_s)
         pipeline.check(recording)
-        self.pipeline, self.rec = pipeline, recording
+        self.output, self.pipeline, self.rec = output, pipeline, recording
         self.layout, self.compression = layout, compression
-        self.scale = int16_scale(self.out_dtype, output_scale, pipeline.whitens)
+        self.scale = int16_scale(self.out_dtype, output_scale, pipeline.whitens,
+                                 kind.whitened_step)
         self.units = UNITS_WHITENED if pipeline.whitens else UNITS_UV
         self.chunk = chunk_samples(chunk_s, recording.fs)
         self.xp = pipeline.xp
-        self.staged = raw_transfer(recording, self.xp)
+        # integer samples move to the device as stored when traces are written; detection
+        # alone reads on the host, as it always has (the same peaks, bit for bit)
+        self.staged = raw_transfer(recording, self.xp) and (output is None or output.traces)
         self.timing: dict = {}
         self.done = 0
+        self.states: list = []
+        self.job_record: dict = {}
+        self.prepared: PreparedPipeline | None = None
+
+    @property
+    def files(self) -> PartialOutput | None:
+        """The output's partial file or folder and resume record (None without one)."""
+        return None if self.output is None else self.output.files
 
     # -- what the job is -----------------------------------------------------------------------
     def record(self, states: list) -> dict:
-        """The job's record with these fitted states (`dspk.pipeline.output.job_record`)."""
+        """The job's record with these fitted states (`dspk.pipeline.record.job_record`)."""
         return job_record(self.pipeline.fingerprint(states), self.rec, self.chunk,
                           self.out_dtype, self.scale, self.layout, self.compression)
 
@@ -232,10 +262,22 @@ class Job:
             p.fs = float(self.rec.fs)
         return [dict(st) for st in p.states]
 
+    def _prepare(self) -> None:
+        """The fitted states (fitting when needed), the job's record and the pipeline
+        prepared for the run: what `Output.begin` reads."""
+        p = self.pipeline
+        self.states = self.fitted_states()
+        self.job_record = self.record(self.states)
+        self.prepared = PreparedPipeline(p.steps, self.states, Context.of(self.rec, self.xp,
+                                                                          p.dtype))
+
     # -- the whole job -------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True,
-            on_chunk: OnChunk | None = None) -> Path:
-        """Fit (when needed), write every chunk to ``OUT.partial``, commit it as ``OUT``.
+            on_chunk: OnChunk | None = None,
+            elsewhere: Callable[[Output], Any] | None = None) -> Path | None:
+        """The output's lifecycle: its partial output resumed or discarded, the pipeline
+        fitted when needed, the output begun, every chunk written in order (this process's
+        chunk loop, or ``elsewhere``), and the output committed.
 
         Parameters
         ----------
@@ -244,140 +286,102 @@ class Job:
         progress : bool
             A progress bar (tqdm).
         on_chunk : callable, optional
-            ``on_chunk(samples_done)`` after each committed chunk.
+            ``on_chunk(samples_done)`` after each committed chunk (samples of the output's
+            span done so far: of the recording, or of a `SpanOutput`'s span).
+        elsewhere : callable, optional
+            ``elsewhere(output)``: the chunks written by other processes into the begun (and
+            closed) output instead of by this one — `dspk.dask.run_split`'s spans.
 
         Returns
         -------
-        pathlib.Path
-            The completed output.
+        pathlib.Path or None
+            The completed output (None for one kept in memory).
         """
-        files, rec, n = self.files, self.rec, self.rec.n_samples
-        if files is None:
+        output, rec, n = self.output, self.rec, self.rec.n_samples
+        if output is None:
             raise PipelineError("run: the job has no output (give out=)")
-        done, rows, stored = self._resume_point() if resume else (0, {}, None)
-        if not resume and files.partial.exists():
-            log.warning("%s: discarding the partial output of an earlier job (resume=True, "
-                        "--resume on the command line, continues it instead)", files.partial)
-        if stored is not None and not self.pipeline.is_fitted:
-            for k, st in enumerate(stored):       # the fit the partial output was made with
-                self.pipeline.set_fitted(k, st)
-            log.info("%s: resuming at sample %d with the fitted state stored there",
-                     files.partial, done)
-        states = self.fitted_states()
-        job = self.record(states)
-        if done == 0:
-            files.discard()
-        f, done, rows = self._open_partial(done, rows)
+        start, stop = output.samples(n)
+        done, rows = self._resume_point(start) if resume else (start, {})
+        if not resume and output.has_partial():
+            hint = (" (resume=True, --resume on the command line, continues it instead)"
+                    if output.resumes else "")
+            log.warning("%s: discarding the partial output of an earlier job%s",
+                        output.files.partial, hint)
+        self._prepare()
+        if done == start:
+            output.discard()
         self.done = done
         decompress0 = rec.decompress_s
-        bar = progress_bar(progress, n, done, rec.fs)
+        bar = None
         t0 = time.perf_counter()
         # an interruption or an OSError (a full disk, say) may pass on a resume: the partial
-        # file is kept for it (when a chunk was recorded as written); anything else (a
+        # output is kept for it (when a chunk was recorded as written); anything else (a
         # non-finite or damaged input sample, ...) would stop the resumed job at the same
-        # place: no partial file is left behind
+        # place: nothing is left behind
         try:
-            with files.writing(keep=lambda exc: resumable(exc) and files.progress.exists()):
-                try:
-                    with f:
-                        self._write_all(f, states, job, rows, bar, on_chunk)
-                finally:
-                    if bar is not None:
-                        bar.close()
+            with output.writing(keep=lambda exc: resumable(exc) and output.has_progress()):
+                self.done = done = output.begin(self, done, rows)
+                if elsewhere is not None:
+                    output.close()
+                    elsewhere(output)
+                else:
+                    bar = progress_bar(progress, stop - start, done - start, rec.fs)
+                    self._chunks(range(done, stop, self.chunk), stop, start, bar, on_chunk)
         except KeyboardInterrupt as exc:
-            raise JobInterrupted(files.out, self.done, n, rec.fs,
-                                 files.partial.exists()) from exc
-        self._finish(t0, n - done, rec.decompress_s - decompress0)
-        log.info("%s: %d samples in %.2f s (%.1f x real time; read %.2f s, compute %.2f s, "
-                 "write %.2f s, overlapped)", files.out, n - done, self.timing["wall_s"],
-                 self.timing["x_real_time"], self.timing["read_s"], self.timing["compute_s"],
-                 self.timing["write_s"])
-        return files.out
+            raise JobInterrupted(output.out or Path(output.format), self.done, n, rec.fs,
+                                 output.has_partial(), output.resumes) from exc
+        finally:
+            if bar is not None:
+                bar.close()
+        if elsewhere is None:
+            self._finish(t0, stop - done, rec.decompress_s - decompress0)
+            log.info("%s: %d samples in %.2f s (%.1f x real time; read %.2f s, compute "
+                     "%.2f s, write %.2f s, overlapped)", output.out or output.format,
+                     stop - done, self.timing["wall_s"], self.timing["x_real_time"],
+                     self.timing["read_s"], self.timing["compute_s"],
+                     self.timing["write_s"])
+        return output.out
 
-    def _resume_point(self) -> tuple:
-        """(samples done, rows written per table, fitted states or None) of the partial job
-        that this job continues, or (0, {}, None) to start over (said in the log). The
-        fitted state is the pipeline's when it is fitted, else the one stored in the partial
-        file; the partial job's record, fingerprint included, must be the one this job
-        makes with it."""
-        files = self.files
-        partial = files.partial
-        if not partial.exists():
+    def _resume_point(self, start: int) -> tuple:
+        """(sample to continue from, rows written per table) of the partial output that this
+        job continues, its fitted state adopted by an unfitted pipeline; or (``start``, {})
+        to start over (said in the log). The partial job's record, fingerprint included,
+        must be the one this job makes with that fitted state."""
+        output, p = self.output, self.pipeline
+        partial = None if output.files is None else output.files.partial
+        if not output.has_partial():
             log.warning("%s: nothing to resume (no partial output of an earlier job); the "
                         "job starts from the beginning", partial)
-            return 0, {}, None
-        if not files.progress.exists():
+            return start, {}
+        if not output.has_progress():
             log.warning("%s: no progress record next to it; starting over", partial)
-            return 0, {}, None
+            return start, {}
         try:
-            record = files.read_record()
-            p = self.pipeline
-            states = p.states if p.is_fitted else p.read_fitted(partial)
+            record, stored = output.stored(None if p.is_fitted else p.steps)
+            states = p.states if stored is None else stored
             job = self.record(states)
             if {k: record.get(k) for k in job} != job or \
                     not all(s.is_fitted(st) for s, st in zip(p.steps, states)):
                 log.warning("%s: a partial job with other parameters; starting over", partial)
-                return 0, {}, None
+                return start, {}
             done, rows = int(record["done"]), dict(record.get("rows", {}))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s: unreadable partial job (%s); starting over", partial, exc)
-            return 0, {}, None
-        return done, rows, None if p.is_fitted else states
-
-    def _open_partial(self, done: int, rows: dict) -> tuple:
-        """(open h5py file, samples done, rows written): the partial file reopened to
-        continue at ``done``, or a new one (``done`` 0, or a partial file that cannot be
-        reopened: then the job starts over)."""
-        files = self.files
-        try:
-            f = h5py_module().File(files.partial, "a") if done else new_file(files.partial)
-            if done and "traces" not in f:
-                f.close()
-                raise OSError("no traces dataset")
-        except OSError:
-            log.warning("%s: cannot be reopened; starting over", files.partial)
-            files.discard()
-            return new_file(files.partial), 0, {}
-        return f, done, rows
-
-    def _write_all(self, f: Any, states: list, job: dict, rows: dict, bar: Any,
-                   on_chunk: OnChunk | None) -> None:
-        """The job's datasets (made when nothing is done yet) and its chunks from
-        `done` on, into the open partial file ``f``."""
-        rec, files, p = self.rec, self.files, self.pipeline
-        n, c = rec.n_samples, rec.n_channels
-        if self.done == 0:
-            TraceOutput.create_traces(f, (n, c) if self.layout == "samples_channels" else
-                                      (c, n), self.out_dtype, self.layout, self.chunk,
-                                      self.compression)
-            write_metadata(f, rec, job, p.options(), self.units)
-            p.write_fitted(f, rec.fs, states)    # a resumed job reads it back (read_fitted)
-        output = TraceOutput(f, files.partial, self.layout, transposed=self.staged)
-        counts = dict(rows)
-
-        def write(s0: int, s1: int, y: np.ndarray, sink_rows: list) -> None:
-            output.write(s0, s1, y)
-            counts.update(output.append(sink_rows))
-            f.flush()
-            files.record(job, s1, counts)        # committed: a resume starts after s1
-            self.done = s1
-            if on_chunk is not None:
-                on_chunk(s1)
-            if bar is not None:
-                bar.update(s1 - s0)
-
-        try:
-            self._loop(states, range(self.done, n, self.chunk), n, write,
-                       lambda run: output.open_tables(run.tables(), rows))
-        finally:
-            output.close()
+            return start, {}
+        if stored is not None:
+            for k, st in enumerate(stored):       # the fit the partial output was made with
+                p.set_fitted(k, st)
+            log.info("%s: resuming at sample %d with the fitted state stored there", partial,
+                     done)
+        return done, rows
 
     # -- spans ---------------------------------------------------------------------------------
     def allocate(self) -> int:
-        """Create ``OUT.partial`` for spans written by several processes (`run_span`):
-        contiguous, allocated ``/traces`` with the metadata and fitted state of `run`'s
-        output (the same file once every span is in; `commit` names it). Fits an unfitted
-        pipeline first. Returns the byte offset of the traces' samples.
+        """Begin the output for spans written by several processes (`run_span`): its
+        ``OUT.partial`` with contiguous, allocated ``/traces`` and the metadata and fitted
+        state of `run`'s output (the same file once every span is in; `commit` names it).
+        Fits an unfitted pipeline first. Returns the byte offset of the traces' samples.
+        (`run` with ``elsewhere`` does all of it.)
 
         Examples
         --------
@@ -395,30 +399,32 @@ class Job:
         'o.h5'
         >>> tmp.cleanup()
         """
-        if self.files is None:
+        output = self.output
+        if output is None:
             raise PipelineError("allocate: the job has no output (give out=)")
         if self.pipeline.sinks:
             raise PipelineError("spans write traces only; the Detect step writes spikes: "
                                 "use Pipeline.run (preprocess_many on a cluster)")
-        states = self.fitted_states()
-        rec, files = self.rec, self.files
-        n, c = rec.n_samples, rec.n_channels
-        files.discard()
-        with new_file(files.partial) as f:
-            shape = (n, c) if self.layout == "samples_channels" else (c, n)
-            dset = create_contiguous(f, "traces", shape, self.out_dtype)
-            write_metadata(f, rec, self.record(states), self.pipeline.options(), self.units)
-            self.pipeline.write_fitted(f, rec.fs, states)
-            return raw_offset(dset)
+        if self.compression is not None:
+            raise PipelineError(f"compression: spans write the traces in place, "
+                                f"uncompressed; leave {arg('compression')} out")
+        self._prepare()
+        output.discard()
+        try:
+            output.begin(self, 0, {})
+        finally:
+            output.close()
+        return output.offset
 
     def commit(self) -> Path:
         """Name the output of `allocate` when every span is in."""
-        return self.files.commit()
+        self.output.commit()
+        return self.output.out
 
     def run_span(self, path: str | os.PathLike, offset: int, s0: int, s1: int,
                  on_chunk: OnChunk | None = None) -> dict:
         """Samples [s0, s1) into the traces of a file prepared by `allocate` (``path``,
-        contiguous at byte ``offset``), through ``os.pwrite``: no HDF5 here, so several
+        contiguous at byte ``offset``): a `dspk.pipeline.outputs.SpanOutput`, so several
         processes fill disjoint spans at once. The pipeline must be fitted (every span the
         same W) and write no sinks.
 
@@ -436,29 +442,17 @@ class Job:
             The span's timings (seconds) and its samples.
         """
         t0 = time.perf_counter()
-        p, rec = self.pipeline, self.rec
+        p = self.pipeline
         if p.sinks:
             raise PipelineError("run_span: the Detect step writes spikes; use run")
         if not p.is_fitted:
             raise PipelineError("run_span: fit the pipeline first (every span must use one W)")
-        n, c = rec.n_samples, rec.n_channels
-        if not 0 <= s0 <= s1 <= n:
-            raise ValueError(f"s0, s1: expected 0 <= s0 <= s1 <= {n}, got {s0}, {s1}")
-        shape = (n, c) if self.layout == "samples_channels" else (c, n)
-        raw_out = RawDatasetWriter(str(path), offset=offset, shape=shape, dtype=self.out_dtype)
-        setup = time.perf_counter() - t0
-
-        def write(a: int, b: int, y: np.ndarray, sink_rows: list) -> None:
-            write_traces(raw_out, None, a, b, y, self.layout, self.staged)
-            if on_chunk is not None:
-                on_chunk(b - s0)
-
-        try:
-            self._loop([dict(st) for st in p.states], range(s0, s1, self.chunk), s1, write)
-        finally:
-            raw_out.close()
+        self.output = SpanOutput(path, offset=offset, s0=s0, s1=s1)
+        self.output.samples(self.rec.n_samples)        # checked before any work
+        self.run(progress=False, on_chunk=on_chunk)
         return {**{k: self.timing[k] for k in ("read_s", "compute_s", "write_s")},
-                "setup_s": setup, "wall_s": time.perf_counter() - t0, "samples": s1 - s0}
+                "setup_s": self.timing["wall_s"] - self.timing["loop_s"],
+                "wall_s": time.perf_counter() - t0, "samples": s1 - s0}
 
     def rehearse(self) -> None:
         """A full chunk and the last, shorter one through every stage, as a job computes
@@ -481,17 +475,14 @@ class Job:
             run.rows(run.compute(read_block(rec, s0, s1, m), s0, s1, m), s0, s1, m)
 
     # -- the chunk loop --------------------------------------------------------------------------
-    def _loop(self, states: list, starts: range, end: int,
-              write: Callable[[int, int, np.ndarray, list], None],
-              opened_run: Callable[[Any], None] | None = None) -> None:
-        """The chunks starting at ``starts`` (each to ``min(end, s0 + chunk)``) computed with
-        the pipeline prepared once for this job, and written in order by ``write(s0, s1,
-        block, sink rows)`` on the writer thread, reading ahead and writing behind
-        (`dspk.pipeline.stream.ChunkStream`). Fills `timing`."""
-        rec, p, xp = self.rec, self.pipeline, self.xp
-        run = PreparedPipeline(p.steps, states, Context.of(rec, xp, p.dtype))
-        if opened_run is not None:
-            opened_run(run)
+    def _chunks(self, starts: range, end: int, origin: int, bar: Any,
+                on_chunk: OnChunk | None) -> None:
+        """The one chunk loop: the chunks starting at ``starts`` (each to ``min(end, s0 +
+        chunk)``) computed with the prepared pipeline — their traces as stored and what the
+        output keeps of them (`Output.rows_of`) — and written in order on the writer thread
+        (`Output.write`, then `Output.committed`, then ``on_chunk``), reading ahead and
+        writing behind (`dspk.pipeline.stream.ChunkStream`). Fills `timing`."""
+        rec, p, xp, output, run = self.rec, self.pipeline, self.xp, self.output, self.prepared
         m = p.margin(rec.fs)
         staging = Staging(rec, self.chunk + 2 * m, ahead(rec) + 2,
                           (min(rec.n_samples, self.chunk), rec.n_channels), self.out_dtype,
@@ -501,17 +492,24 @@ class Job:
 
         def compute(i: int, raw: tuple, s0: int, s1: int) -> tuple:
             full = run.compute(stream.to_device(raw), s0, s1, m)
-            sink_rows = run.rows(full, s0, s1, m)
-            y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype, self.scale)
-            return y, sink_rows
+            rows = output.rows_of(run, full, s0, s1, m)
+            y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype,
+                             self.scale) if output.traces else None
+            return y, rows
 
-        def timed_write(s0: int, s1: int, result: tuple) -> None:
+        def write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
-            write(s0, s1, *result)
+            output.write(s0, s1, *result)
+            output.committed(self.job_record, s1)    # a resume starts after s1
+            self.done = s1
+            if on_chunk is not None:
+                on_chunk(s1 - origin)
+            if bar is not None:
+                bar.update(s1 - s0)
             timing["write_s"] += time.perf_counter() - t
 
         try:
-            stream.run(list(starts), end, compute, timed_write)
+            stream.run(list(starts), end, compute, write)
         finally:
             transfer = staging.transfer_s if staging is not None else 0.0
             self.timing = {**timing, "compute_s": timing["compute_s"] - transfer,

@@ -1,13 +1,14 @@
-"""Detection alone: a recording through a pipeline's steps chunk by chunk, as a job computes
-them, and its `Detect` sink's spikes kept — as SpikeInterface's peaks (`detect_peaks`) —
-with no traces written. ``dspk detect`` and `dspk.spikeinterface.detect_peaks` run it.
+"""Detection alone: a recording through a pipeline's steps chunk by chunk, and its `Detect`
+sink's spikes kept — as SpikeInterface's peaks (`detect_peaks`) — with no traces written: a
+`dspk.pipeline.Job` into a `dspk.pipeline.outputs.PeaksOutput` kept in memory (``dspk
+detect`` writes one into its folder). `dspk.spikeinterface.dspk_detect_peaks` runs it.
 
-The halos and the fit are those of `Pipeline.run` (`dspk.pipeline.Job`), so the peaks are
-the ``/spikes`` that ``dspk preprocess --detect`` writes for the same recording and options
-(the same spikes for any chunk length; on the GPU, where a job moves and scales the raw
-samples on the device, a score within float rounding of the threshold may go either way),
-with the signed value of the processed trace at each spike's trough on its channel as the
-amplitude (`dspk.detect.spikes_to_peaks`).
+The halos and the fit are those of `Pipeline.run`, so the peaks are the ``/spikes`` that
+``dspk preprocess --detect`` writes for the same recording and options (the same spikes for
+any chunk length; on the GPU, where a job writing traces moves and scales the raw samples
+on the device and detection alone reads them on the host, a score within float rounding of
+the threshold may go either way), with the signed value of the processed trace at each
+spike's trough on its channel as the amplitude (`dspk.detect.spikes_to_peaks`).
 
 Examples
 --------
@@ -32,16 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..detect import spikes_to_peaks
 from ..io import Recording
-from .errors import PipelineError
-from .job import opened
-from .output import chunk_samples
-from .sinks import Detect
-from .stage import Context
-from .stream import read_ahead
+from .outputs import PeaksOutput
 
 __all__ = ["detect_peaks"]
 
@@ -88,28 +81,6 @@ def detect_peaks(pipeline: Any, recording: Recording | str, chunk_s: float = 1.0
     ...
     dspk.pipeline.PipelineError: pipeline: has no Detect step (detect=True) to find peaks with
     """
-    detector = next((s for s in pipeline.steps if isinstance(s, Detect)), None)
-    if detector is None:
-        raise PipelineError("pipeline: has no Detect step (detect=True) to find peaks with")
-    if not chunk_s > 0:
-        raise PipelineError(f"chunk_s: expected a positive chunk length in seconds, got "
-                            f"{chunk_s}")
-    with opened(recording) as rec:
-        if pipeline.is_fitted:
-            pipeline.check(rec)
-        else:
-            pipeline.fit(rec)
-        run = pipeline.prepare(Context.of(rec, pipeline.xp, pipeline.dtype))
-        m = pipeline.margin(rec.fs)
-        n, chunk = rec.n_samples, chunk_samples(chunk_s, rec.fs)
-        spans = [(s0, min(n, s0 + chunk)) for s0 in range(0, n, chunk)]
-        index = [k for k, (s, _, _) in enumerate(run.sinks) if isinstance(s, Detect)][0]
-        first = sum(len(s.tables(run.ctx, st)) for s, _, st in run.sinks[:index])
-        peaks, locations = [], []
-        for (s0, s1), raw in zip(spans, read_ahead(rec, spans, m)):
-            full = run.compute(raw, s0, s1, m)
-            spikes = run.rows(full, s0, s1, m)[first]      # the Detect sink's /spikes rows
-            p, loc = spikes_to_peaks(spikes, full, start=s0 - m, segment_index=segment_index)
-            peaks.append(p)
-            locations.append(loc)
-    return np.concatenate(peaks), np.concatenate(locations)    # a recording has a chunk
+    found = PeaksOutput(segment_index=segment_index)
+    pipeline.run(recording, found, chunk_s=chunk_s, progress=False)
+    return found.peaks, found.locations

@@ -1,8 +1,8 @@
 """The `Pipeline`: stages (`dspk.pipeline.steps`, then `dspk.pipeline.sinks`) in order on
 [channels, samples] blocks, with their fitted state; fitted on a recording (`Pipeline.fit`),
 applied to arrays (`Pipeline.transform`, `Pipeline.apply`) and to blocks of a recording with
-their halos (`Pipeline.block`), and run into an HDF5 file by a `dspk.pipeline.Job`
-(`Pipeline.run`, `Pipeline.run_span`).
+their halos (`Pipeline.block`), and run into an output (`dspk.pipeline.outputs`) by a
+`dspk.pipeline.Job` (`Pipeline.run`, `Pipeline.run_span`).
 
 A pipeline is its options and its fitted state, nothing else: a run (its sampling rate, the
 taps and matrices it prepares, its progress and timings) belongs to the run. The one change a
@@ -25,24 +25,19 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .._version import __version__
 from ..backend import array_module, resolve_backend
 from ..io import Recording
-from ..io.hdf5 import h5py_module
-from ..io.rawio import create_dataset
 from ..linalg import current_engine
-from . import registry
+from . import record, registry
 from .errors import PipelineError
-from .handoff import check_format, format_dtype, run_kilosort, run_nwb
 from .job import Job, OnChunk, opened
+from .outputs import Output, output_class
 from .prepared import PreparedPipeline, fitted_states
 from .sinks import Detect
 from .stage import Context, Sink, Stage, check_needs
@@ -237,10 +232,11 @@ class Pipeline:
         [{'step': 'HighPass', 'cutoff_hz': 300.0},
          {'step': 'Reference', 'operator': 'mean', 'groups': 'none'}]
         """
-        return [{"step": type(s).__name__, **asdict(s)} for s in self.steps]
+        return record.stage_options(self.steps)
 
     def fingerprint(self, states: Sequence[dict] | None = None) -> str:
-        """A digest of the stages and their fitted arrays (a resumed job must match it).
+        """A digest of the stages and their fitted arrays (a resumed job must match it;
+        `dspk.pipeline.record.fingerprint`).
 
         Parameters
         ----------
@@ -253,13 +249,8 @@ class Pipeline:
         >>> len(dspk.Pipeline.from_options(whiten=None).fingerprint())
         64
         """
-        h = hashlib.sha256(json.dumps(self.options(), sort_keys=True).encode())
-        h.update(str(self.dtype).encode())
-        for step, st in zip(self.steps, self.states if states is None else states):
-            for key in step.fitted:
-                if key in st:
-                    h.update(np.ascontiguousarray(st[key]).tobytes())
-        return h.hexdigest()
+        return record.fingerprint(self.steps, self.states if states is None else states,
+                                  self.dtype)
 
     @property
     def xp(self) -> Any:
@@ -599,9 +590,8 @@ class Pipeline:
 
     # -- the fitted state in files -------------------------------------------------------------
     def write_fitted(self, f: Any, fs: float, states: Sequence[dict] | None = None) -> None:
-        """The fitted state into an open HDF5 output: ``/fitted/step{k}_{Name}/{key}`` for
-        each fitted array (and what a stage writes for the record: a filter's taps);
-        `read_fitted` reads it back.
+        """The fitted state into an open HDF5 output (`dspk.pipeline.record.write_fitted`:
+        ``/fitted/step{k}_{Name}/{key}``); `read_fitted` reads it back.
 
         Parameters
         ----------
@@ -624,23 +614,17 @@ class Pipeline:
         [(2, 2)]
         >>> tmp.cleanup()
         """
-        states = self.states if states is None else states
-        for k, (step, st) in enumerate(zip(self.steps, states)):
-            group = f"fitted/step{k}_{type(step).__name__}"
-            for key in step.fitted:
-                if key in st:
-                    create_dataset(f, f"{group}/{key}", data=st[key])
-            for key, value in step.record(fs).items():
-                create_dataset(f, f"{group}/{key}", data=value)
+        record.write_fitted(f, self.steps, fs, self.states if states is None else states)
 
     def read_fitted(self, path: str | Path) -> list:
         """The fitted state that `write_fitted` stored in an output (or partial) file, one
-        dict per stage of this pipeline (this pipeline is not changed).
+        dict per stage of this pipeline (this pipeline is not changed;
+        `dspk.pipeline.record.read_fitted`).
 
         Parameters
         ----------
         path : path
-            An output of `run` (or its partial file).
+            An output of `run` (or its partial file, or a Kilosort folder's ``fitted.h5``).
 
         Returns
         -------
@@ -659,23 +643,18 @@ class Pipeline:
         True
         >>> tmp.cleanup()
         """
-        states: list = [{} for _ in self.steps]
-        with h5py_module().File(path, "r") as f:
-            for k, step in enumerate(self.steps):
-                group = f.get(f"fitted/step{k}_{type(step).__name__}")
-                for key in step.fitted:
-                    if group is not None and key in group:
-                        states[k][key] = np.asarray(group[key][()], dtype=np.float64)
-        return states
+        return record.read_fitted(self.steps, path)
 
     # -- runs ----------------------------------------------------------------------------------
-    def run(self, recording: Recording | str, out_path: str, chunk_s: float = 1.0,
-            output_dtype: Any = None, output_scale: float | None = None,
+    def run(self, recording: Recording | str, out_path: str | Output | None,
+            chunk_s: float = 1.0, output_dtype: Any = None, output_scale: float | None = None,
             layout: str = "samples_channels", compression: str | None = None,
             overwrite: bool = False, resume: bool = False, progress: bool = True,
-            on_chunk: OnChunk | None = None, format: str = "hdf5") -> Path:
-        """Process a recording chunk by chunk into an HDF5 file (a `dspk.pipeline.Job`), a
-        Kilosort folder or an NWB file (``format``: `dspk.pipeline.handoff`).
+            on_chunk: OnChunk | None = None, format: str = "hdf5", **options: Any
+            ) -> Path | None:
+        """Process a recording chunk by chunk into an HDF5 file, a Kilosort folder, an NWB
+        file or any registered format (``format``: `dspk.pipeline.outputs`), by a
+        `dspk.pipeline.Job`.
 
         Everything that can be checked is checked first — the output (it exists and
         ``overwrite`` is not set; it is the input or any file of it, under any spelling or
@@ -692,8 +671,10 @@ class Pipeline:
         ----------
         recording : Recording or path
             Opened with `dspk.open_recording` when a path (and closed before returning).
-        out_path : str
-            The output file; refused if it exists unless ``overwrite``.
+        out_path : str or Output
+            The output file (a folder for ``format="kilosort"``); refused if it exists
+            unless ``overwrite``. Or an `dspk.pipeline.outputs.Output` made by the caller
+            (``format``, ``overwrite`` and ``options`` are then its own).
         chunk_s : float
             Chunk length in seconds (the output does not depend on it).
         output_dtype : float32 or int16, optional
@@ -720,17 +701,20 @@ class Pipeline:
             written — with the samples of the recording done so far. For progress reports,
             or a test that stops the process there as a kill would. An exception it raises
             stops the job as a failed write would.
-        format : {"hdf5", "kilosort", "nwb"}
+        format : {"hdf5", "kilosort", "nwb", "peaks", "span"} or a registered format
             ``"hdf5"``: the HDF5 file described here. ``"kilosort"``: ``out_path`` is a folder
             that Kilosort4, Phy and SpikeInterface read as it is (a flat binary, the probe,
             Phy's params.py; resumable); ``"nwb"``: an NWB file with a processed
             ElectricalSeries (needs pynwb; not resumable). Both hold the traces only
-            [samples, channels], uncompressed (see `dspk.pipeline.handoff`).
+            [samples, channels], uncompressed (`dspk.pipeline.outputs.kilosort`,
+            `dspk.pipeline.outputs.nwb`). ``"peaks"``: ``dspk detect``'s folder of peaks.
+        **options
+            The format's own options (its `dspk.pipeline.outputs.Output` class's keywords).
 
         Returns
         -------
-        pathlib.Path
-            The completed output.
+        pathlib.Path or None
+            The completed output (None for an output kept in memory).
 
         Raises
         ------
@@ -760,21 +744,12 @@ class Pipeline:
         [3000, 6000, 9000]
         >>> tmp.cleanup()
         """
-        check_format(format, layout, compression, resume, self)
+        output = out_path if isinstance(out_path, Output) else \
+            output_class(format)(out_path, overwrite=overwrite, **options)
+        output.check_options(self, layout, compression, resume)   # before the input opens
         with opened(recording) as rec:
-            if format != "hdf5":
-                write = run_kilosort if format == "kilosort" else run_nwb
-                more = {"resume": resume} if format == "kilosort" else {}
-                out, job = write(self, rec, out_path, chunk_s=chunk_s,
-                                 output_dtype=output_dtype, output_scale=output_scale,
-                                 overwrite=overwrite, progress=progress, on_chunk=on_chunk,
-                                 **more)
-                self.last_run = job.timing
-                return out
-            job = Job(self, rec, out_path, chunk_s=chunk_s,
-                      output_dtype=format_dtype(format, output_dtype),
-                      output_scale=output_scale, layout=layout, compression=compression,
-                      overwrite=overwrite)
+            job = Job(self, rec, output, chunk_s=chunk_s, output_dtype=output_dtype,
+                      output_scale=output_scale, layout=layout, compression=compression)
             out = job.run(resume=resume, progress=progress, on_chunk=on_chunk)
             self.last_run = job.timing
             return out
@@ -841,7 +816,8 @@ class Pipeline:
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Stages and fitted arrays to an .npz file (`Pipeline.load` reads it back).
+        """Stages and fitted arrays to an .npz file (`dspk.pipeline.record.save_pipeline`;
+        `Pipeline.load` reads it back).
 
         Parameters
         ----------
@@ -861,34 +837,22 @@ class Pipeline:
         (True, True, 30000.0)
         >>> tmp.cleanup()
         """
-        arrays = {f"{key}{k}": st[key] for k, (step, st) in enumerate(zip(self.steps,
-                                                                           self.states))
-                  for key in step.fitted if key in st}
-        meta = {"steps": self.options(), "backend": self.backend, "dtype": str(self.dtype),
-                "fs": self.fs, "dspk": __version__}
-        np.savez(path, meta=json.dumps(meta), **arrays)
+        record.save_pipeline(path, self.steps, self.states, backend=self.backend,
+                             dtype=str(self.dtype), fs=self.fs)
 
     @classmethod
     def load(cls, path: str) -> "Pipeline":
         """A pipeline saved by `Pipeline.save`: its stages (registered classes, by name),
-        backend, dtype, sampling rate and fitted arrays (no pickles are read).
+        backend, dtype, sampling rate and fitted arrays (no pickles are read;
+        `dspk.pipeline.record.read_pipeline`).
 
         Parameters
         ----------
         path : str
         """
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            steps = []
-            for spec in meta["steps"]:
-                spec = dict(spec)
-                steps.append(registry.stage_class(spec.pop("step"), str(path))(**spec))
-            p = cls(steps, backend=meta["backend"], dtype=meta["dtype"], fs=meta["fs"])
-            for k, step in enumerate(steps):
-                for key in step.fitted:
-                    if f"{key}{k}" in z:
-                        p.states[k][key] = z[f"{key}{k}"]
-        return p
+        meta, steps, states = record.read_pipeline(path)
+        return cls(steps, backend=meta["backend"], dtype=meta["dtype"], fs=meta["fs"],
+                   states=states)
 
 
 def preprocess(recording: Any, out_path: str, highpass: float | None = 300.0,
