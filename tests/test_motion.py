@@ -449,8 +449,34 @@ def test_a_probe_without_depth_extent_is_refused():
 def test_a_short_probe_falls_back_to_rigid_and_says_so():
     spikes = drifting_spikes(zigzag, depth=(20.0, 130.0))
     with pytest.warns(UserWarning, match="too short for non-rigid windows.*estimated rigid"):
-        m = estimate(spikes, column(8), 80.0, rigid=False)
+        m = estimate(spikes, column(8), 80.0, rigid=False, win_scale_um=100.0)
     assert m.rigid
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 10**7), bins=st.integers(1, 2000), extent=st.floats(10.0, 10_000.0))
+def test_the_default_windows_hold_their_spikes_within_bounds(n, bins, extent):
+    """`window_scale`: within [WINDOW_MIN_UM, WINDOW_MAX_UM]; where not clipped, a Gaussian
+    window of that SD holds WINDOW_SPIKES_PER_BIN spikes per bin at the mean density; denser
+    spikes never widen it."""
+    from dspk.motion import estimation as me
+
+    w = me.window_scale(n, bins, extent)
+    assert me.WINDOW_MIN_UM <= w <= me.WINDOW_MAX_UM
+    held = n / (bins * extent) * np.sqrt(2 * np.pi) * w
+    if me.WINDOW_MIN_UM < w < me.WINDOW_MAX_UM:
+        assert held == pytest.approx(me.WINDOW_SPIKES_PER_BIN, rel=1e-9)
+    assert me.window_scale(2 * n + 1, bins, extent) <= w
+
+
+def test_the_default_windows_follow_the_spike_density():
+    """Sparse spikes on a long probe get wide windows, dense ones on a short probe narrow
+    ones (the estimate says how many it used)."""
+    sparse = drifting_spikes(zigzag, n_units=30, rate=4.0, depth=(40.0, 2500.0))
+    dense = drifting_spikes(zigzag, n_units=60, rate=12.0, depth=(40.0, 600.0))
+    wide = estimate(sparse, column(128, pitch=20.0), 80.0)
+    narrow = estimate(dense, column(32), 80.0)
+    assert np.diff(wide.depths_um).min() > 2 * np.diff(narrow.depths_um).min()
 
 
 def test_estimate_bad_input():
@@ -560,8 +586,7 @@ def test_a_motion_step_after_whitening_and_before_detection(drifting):
     p = dspk.Pipeline.from_options(highpass=None, reference="none", whiten="global",
                                    motion="nonrigid", detect=True, backend="cpu")
     assert [s["step"] for s in p.options()] == ["Whiten", "Motion", "Detect"]
-    with pytest.warns(UserWarning, match="too short for non-rigid windows"):
-        p.fit(rec)
+    p.fit(rec)
     assert p.is_fitted and "noise" in p.states[-1]
 
 

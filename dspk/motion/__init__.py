@@ -30,7 +30,7 @@ Spikes that move up 10 µm after 30 s; the estimate, then the traces corrected:
 """
 
 from .correction import BORDERS, Correction, correct, kriging_matrix
-from .estimation import MIN_SPIKES_PER_BIN, estimate
+from .estimation import MIN_SPIKES_PER_BIN, estimate, window_scale
 from .localization import localize
 from .spikes import SpikeSurvey, pass_margin
 from .motion import Motion, MotionError, shank_labels, to_spikeinterface
@@ -44,4 +44,4 @@ __all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "krigin
            "localize", "shank_labels", "to_spikeinterface", "activity_raster",
            "spatial_windows", "pairwise_displacement", "registration_weights",
            "solve_displacement", "SpikeSurvey", "pass_margin", "BORDERS",
-           "MIN_SPIKES_PER_BIN"]
+           "MIN_SPIKES_PER_BIN", "window_scale"]

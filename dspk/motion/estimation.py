@@ -78,10 +78,40 @@ def _spike_shanks(channels: Any, xs: Any, g: np.ndarray, shanks: np.ndarray, n: 
     return np.zeros(n, np.int64)
 
 
+#: the spikes a non-rigid window should hold per time bin (the default windows' width): the
+#: best fixed widths on two probes of 6x different spike densities both held ~300
+#: (`estimate`'s ``win_scale_um``)
+WINDOW_SPIKES_PER_BIN = 300.0
+#: the default windows' narrowest and widest SD (µm): 50 µm is 2.5 rows of an NP1.0 probe;
+#: beyond 600 µm the error on a depth gradient grew again (0.84 µm RMS at 600, 0.97 at 800)
+WINDOW_MIN_UM, WINDOW_MAX_UM = 50.0, 600.0
+
+
+def window_scale(n_spikes: int, n_bins: int, extent_um: float) -> float:
+    """The default non-rigid windows' SD (µm) for a shank: the width whose Gaussian window
+    (effective length √(2π)·SD) holds `WINDOW_SPIKES_PER_BIN` of the shank's spikes per time
+    bin, at their mean density along its ``extent_um``, within [`WINDOW_MIN_UM`,
+    `WINDOW_MAX_UM`].
+
+    Examples
+    --------
+    >>> from dspk.motion.estimation import window_scale
+    >>> round(window_scale(140_000, 150, 3840.0))    # NP1.0, 100 units, 300 s
+    492
+    >>> round(window_scale(53_000, 60, 630.0))       # 128 channels, 100 units, 120 s
+    85
+    """
+    density = n_spikes / (max(n_bins, 1) * max(extent_um, 1e-9))     # spikes / (µm · bin)
+    if density <= 0:
+        return WINDOW_MAX_UM
+    width = WINDOW_SPIKES_PER_BIN / (math.sqrt(2.0 * math.pi) * density)
+    return float(min(max(width, WINDOW_MIN_UM), WINDOW_MAX_UM))
+
+
 def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None = None,
              rigid: bool = False, bin_s: float = 2.0, bin_um: float = 1.0,
-             max_disp_um: float = 100.0, win_step_um: float = 100.0,
-             win_scale_um: float = 100.0, time_horizon_s: float | None = 1000.0,
+             max_disp_um: float = 100.0, win_step_um: float | None = None,
+             win_scale_um: float | None = None, time_horizon_s: float | None = 1000.0,
              mincorr: float = 0.1, lambda_t: float = 1.0, lambda_s: float = 1.0,
              smooth_um: float = 1.0, weights: str = "count",
              robust_iterations: int = 3, shank_ids: Any = None,
@@ -118,12 +148,17 @@ def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None 
         The raster's time and depth bins.
     max_disp_um : float
         The largest shift between two time bins looked for (µm).
-    win_step_um, win_scale_um : float
-        Non-rigid windows' spacing and Gaussian SD (µm). Narrower than SpikeInterface's
-        defaults (200, 300) and DREDge's (400, 450): on SpikeInterface's drifting ground truth
-        with a depth gradient (128 channels, 630 µm; benchmarks/bench_motion.py) its two
-        windows of 300 µm left 1.5-1.8 µm RMS of error, windows of 100 µm 0.8 (finer ones
-        were noisier).
+    win_step_um, win_scale_um : float, optional
+        Non-rigid windows' spacing and Gaussian SD (µm). By default both are chosen per shank
+        from its spikes (`window_scale`): wide enough that a window holds
+        `WINDOW_SPIKES_PER_BIN` spikes per time bin, within [`WINDOW_MIN_UM`,
+        `WINDOW_MAX_UM`]. No fixed width served both probes measured
+        (SpikeInterface's drifting ground truth; error against the true displacement, µm RMS):
+        on 128 channels (630 µm, 100 units, ~1.4 spikes per µm per bin) windows of 100 µm
+        left 0.39 (non-rigid gradient) where 300 µm left 1.43; on an NP1.0 probe (384
+        channels, 3840 µm, 100 units, ~0.24 spikes per µm per bin, 300 s) windows of 100 µm
+        left 2.79 (non-rigid) and 3.08 (rigid drift) where 490 µm left 0.87 and 1.06. Both
+        best widths hold ~300 spikes per window and time bin.
     time_horizon_s : float, optional
         Pairs of time bins further apart are not compared (None: all pairs).
     mincorr : float
@@ -224,12 +259,15 @@ def estimate(spikes: Any, geometry: Any, duration_s: float, *, fs: float | None 
                                  smooth_um=smooth_um)
         counts = to_numpy(activity_raster(t_s, y_s, a_s, edges, d_edges, weights="count",
                                           smooth_um=0.0)).astype(np.float64)
-        windows, centres = spatial_windows(d_centres, lo, hi, rigid=rigid, step_um=win_step_um,
-                                           scale_um=win_scale_um)
+        scale = win_scale_um if win_scale_um is not None else \
+            window_scale(mine.size, n_t, hi - lo)
+        step = win_step_um if win_step_um is not None else scale
+        windows, centres = spatial_windows(d_centres, lo, hi, rigid=rigid, step_um=step,
+                                           scale_um=scale)
         rigid_here = len(centres) == 1
         if not rigid and rigid_here:
             warnings.warn(f"shank {int(s)} spans {hi - lo:g} µm, too short for non-rigid "
-                          f"windows of {win_scale_um:g} µm: its motion is estimated rigid",
+                          f"windows of {scale:g} µm: its motion is estimated rigid",
                           stacklevel=2)
         # a window's activity per time bin: its spikes, weighted by the window
         activity = counts @ windows.T                                   # [T, windows]
