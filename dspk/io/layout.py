@@ -16,6 +16,9 @@ __all__ = ["to_channels_first", "resolve_layout", "channels_first", "LAYOUTS", "
 
 #: the storage orders a 2-D recording can have
 LAYOUTS = ("samples_channels", "channels_samples")
+#: a 1-row array up to this long is ambiguous without a layout: one sample of a probe's
+#: channels (Neuropixels: 384; up to MAX_CHANNELS), or one channel of a few samples
+AMBIGUOUS_SINGLE = 4096
 
 
 def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -68,7 +71,9 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
     Raises
     ------
     RecordingError
-        An unknown ``layout``, or a shape whose axes are too close to tell apart.
+        An unknown ``layout``, a shape whose axes are too close to tell apart, an empty
+        axis, or one row of at most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
+        channel of a few samples?).
 
     Examples
     --------
@@ -85,8 +90,19 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
             raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         return layout
     a, b = shape
-    if 0 in (a, b):     # no samples: reported as such, not as "0 channels"
-        return "samples_channels" if a == 0 else "channels_samples"
+    if 0 in (a, b):
+        # which axis is empty says nothing of the layout: both readings named
+        raise RecordingError(f"{source} of shape {shape} is empty: 0 channels (or 0 samples) "
+                             f"whichever axis holds the channels; a recording needs at "
+                             f"least 1 channel and 2 samples")
+    if min(a, b) == 1 and max(a, b) <= AMBIGUOUS_SINGLE:
+        # one sample of a probe's channels, or one channel of a few ms? (an NWB dataset of
+        # one sample read as one channel was misdiagnosed further on)
+        raise RecordingError(f"layout: {source} of shape {shape} is 1 sample of {max(a, b)} "
+                             f"channels or 1 channel of {max(a, b)} samples; pass "
+                             f"{arg('layout', 'samples_channels')} or "
+                             f"{arg('layout', 'channels_samples')} (a recording needs at "
+                             f"least 2 samples)")
     if max(a, b) >= 2 * min(a, b):
         return "samples_channels" if a > b else "channels_samples"
     raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "
