@@ -196,6 +196,8 @@ def knn(a: Any, b: Any, k: int) -> tuple:
     if int(k) < 1 or int(k) > b.shape[0]:
         raise ValueError(f"k: expected 1 <= k <= {b.shape[0]} (rows of b), got {k}")
     xp = array_module(a, b)
+    check_finite(a, "a", ("row", "column"))
+    check_finite(b, "b", ("row", "column"))
     d = pairwise_sqdist(a, b)
     k = int(k)
     part = xp.argpartition(d, k - 1, axis=1)[:, :k]

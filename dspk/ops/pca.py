@@ -125,5 +125,6 @@ class PCA:
 
     @api
     def fit_transform(self, clips: Any) -> Any:
-        """``fit(clips).transform(clips)``."""
+        """``fit(clips).transform(clips)`` (the clips checked once)."""
+        _clips(clips, "clips")
         return self.fit(clips).transform(clips)

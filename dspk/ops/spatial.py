@@ -15,7 +15,7 @@ from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
 from ..linalg.host_checks import identical, max_relative_difference, to_host
 from ..linalg.prepared import PreparedCache, buffer_identity
-from ..finite import api, check_finite
+from ..finite import NonFiniteError, api, check_finite
 from ._checks import FLOATS, geometry, traces
 from ._parallel import blocks
 from ._spatial_gpu import SparseRowsPlan
@@ -39,7 +39,7 @@ def _check_cov(cov: Any) -> Any:
     bad = ~xp.isfinite(c64)
     if bool(bad.any()):
         i, j = (int(v) for v in xp.argwhere(bad)[0])
-        raise ValueError(f"cov: not finite at channels ({i}, {j})")
+        raise NonFiniteError(f"cov: not finite at channels ({i}, {j})")
     asym = xp.abs(c64 - c64.T)
     tol = 1e-6 * float(xp.abs(c64).max() or 1.0)
     if float(asym.max()) > tol:
