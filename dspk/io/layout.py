@@ -17,8 +17,9 @@ __all__ = ["to_channels_first", "resolve_layout", "channels_first", "LAYOUTS", "
 #: the storage orders a 2-D recording can have
 LAYOUTS = ("samples_channels", "channels_samples")
 #: a 1-row array up to this long is ambiguous without a layout: one sample of a probe's
-#: channels (Neuropixels: 384; up to MAX_CHANNELS), or one channel of a few samples
-AMBIGUOUS_SINGLE = 4096
+#: channels (Neuropixels: 384), or one channel of a few samples (longer rows, 0.1 s of one
+#: channel at 30 kHz in the examples, are one channel)
+AMBIGUOUS_SINGLE = 1024
 
 
 def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
