@@ -73,7 +73,7 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
     ------
     RecordingError
         An unknown ``layout``, a shape whose axes are too close to tell apart, an empty
-        axis, or one row of at most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
+        axis beside more than `AMBIGUOUS_SINGLE` samples (0 channels), or one row of at most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
         channel of a few samples?).
 
     Examples
@@ -92,10 +92,14 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
         return layout
     a, b = shape
     if 0 in (a, b):
-        # which axis is empty says nothing of the layout: both readings named
-        raise RecordingError(f"{source} of shape {shape} is empty: 0 channels (or 0 samples) "
-                             f"whichever axis holds the channels; a recording needs at "
-                             f"least 1 channel and 2 samples")
+        other = max(a, b)
+        if other > AMBIGUOUS_SINGLE:
+            # more than a probe's channels along the other axis: those are samples, and the
+            # empty axis the channels (it was reported as "0 samples")
+            raise RecordingError(f"{source} of shape {shape}: 0 channels ({other} samples of "
+                                 f"no channel); a recording needs at least 1 channel")
+        # a probe's channels and no sample: reported as such (an empty recording)
+        return "samples_channels" if a == 0 else "channels_samples"
     if min(a, b) == 1 and max(a, b) <= AMBIGUOUS_SINGLE:
         # one sample of a probe's channels, or one channel of a few ms? (an NWB dataset of
         # one sample read as one channel was misdiagnosed further on)
