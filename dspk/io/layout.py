@@ -73,7 +73,8 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
     ------
     RecordingError
         An unknown ``layout``, a shape whose axes are too close to tell apart, an empty
-        axis beside more than `AMBIGUOUS_SINGLE` samples (0 channels), or one row of at most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
+        axis beside more than `AMBIGUOUS_SINGLE` samples (0 channels), or one row of at
+        most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
         channel of a few samples?).
 
     Examples

@@ -42,7 +42,8 @@ from typing import Any, Callable
 from .problem import Candidate, Problem, prepared
 from .tuner_cache import TUNED_BRIEF, TUNED_SLICE, TUNED_THOROUGH, _entry
 from .tuner_timing import (CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, SAMPLED_COLS, SKIP_RATIO,
-                           SLICE_SHARE, NonFiniteOperands, Stopwatch, _cut_dim, _cycling, _macs, _make_probe,
+                           SLICE_SHARE, NonFiniteOperands, Stopwatch, _cut_dim, _cycling,
+                           _macs, _make_probe,
                            _median_time, _precision, _probe_for, _rotation, _Sampler, _shape,
                            _slice_for, _warn_failed, log, tuning_budget)
 

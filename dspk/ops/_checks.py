@@ -20,7 +20,7 @@ def traces(x: Any, name: str = "x", allow_int16: bool = False, min_samples: int 
     xp = array_module(x)
     if x.ndim != 2:
         hint = (f" (one channel: {name}[None, :])" if x.ndim == 1 else
-                f" (one channel at a time, or a batch reshaped to [channels, samples])"
+                " (one channel at a time, or a batch reshaped to [channels, samples])"
                 if x.ndim > 2 else "")
         raise ValueError(f"{name}: expected a 2-D [channels, samples] array, got shape "
                          f"{x.shape}{hint}")

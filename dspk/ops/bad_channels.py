@@ -14,7 +14,7 @@ import numpy as np
 from ..argnames import arg
 from ..backend import array_module, is_cupy_array, to_numpy
 from ..linalg import matmul
-from ..finite import NonFiniteError, api, check_finite
+from ..finite import NonFiniteError, api
 from ._checks import finite_number, positions, positive_number
 from .spatial import median_by_sorting
 

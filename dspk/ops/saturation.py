@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
-from ..finite import api, check_finite
+from ..finite import api
 from ._checks import traces
 
 __all__ = ["blank_saturation"]
