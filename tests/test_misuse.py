@@ -185,7 +185,7 @@ CASES = [
       for name, f in [("covariance", covariance), ("common_reference", common_reference),
                       ("fir_filter", lambda x: fir_filter(x, [1.0, 2.0])),
                       ("phase_shift", lambda x: phase_shift(x, [0.0, 0.0]))]],
-    *[(f"{name}-0-channels", (lambda f: lambda t: f(NO_CH))(f), V, "x: no channel")
+    *[(f"{name}-0-channels", (lambda f: lambda t: f(NO_CH))(f), V, "x: empty, no channel")
       for name, f in [("covariance", covariance), ("common_reference", common_reference),
                       ("fir_filter", lambda x: fir_filter(x, [1.0, 2.0])),
                       ("fir_bank", lambda x: fir_bank(x, np.ones((1, 3)))),

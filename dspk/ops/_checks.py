@@ -29,7 +29,7 @@ def traces(x: Any, name: str = "x", allow_int16: bool = False, min_samples: int 
         raise TypeError(f"{name}: unsupported dtype {x.dtype}; expected "
                         f"{', '.join(d.name for d in ok)}")
     if x.shape[0] == 0:
-        raise ValueError(f"{name}: no channel: shape {x.shape} (arrays are [channels, "
+        raise ValueError(f"{name}: empty, no channel: shape {x.shape} (arrays are [channels, "
                          f"samples]; at least 1 channel)")
     if x.shape[1] < min_samples:
         raise ValueError(f"{name}: empty or too short: shape {x.shape} (at least 1 channel and "
