@@ -10,7 +10,7 @@ import importlib
 
 import pytest
 
-MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.matmul",
+MODULES = ["dspk.argnames", "dspk.backend", "dspk.finite", "dspk.linalg.view", "dspk.linalg.matmul",
            "dspk.linalg.intmm",
            "dspk.linalg.engine",
            "dspk.match", "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial",

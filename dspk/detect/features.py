@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 
 from ..backend import to_numpy
+from ..finite import api, check_finite
 from ..ops import PCA
 from .spikes import _neighbourhoods
 from .templates import _clips
 
 
+@api
 def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
                 n_neighbors: int = 10) -> tuple:
     """(clips float32 [n_spikes, n_neighbors, taps] on the host, channels [n_spikes,
@@ -55,6 +57,7 @@ def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
     (20, -5.0)
     """
     geometry = np.asarray(to_numpy(geometry), dtype=np.float64)
+    check_finite(x, "x")
     nbr = _neighbourhoods(geometry, n_neighbors, (), None)[0]   # no weights; cached per probe
     nn = nbr.shape[1]
     chans = nbr[np.asarray(spikes["channel_index"], dtype=np.int64)].reshape(-1, nn)
@@ -63,6 +66,7 @@ def spike_clips(x: Any, spikes: np.ndarray, geometry: np.ndarray, fs: float,
     return clips, chans
 
 
+@api
 def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
                    pca: PCA | None = None, n_components: int = 3,
                    n_neighbors: int = 10) -> tuple:
@@ -120,6 +124,7 @@ def spike_features(x: Any, spikes: np.ndarray, geometry: Any, fs: float,
     if g.shape != (x.shape[0], 2):
         raise ValueError(f"geometry: expected [{x.shape[0]}, 2] positions in µm, got shape "
                          f"{g.shape}")
+    check_finite(x, "x")
     clips, chans = spike_clips(x, spikes, g, fs, n_neighbors)
     nn = chans.shape[1]
     if pca is None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..linalg import current_engine, matmul
+from ..finite import api, check_finite
 from ..ops import fir_bank
 from ..ops.distance import probe_sqdist
 from ._gpu import fused_reason
@@ -58,6 +59,7 @@ def _checks(x: Any, geometry: Any, fs: float, templates: Any, threshold: float) 
     return g, bank / norms[:, None]
 
 
+@api
 def template_noise(x: Any, fs: float, templates: Any = None) -> np.ndarray:
     """The robust noise SD of every channel's output of every template: the median absolute
     value of ``fir_bank(x, templates)`` / 0.6745 over `NOISE_SAMPLES` evenly spaced samples (all
@@ -91,6 +93,7 @@ def template_noise(x: Any, fs: float, templates: Any = None) -> np.ndarray:
     """
     g = np.zeros((x.shape[0], 2)) if getattr(x, "ndim", None) == 2 else None
     _, bank = _checks(x, g, fs, templates, 1.0)
+    check_finite(x, "x")
     return _template_noise(x, bank)
 
 
@@ -150,6 +153,7 @@ def detection_lag(fs: float) -> int:
     return default_templates(fs).shape[1] // 2 - int(round(TROUGH_TAP * fs / 30000.0))
 
 
+@api
 def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
                   threshold: float = 7.0, n_neighbors: int = 10,
                   widths_um: tuple = (10.0, 20.0, 30.0, 40.0, 50.0),
@@ -223,6 +227,7 @@ def detect_spikes(x: Any, geometry: Any, fs: float, templates: Any = None,
     ('sample_index', 'channel_index', 'amplitude', 'template_index', 'x', 'y')
     """
     g, bank = _checks(x, geometry, fs, templates, threshold)
+    check_finite(x, "x")
     c, n = x.shape
     if not int(n_neighbors) >= 1:
         raise ValueError(f"n_neighbors: expected at least 1 channel per neighbourhood, got "

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..linalg import matmul
+from ..finite import api, check_finite
 from ..ops import pairwise_sqdist
 
 
@@ -81,6 +82,7 @@ def _clips(x: Any, channels: np.ndarray, times: np.ndarray, fs: float) -> Any:
     return xp.where(xp.asarray(inside)[:, None, :], out, 0).astype(np.float32)
 
 
+@api
 def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 6.0,
                     isolation_ms: float = 1.0, max_spikes: int = 20000,
                     seed: int = 0) -> np.ndarray:
@@ -146,6 +148,7 @@ def learn_templates(x: Any, fs: float, n_templates: int = 6, threshold: float = 
     if getattr(x, "ndim", None) != 2:
         raise ValueError(f"x: expected [channels, samples], got shape "
                          f"{getattr(x, 'shape', None)}")
+    check_finite(x, "x")
     xs = x.astype(np.float32, copy=False)
     iso = max(1, int(round(isolation_ms * 1e-3 * fs)))
     n = xs.shape[1]

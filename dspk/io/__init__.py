@@ -22,7 +22,7 @@ from .openephys import OEBIN, OpenEphysRecording
 from .probe import read_probe
 from .recording import (BINARY_SUFFIXES, MAX_CHANNELS, MAX_READ_BYTES, ArrayRecording,
                         BinaryRecording, OpenOptions, Recording, RecordingSpec, source_path)
-from .scaling import to_uv
+from .scaling import check_gains, to_uv
 from .spikeinterface_recording import SpikeInterfaceRecording
 from .spikeglx import SpikeGLXRecording, meta_path
 from .subset import SubsetRecording
@@ -38,7 +38,8 @@ __all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "Recor
 def open_recording(source: Any, dataset: str | None = None, fs: float | None = None,
                    layout: str | None = None, gain_to_uv: Any = None, offset_to_uv: Any = None,
                    geometry: Any = None, n_channels: int | None = None, dtype: Any = None,
-                   header_bytes: int = 0, allow_external_links: bool = False) -> Recording:
+                   header_bytes: int = 0, allow_external_links: bool = False,
+                   allow_negative_gain: bool = False) -> Recording:
     """Open a recording; the common formats need no options.
 
     Parameters
@@ -79,6 +80,10 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         (refused when they contradict the metadata).
     allow_external_links : bool
         Follow HDF5 external links (refused by default: they can point outside the file).
+    allow_negative_gain : bool
+        Accept negative gains (refused by default: they flip the signal's sign, spikes
+        upward). Gains of 0 and non-finite gains, given or read from the file, are always
+        refused.
 
     Returns
     -------
@@ -97,7 +102,8 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         ElectricalSeries or streams and no choice, a folder with no or several Open Ephys
         recordings (listed), a SpikeGLX ``.meta`` without a tag that is needed (named), a file
         named like a SpikeGLX stream without its ``.meta`` (named), a layout that cannot be
-        told, absurd dimensions, an external link, fewer than 2 samples, wrong metadata, a
+        told, absurd dimensions, an external link, fewer than 2 samples, no channel, a gain
+        of 0, not finite or (without ``allow_negative_gain``) negative, wrong metadata, a
         geometry with two channels at one position, an option that contradicts the file.
     TypeError
         A source that is neither a path, an array nor a SpikeInterface recording.
@@ -166,7 +172,13 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
         raise FileNotFoundError(f"{path}: no such file")
     for fmt in recording_formats():
         if fmt.recognizes(source, options):
-            return fmt.from_source(source, options)
+            rec = fmt.from_source(source, options)
+            try:        # before any work: a zero gain zeroes the output, a negative one flips it
+                check_gains(rec.gain_to_uv, rec.source, allow_negative_gain)
+            except RecordingError:
+                rec.close()
+                raise
+            return rec
     if path is None:
         raise TypeError(f"source: expected a path or an array, got {type(source).__name__}")
     if os.path.isdir(path):

@@ -16,6 +16,10 @@ __all__ = ["to_channels_first", "resolve_layout", "channels_first", "LAYOUTS", "
 
 #: the storage orders a 2-D recording can have
 LAYOUTS = ("samples_channels", "channels_samples")
+#: a 1-row array up to this long is ambiguous without a layout: one sample of a probe's
+#: channels (Neuropixels: 384), or one channel of a few samples (longer rows, 0.1 s of one
+#: channel at 30 kHz in the examples, are one channel)
+AMBIGUOUS_SINGLE = 1024
 
 
 def to_channels_first(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -68,7 +72,10 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
     Raises
     ------
     RecordingError
-        An unknown ``layout``, or a shape whose axes are too close to tell apart.
+        An unknown ``layout``, a shape whose axes are too close to tell apart, an empty
+        axis beside more than `AMBIGUOUS_SINGLE` samples (0 channels), or one row of at
+        most `AMBIGUOUS_SINGLE` (one sample of a probe, or one
+        channel of a few samples?).
 
     Examples
     --------
@@ -85,8 +92,23 @@ def resolve_layout(layout: str | None, shape: tuple, source: str) -> str:
             raise RecordingError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         return layout
     a, b = shape
-    if 0 in (a, b):     # no samples: reported as such, not as "0 channels"
+    if 0 in (a, b):
+        other = max(a, b)
+        if other > AMBIGUOUS_SINGLE:
+            # more than a probe's channels along the other axis: those are samples, and the
+            # empty axis the channels (it was reported as "0 samples")
+            raise RecordingError(f"{source} of shape {shape}: 0 channels ({other} samples of "
+                                 f"no channel); a recording needs at least 1 channel")
+        # a probe's channels and no sample: reported as such (an empty recording)
         return "samples_channels" if a == 0 else "channels_samples"
+    if min(a, b) == 1 and max(a, b) <= AMBIGUOUS_SINGLE:
+        # one sample of a probe's channels, or one channel of a few ms? (an NWB dataset of
+        # one sample read as one channel was misdiagnosed further on)
+        raise RecordingError(f"layout: {source} of shape {shape} is 1 sample of {max(a, b)} "
+                             f"channels or 1 channel of {max(a, b)} samples; pass "
+                             f"{arg('layout', 'samples_channels')} or "
+                             f"{arg('layout', 'channels_samples')} (a recording needs at "
+                             f"least 2 samples)")
     if max(a, b) >= 2 * min(a, b):
         return "samples_channels" if a > b else "channels_samples"
     raise RecordingError(f"layout: cannot tell samples from channels in {source} of shape "

@@ -287,7 +287,16 @@ class OpenEphysRecording(BinaryRecording):
                 raise RecordingError(f"{key}: missing from stream {name!r} of {oebin}")
             return s[key]
 
-        n_stored = int(need("num_channels"))
+        try:
+            n_stored = int(need("num_channels"))
+        except (TypeError, ValueError):
+            raise RecordingError(f"num_channels: expected a channel count in stream {name!r} "
+                                 f"of {oebin}, got {s.get('num_channels')!r}") from None
+        if n_stored < 1:
+            # (a frame of 0 channels: a modulo by zero further on)
+            raise RecordingError(f"num_channels: stream {name!r} of {oebin} has "
+                                 f"num_channels={n_stored}; a stream needs at least 1 channel "
+                                 f"(a damaged or hand-edited structure.oebin?)")
         channels = s.get("channels") or []
         if len(channels) != n_stored:
             raise RecordingError(f"channels: stream {name!r} of {oebin} describes "

@@ -508,7 +508,43 @@ def _literal(node: ast.AST, names: dict[str, Any], path: str) -> Any:
             return list(r)
         if node.func.id == "list" and len(args) == 1 and isinstance(args[0], (list, tuple)):
             return list(args[0])
+    scalar = _numpy_scalar(node, ev)
+    if scalar is not None:
+        return scalar
     raise _refused(node, path, "an expression that is not a literal")
+
+
+#: NumPy scalar types whose repr a .prb may hold: probeinterface's write_prb formats NumPy
+#: values with repr, which NumPy 2 spells ``np.int64(7)``, ``np.float64(20.0)`` (NEP 51)
+_NUMPY_SCALARS = {**{t: int for t in ("int8", "int16", "int32", "int64", "uint8", "uint16",
+                                      "uint32", "uint64", "intc", "intp", "int_", "uint",
+                                      "longlong", "ulonglong", "short", "ushort", "byte",
+                                      "ubyte")},
+                  **{t: float for t in ("float16", "float32", "float64", "half", "single",
+                                        "double", "longdouble", "float_")},
+                  "str_": str, "bool_": bool}
+
+
+def _numpy_scalar(node: ast.AST, ev: Any) -> Any:
+    """``np.int64(7)`` / ``numpy.float64(2.5)`` / ``np.str_('a')``: the Python value of a
+    NumPy scalar's repr whose argument is itself a literal of its kind, or None. Nothing is
+    called: the type's name picks int, float, str or bool."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and
+            isinstance(node.func.value, ast.Name) and node.func.value.id in ("np", "numpy")
+            and node.func.attr in _NUMPY_SCALARS and len(node.args) == 1
+            and not node.keywords):
+        return None
+    kind = _NUMPY_SCALARS[node.func.attr]
+    v = ev(node.args[0])
+    if kind is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if kind is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if kind is str and isinstance(v, str):
+        return v
+    if kind is bool and isinstance(v, bool):
+        return v
+    return None
 
 
 def _refused(node: ast.AST, path: str, what: str) -> RecordingError:

@@ -77,3 +77,55 @@ def to_uv(raw: Any, gain_to_uv: np.ndarray, offset_to_uv: np.ndarray) -> Any:
     if np.any(offset != 0):
         out += xp.asarray(offset.astype(np.float32))[:, None]
     return out
+
+
+def check_gains(gain_to_uv: Any, source: str, allow_negative_gain: bool = False) -> None:
+    """Refuse gains that make no physical sense: 0 (an all-zero output), not finite, or
+    negative (a sign-flipped output, which spike sorters read as inverted spikes) unless
+    ``allow_negative_gain`` says the wiring inverts on purpose.
+
+    Parameters
+    ----------
+    gain_to_uv : array-like
+        µV per unit, one value or one per channel.
+    source : str
+        Named in the message (the recording).
+    allow_negative_gain : bool
+        Accept negative gains.
+
+    Raises
+    ------
+    RecordingError
+        Naming ``gain_to_uv`` and the first offending channel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_gains(np.array([0.195, 0.195]), "rec")
+    >>> check_gains(np.array([0.195, 0.0]), "rec")       # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dspk.io.errors.RecordingError: gain_to_uv: 0 µV per unit at channel 1 of rec ...
+    """
+    from ..argnames import arg                     # noqa: PLC0415 (a light module)
+    from .errors import RecordingError             # noqa: PLC0415
+
+    g = np.atleast_1d(np.asarray(gain_to_uv, dtype=np.float64))
+    bad = np.flatnonzero(~np.isfinite(g))
+    if bad.size:
+        raise RecordingError(f"gain_to_uv: not finite ({g[bad[0]]!r}) at channel "
+                             f"{int(bad[0])} of {source}; pass {arg('gain_to_uv')}<µV per "
+                             f"unit> (SpikeGLX: 1e6 · range / (2^bits · gain))")
+    zero = np.flatnonzero(g == 0)
+    if zero.size:
+        raise RecordingError(f"gain_to_uv: 0 µV per unit at channel {int(zero[0])} of "
+                             f"{source} ({zero.size} channel(s)): every sample would read 0 "
+                             f"µV; pass the recording's scale, {arg('gain_to_uv')}<µV per "
+                             f"unit> (or 1 to keep the stored units)")
+    neg = np.flatnonzero(g < 0)
+    if neg.size and not allow_negative_gain:
+        raise RecordingError(f"gain_to_uv: negative ({g[neg[0]]:g} µV per unit) at channel "
+                             f"{int(neg[0])} of {source} ({neg.size} channel(s)): the output "
+                             f"would be sign-flipped (spikes upward); pass "
+                             f"{arg('allow_negative_gain', True)} if the recording's wiring "
+                             f"inverts on purpose, or a positive {arg('gain_to_uv')}")

@@ -58,7 +58,7 @@ from .tuner_cache import (CACHE_SCHEMA, TUNED_BRIEF, TUNED_THOROUGH, _cache_lock
 from .tuner_operations import (_NOT_RUN, check_whole, choose_briefly, choose_on_slices,
                                choose_thoroughly)
 from .tuner_products import tune_on_first_use, tune_thoroughly
-from .tuner_timing import Stopwatch
+from .tuner_timing import NonFiniteOperands, Stopwatch
 
 # What the tuner's parts define stays importable from here, as before they were split off
 # (tests and benchmarks import some of it); a test patches a name in the module that reads it.
@@ -352,11 +352,21 @@ class Tuner:
                 rejected[c.name] = f"unavailable: {reason}"
         if not usable:
             raise RuntimeError(f"no candidate can compute this product: {rejected}")
-        watch, key_str = self._stopwatch, self.key_str(key)    # (the key as the log names it)
-        if thorough:
-            entry, done = tune_thoroughly(p, usable, rejected, key_str, watch)
-        else:
-            entry, done = tune_on_first_use(p, usable, rejected, key_str, run, watch)
+        key_str = self.key_str(key)               # (the key as the log names it)
+        unavailable = dict(rejected)
+        try:
+            entry, done = self._tune_on(p, usable, rejected, key_str, run, thorough)
+        except NonFiniteOperands:
+            # NaN or inf in the operands: every check against the sampled reference would
+            # fail, or pass, depending on where they lie (a cold cache raised, a warm one
+            # returned NaN). The choice is made on a probe of the same geometry (finite
+            # values, as the precision probe's) and the winner then computes the product:
+            # it propagates the NaN as IEEE arithmetic does, the same as with a cached choice
+            log.debug("dspk tuner: %s: operands not finite; tuned on a finite probe", key_str)
+            rejected = dict(unavailable)
+            entry, _ = self._tune_on(_make_probe(p), usable, rejected, key_str, True,
+                                     thorough)
+            done = False
         saved = self._save(key, entry)
         if saved is entry:
             best = names[entry["ranking"][0]]
@@ -371,6 +381,12 @@ class Tuner:
             choice.candidate.run(p)
         choice.source = "tuned now"
         return choice
+
+    def _tune_on(self, p: Problem, usable: list[Candidate], rejected: dict[str, str],
+                 key_str: str, run: bool, thorough: bool) -> tuple[dict, bool]:
+        if thorough:
+            return tune_thoroughly(p, usable, rejected, key_str, self._stopwatch)
+        return tune_on_first_use(p, usable, rejected, key_str, run, self._stopwatch)
 
     # -- generic choices (operations above the product engine) ------------------------------
     def choose(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,

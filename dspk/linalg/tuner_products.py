@@ -42,7 +42,8 @@ from typing import Any, Callable
 from .problem import Candidate, Problem, prepared
 from .tuner_cache import TUNED_BRIEF, TUNED_SLICE, TUNED_THOROUGH, _entry
 from .tuner_timing import (CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, SAMPLED_COLS, SKIP_RATIO,
-                           SLICE_SHARE, Stopwatch, _cut_dim, _cycling, _macs, _make_probe,
+                           SLICE_SHARE, NonFiniteOperands, Stopwatch, _cut_dim, _cycling,
+                           _macs, _make_probe,
                            _median_time, _precision, _probe_for, _rotation, _Sampler, _shape,
                            _slice_for, _warn_failed, log, tuning_budget)
 
@@ -228,6 +229,8 @@ def _first_trial(c: Candidate, q: Problem, state: _FirstUse, rejected: dict[str,
         log.debug("dspk tuner: %s on %s: %.3g ms (%.3g ms estimated for %s), %.3g ms "
                   "into the tuning", c.name, _shape(q), seconds * 1e3,
                   seconds / share * 1e3, _shape(p), (watch.clock() - state.t0) * 1e3)
+    except NonFiniteOperands:                 # the data's, not the candidate's: see _tune
+        raise
     except Exception as exc:  # a candidate that breaks is rejected, not fatal
         rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
         _warn_failed(c.name, key, exc)

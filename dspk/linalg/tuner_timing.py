@@ -180,6 +180,18 @@ def _median_time(fn: Callable[[], None], gpu: bool, budget_s: float = 0.25,
 
 
 # -- checking a result, the precision probe --------------------------------------------------------
+class NonFiniteOperands(Exception):
+    """A product's sampled reference is not finite: its operands hold NaN or infinity. Not a
+    candidate's failure (every candidate would be \"wrong\" against a NaN reference, and
+    which of them are depends on where the NaN lies): the tuner chooses on a finite probe of
+    the same geometry instead (`dspk.linalg.tuner.Tuner._tune`), and the product propagates
+    the NaN as IEEE arithmetic does, whatever the cache held."""
+
+    def __init__(self, p: Any):
+        super().__init__("the product's operands are not finite")
+        self.problem = p
+
+
 class _Sampler:
     """Sampled entries of a product and their float64 (int64) reference: up to MAX_ROWS rows
     of the first, middle and last batch, every column or up to ``max_cols`` of them (the first
@@ -218,6 +230,10 @@ class _Sampler:
         with single_threaded_blas() if xp is np else nullcontext():
             if not self.exact:
                 self.ref = xp.matmul(a, b)
+                if not bool(xp.isfinite(self.ref).all()):
+                    # NaN or inf in the operands (or a float64 overflow): no candidate can be
+                    # checked against this reference; the tuner chooses on a finite probe
+                    raise NonFiniteOperands(p)
                 self.absprod = xp.matmul(xp.abs(a), xp.abs(b))
             else:
                 self.absprod = None

@@ -19,12 +19,19 @@ def traces(x: Any, name: str = "x", allow_int16: bool = False, min_samples: int 
         raise TypeError(f"{name}: expected a NumPy or CuPy array, got {type(x).__name__}")
     xp = array_module(x)
     if x.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D [channels, samples] array, got shape {x.shape}")
+        hint = (f" (one channel: {name}[None, :])" if x.ndim == 1 else
+                " (one channel at a time, or a batch reshaped to [channels, samples])"
+                if x.ndim > 2 else "")
+        raise ValueError(f"{name}: expected a 2-D [channels, samples] array, got shape "
+                         f"{x.shape}{hint}")
     ok = FLOATS + ((np.dtype(np.int16),) if allow_int16 else ())
     if x.dtype not in ok:
         raise TypeError(f"{name}: unsupported dtype {x.dtype}; expected "
                         f"{', '.join(d.name for d in ok)}")
-    if x.shape[0] == 0 or x.shape[1] < min_samples:
+    if x.shape[0] == 0:
+        raise ValueError(f"{name}: empty, no channel: shape {x.shape} (arrays are [channels, "
+                         f"samples]; at least 1 channel)")
+    if x.shape[1] < min_samples:
         raise ValueError(f"{name}: empty or too short: shape {x.shape} (at least 1 channel and "
                          f"{min_samples} samples)")
     return xp

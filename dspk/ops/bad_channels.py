@@ -14,6 +14,7 @@ import numpy as np
 from ..argnames import arg
 from ..backend import array_module, is_cupy_array, to_numpy
 from ..linalg import matmul
+from ..finite import NonFiniteError, api
 from ._checks import finite_number, positions, positive_number
 from .spatial import median_by_sorting
 
@@ -247,6 +248,7 @@ def chunk_codes(feats: dict, *, psd_hf_threshold: float, dead: float, noisy: flo
     return codes
 
 
+@api
 def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: float = 0.02,
                         dead_channel_threshold: float = -0.5,
                         noisy_channel_threshold: float = 1.0,
@@ -437,8 +439,8 @@ def detect_bad_channels(x: Any, geometry: Any, fs: float, *, psd_hf_threshold: f
         c = x[:, s:s + chunk]
         if not bool(xp.isfinite(c).all()):
             ch, t = np.argwhere(~np.isfinite(to_numpy(c)))[0]
-            raise ValueError(f"x: not finite (NaN or inf) at channel {int(ch)}, sample "
-                             f"{int(s + t)}, in a chunk to assess")
+            raise NonFiniteError(f"x: not finite (NaN or inf) at channel {int(ch)}, "
+                                 f"sample {int(s + t)}, in a chunk to assess")
 
     order = depth_order(g, direction)
     feats = {k: np.empty((len(starts), n_channels)) for k in FEATURES}

@@ -8,11 +8,13 @@ import numpy as np
 
 from ..linalg import int_gram, matmul
 from ._covariance_gpu import center_rows, float_finish, int_finish
+from ..finite import api, check_finite
 from ._checks import channels_first_hint, traces
 
 __all__ = ["covariance", "CovarianceAccumulator"]
 
 
+@api
 def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
     """Covariance of the channels of ``x`` [channels, samples], as ``numpy.cov`` defines it.
 
@@ -35,7 +37,9 @@ def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
     ------
     ValueError
         For an array with more than 4 times as many rows as columns, with a hint: arrays are
-        [channels, samples] (a [samples, channels] array was probably passed).
+        [channels, samples] (a [samples, channels] array was probably passed); for a NaN or
+        an infinity in x (`dspk.finite.NonFiniteError`, naming its channel and sample),
+        whatever the tuner's cache holds.
 
     Notes
     -----
@@ -55,6 +59,7 @@ def covariance(x: Any, center: bool = True, ddof: int = 1) -> Any:
     xp = traces(x, allow_int16=True)
     if x.shape[0] > 4 * x.shape[1]:
         channels_first_hint(x)
+    check_finite(x, "x")
     n = x.shape[1]
     if xp is not np and x.dtype == np.int16 and (n < 2**16 or not center) and n - ddof > 0:
         # one chunk on the GPU: the product with its row sums, then one finishing kernel
@@ -102,10 +107,13 @@ class CovarianceAccumulator:
         self._m2 = None
         self._dtype = None
 
+    @api
     def add(self, x: Any) -> "CovarianceAccumulator":
         """Add one chunk [channels, samples] (float32, float64 or int16; every chunk of the
-        same dtype, channel count and array type as the first). Returns the accumulator."""
+        same dtype, channel count and array type as the first), finite (a NaN or an
+        infinity is a `ValueError` naming its channel and sample). Returns the accumulator."""
         xp = traces(x, allow_int16=True)
+        check_finite(x, "x")
         c, n = x.shape
         if self._xp is None:
             self._xp, self._dtype, self._c = xp, x.dtype, c

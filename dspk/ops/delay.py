@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from ..finite import api, check_finite
 from ._checks import traces
 from ._traces_gpu import fir_reason, fir_rows
 from .fir import fir_filter
@@ -160,6 +161,7 @@ def _pad(xp: Any, x: Any, width: int, edges: str) -> Any:
     return out
 
 
+@api
 def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: str = "zeros",
                 halo: int = 0) -> Any:
     """Delay every channel of ``x`` by its own fraction of a sample: the correction of
@@ -255,11 +257,7 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
         raise ValueError(f"halo: expected an integer with 0 <= halo < samples/2 "
                          f"({n} samples), got {halo!r}")
     halo = int(halo)
-    finite = xp.isfinite(x)
-    if not bool(finite.all()):
-        c, t = (int(v) for v in xp.argwhere(~finite)[0])
-        raise ValueError(f"x: not finite at channel {c}, sample {t} ({float(x[c, t])!r}); "
-                         f"the delay would spread it over its neighbours")
+    check_finite(x, "x")               # (the delay would spread a NaN over its neighbours)
     values, group = np.unique(s, return_inverse=True)
     if xp is not np and len(values) > 1 and edges == "zeros":
         y = _per_channel_gpu(x, values, group, taps, halo)

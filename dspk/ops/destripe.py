@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from ..finite import api, check_finite
 from ._checks import positions, traces
 from .fir import fir_filter
 from .spatial import spatial_filter
@@ -28,6 +29,8 @@ from .spatial import spatial_filter
 __all__ = ["highpass_spatial_filter", "highpass_spatial_matrix", "agc_window"]
 
 DIRECTIONS = ("x", "y")
+#: the largest n_channel_pad taken (a group pads at most its own channel count anyway)
+MAX_PAD = 1 << 20
 OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int16))
 
 
@@ -91,9 +94,14 @@ def _matrix(geometry: Any, groups: Any, n_channel_pad: Any, n_channel_taper: Any
         raise ValueError(f"direction: expected 'x' or 'y' (the axis the filter runs along), "
                          f"got {direction!r}")
     smallest = int(np.bincount(lab).min())
+    # the padding is capped at each group's channel count, as IBL's kfilt caps it
+    # (``ntr_pad = min(ntr_pad, nx)``): its default of 60 then works on fewer channels (a
+    # 32-channel probe), where SpikeInterface's filter asserts n_channel_pad <= channels and
+    # refuses its own default; within that bound the two agree
     pad = 0 if n_channel_pad is None else _count(
-        "n_channel_pad", n_channel_pad, smallest, "the channels of the smallest group")
-    taper = pad if n_channel_taper is None else _count(
+        "n_channel_pad", n_channel_pad, MAX_PAD, "channels reflected at each end of a group")
+    # (-1: as many as each group's padding)
+    taper = -1 if n_channel_taper is None else _count(
         "n_channel_taper", n_channel_taper, smallest, "the channels of the smallest group")
     if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
         raise ValueError(f"highpass_butter_order: expected a positive integer, got {order!r}")
@@ -131,19 +139,30 @@ def _cached_matrix(key: bytes, n: int, labels: bytes, pad: int, taper: int, dim:
                              f"along depth and needs positions that vary in {direction} "
                              f"(pass {arg('direction')} or {arg('groups')} to match the probe)")
         m = len(idx)
-        length = m + 2 * pad
+        p = min(pad, m)                       # IBL's kfilt: ntr_pad = min(ntr_pad, nx)
+        t = p if taper < 0 else taper
+        length = m + 2 * p
         if length <= edge:
-            raise ValueError(f"n_channel_pad: a group of {m} channels padded by {pad} on each "
+            if 3 * m <= edge:                 # even padded by all its channels
+                raise ValueError(
+                    f"geometry: a group of {m} channels is too small for the spatial "
+                    f"high-pass: padded by its own {m} channels on each side (the most "
+                    f"IBL's kfilt pads) it gives {length}, not more than the {edge} the "
+                    f"forward-backward filter extends by; it needs at least "
+                    f"{edge // 3 + 1} channels per group: use a common reference instead "
+                    f"(Reference('median'), --reference median) or fewer "
+                    f"{arg('groups')}")
+            raise ValueError(f"n_channel_pad: a group of {m} channels padded by {p} on each "
                              f"side gives {length} channels, not more than the {edge} the "
                              f"forward-backward filter extends by; pass a larger "
                              f"{arg('n_channel_pad')} (or fewer {arg('groups')})")
         # the unit vectors, padded by reflection (edge channel repeated) and tapered: the
         # columns of the result are the reference's spatial filter's impulse responses
         eye = np.eye(m)
-        padded = np.concatenate([eye[:pad][::-1], eye, eye[m - pad:][::-1]], axis=0)
-        if taper > 0:
-            padded *= _taper(length, taper)[:, None]
-        block = sosfiltfilt(sos, padded, axis=0)[pad:pad + m]
+        padded = np.concatenate([eye[:p][::-1], eye, eye[m - p:][::-1]], axis=0)
+        if t > 0:
+            padded *= _taper(length, t)[:, None]
+        block = sosfiltfilt(sos, padded, axis=0)[p:p + m]
         o = idx[_group_order(pos, dim)]
         w[np.ix_(o, o)] = block
     w.setflags(write=False)
@@ -180,11 +199,14 @@ def highpass_spatial_matrix(geometry: Any, *, n_channel_pad: int | None = 60,
         [channels, 2] contact positions in µm (x, y), finite, in the traces' channel order.
         A Probe with shank ids groups its channels by shank.
     n_channel_pad : int or None
-        Channels padded by reflection at each end of each group (default 60; None: 0), at
-        most the channels of the smallest group.
+        Channels padded by reflection at each end of each group (default 60; None: 0). A
+        group pads at most its own channel count, as IBL's ``kfilt`` caps its ``ntr_pad``
+        (``min(ntr_pad, channels)``), so the default works on probes of fewer than 60
+        channels; SpikeInterface's filter refuses a padding above the channel count (it
+        gives the same result as this one with ``n_channel_pad`` = the channels).
     n_channel_taper : int or None
         Padded channels tapered by a cosine ramp at each end (default 0; None: as many as
-        ``n_channel_pad``), at most the channels of the smallest group.
+        each group pads), at most the channels of the smallest group.
     direction : {"x", "y"}
         The axis along which the reference checks that the channels are already in order
         (default "y", depth); a group whose positions do not vary along it is an error.
@@ -207,7 +229,8 @@ def highpass_spatial_matrix(geometry: Any, *, n_channel_pad: int | None = 60,
     ValueError
         geometry not [channels, 2] or not finite, a group without variation along
         ``direction``, ``n_channel_pad`` or ``n_channel_taper`` out of range (or a padded
-        group too short for the forward-backward filter), an unknown ``direction``, a bad
+        group too short for the forward-backward filter: a group of fewer than 5 channels
+        with the default filter, whatever its padding), an unknown ``direction``, a bad
         order or cut-off, ``groups`` of the wrong length.
 
     Examples
@@ -277,6 +300,7 @@ def _moving_gain(xp: Any, a: Any, taps: np.ndarray, halo: int) -> Any:
     return fir_filter(a, taps, halo=halo)
 
 
+@api
 def highpass_spatial_filter(x: Any, geometry: Any, fs: float | None = None, *,
                             n_channel_pad: int | None = 60, n_channel_taper: int | None = 0,
                             direction: str = "y", apply_agc: bool = True,
@@ -387,11 +411,7 @@ groups
                         f"{out_dtype}")
     w = _matrix(geometry, groups, n_channel_pad, n_channel_taper, direction,
                 highpass_butter_order, highpass_butter_wn, n_channels=n_ch)
-    finite = xp.isfinite(x)
-    if not bool(finite.all()):
-        c, t = (int(v) for v in xp.argwhere(~finite)[0])
-        raise ValueError(f"x: not finite at channel {c}, sample {t} ({float(x[c, t])!r}); "
-                         f"the spatial filter would spread it over every channel")
+    check_finite(x, "x")               # (the spatial filter would spread it over every channel)
     inner = x[:, halo:n - halo] if halo else x
     w_x = w if xp is np else xp.asarray(w)
     if not apply_agc:

@@ -9,6 +9,7 @@ import numpy as np
 from ..backend import array_module, is_cupy_array
 from ..kernels import FLOAT_DTYPES, LAUNCH, ctype, declare_instances, kernel
 from ..linalg import matmul
+from ..finite import api, check_finite
 from ._checks import FLOATS
 
 __all__ = ["pairwise_sqdist", "knn"]
@@ -24,6 +25,7 @@ def _points(a: Any, name: str) -> Any:
     return array_module(a)
 
 
+@api
 def pairwise_sqdist(a: Any, b: Any) -> Any:
     """Squared Euclidean distances [n, m] between the rows of a [n, d] and b [m, d], as
     ‖a‖² + ‖b‖² − 2·A·Bᵀ (one product), clamped at 0 (rounding can make it slightly negative).
@@ -70,6 +72,8 @@ def pairwise_sqdist(a: Any, b: Any) -> Any:
         raise ValueError(f"a has {a.shape[1]} dimensions but b has {b.shape[1]}")
     if a.dtype != b.dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}; convert one explicitly")
+    check_finite(a, "a", ("row", "column"))
+    check_finite(b, "b", ("row", "column"))
     if xp is not np and _direct(a.shape[0], b.shape[0], a.shape[1]):
         return _sqdist_direct(a, b)
     ab = matmul(a, b.T)                 # a new [n, m] array: finished in place
@@ -155,6 +159,7 @@ def _sqdist_direct(a: Any, b: Any) -> Any:
     return out
 
 
+@api
 def knn(a: Any, b: Any, k: int) -> tuple:
     """The k nearest rows of b for each row of a: (indices [n, k] int64, squared distances
     [n, k]), nearest first.
@@ -191,6 +196,8 @@ def knn(a: Any, b: Any, k: int) -> tuple:
     if int(k) < 1 or int(k) > b.shape[0]:
         raise ValueError(f"k: expected 1 <= k <= {b.shape[0]} (rows of b), got {k}")
     xp = array_module(a, b)
+    check_finite(a, "a", ("row", "column"))
+    check_finite(b, "b", ("row", "column"))
     d = pairwise_sqdist(a, b)
     k = int(k)
     part = xp.argpartition(d, k - 1, axis=1)[:, :k]

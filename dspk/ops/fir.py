@@ -17,6 +17,8 @@ import numpy as np
 
 from ..linalg.engine import current_engine
 from ..linalg.host_checks import max_relative_difference
+from ..argnames import arg
+from ..finite import api, check_finite
 from ._checks import traces
 from ._parallel import blocks
 from ._traces_gpu import fir_direct, fir_reason
@@ -27,6 +29,28 @@ __all__ = ["highpass_taps", "bandpass_taps", "zero_phase_taps", "fir_filter", "f
            "DEFAULT_HIGHPASS_HZ"]
 
 DEFAULT_HIGHPASS_HZ = 300.0
+#: the longest filter `highpass_taps` and `bandpass_taps` design: 2^20 taps (35 s at 30 kHz,
+#: 8 MiB of float64). A 0.01 Hz high-pass needs 7.9 M taps at 30 kHz, and a job then asked
+#: for 168 TiB before failing; a cut-off so low is a drift correction, not a FIR's work
+MAX_TAPS = 1 << 20
+
+
+def _check_length(numtaps: int, fs: float, band: str, edge: float, transition: float,
+                  given: bool) -> None:
+    """Refuse a Kaiser design longer than `MAX_TAPS`, saying what it would need and which
+    cut-off or transition fits."""
+    if numtaps <= MAX_TAPS:
+        return
+    # taps grow as 1/transition: the transition (and, by default, the cut-off) that fits
+    fits = transition * numtaps / MAX_TAPS
+    instead = (f"a wider {arg('transition')} (at least {fits:.3g} Hz)" if given else
+               f"a cut-off of at least {fits * 1.5:.3g} Hz (its transition, 2/3 of the "
+               f"cut-off, sets the length)")
+    raise ValueError(f"cutoff: a {band} at {edge:g} Hz with a {transition:.3g} Hz transition "
+                     f"band needs {numtaps:,} taps at {fs:g} Hz ({numtaps / fs:.3g} s of "
+                     f"signal per output sample), more than the {MAX_TAPS:,} (MAX_TAPS) dspk "
+                     f"designs; use {instead}, or remove slow drifts another way (a "
+                     f"decimated signal, scipy.signal.sosfiltfilt)")
 
 
 def _check_fs(fs: float, *cutoffs: float) -> None:
@@ -67,7 +91,9 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
     Raises
     ------
     ValueError
-        A non-positive ``fs``, a cutoff outside (0, fs/2), a transition out of range.
+        A non-positive ``fs``, a cutoff outside (0, fs/2), a transition out of range, a
+        design longer than `MAX_TAPS` (a cut-off far below the spike band: the message says
+        which cut-off or transition fits).
 
     Examples
     --------
@@ -81,12 +107,14 @@ def highpass_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ,
     >>> np.round(np.abs(h), 2)                     # |H| at 200, 300 and 400 Hz
     array([0.03, 0.49, 0.98])
     """
+    given = transition is not None
     transition = (2.0 / 3.0) * cutoff if transition is None else float(transition)
     _check_fs(fs, cutoff)
     if not 0 < transition < 2 * cutoff:
         raise ValueError(f"transition: expected 0 < transition < 2*cutoff, got {transition}")
     numtaps, beta = kaiser_order(ripple_db, transition / (0.5 * fs))
     numtaps |= 1  # odd: a high-pass needs a middle tap (type I)
+    _check_length(numtaps, fs, "high-pass", cutoff, transition, given)
     return kaiser_firwin(numtaps, cutoff, fs, beta)
 
 
@@ -124,8 +152,12 @@ def bandpass_taps(fs: float, low: float, high: float, transition: float | None =
     _check_fs(fs, low, high)
     if not low < high:
         raise ValueError(f"low ({low} Hz) must be below high ({high} Hz)")
+    given = transition is not None
     transition = (2.0 / 3.0) * low if transition is None else float(transition)
+    if not 0 < transition < 2 * low:
+        raise ValueError(f"transition: expected 0 < transition < 2*low, got {transition}")
     numtaps, beta = kaiser_order(ripple_db, transition / (0.5 * fs))
+    _check_length(numtaps | 1, fs, "band-pass", low, transition, given)
     return kaiser_firwin(numtaps | 1, [low, high], fs, beta)
 
 
@@ -181,12 +213,20 @@ def zero_phase_taps(fs: float, cutoff: float = DEFAULT_HIGHPASS_HZ, order: int =
     return full[mid - half: mid + half + 1]
 
 
-def _check_taps(taps: Any, n_samples: int, name: str = "taps") -> np.ndarray:
+def _check_taps(taps: Any, n_samples: int, name: str = "taps",
+                n_rows: int | None = None) -> np.ndarray:
     t = np.asarray(taps.get() if hasattr(taps, "get") else taps, dtype=np.float64)
     if t.ndim != 1 or t.size == 0:
         raise ValueError(f"{name}: expected a non-empty 1-D array of taps, got shape {t.shape}")
     if t.size > n_samples:
-        raise ValueError(f"{name}: {t.size} taps are longer than the data ({n_samples} samples)")
+        hint = ""
+        if n_rows is not None and n_rows > n_samples:
+            hint = (f"; x has more rows ({n_rows}) than columns: arrays are [channels, "
+                    f"samples] in dspk (did you pass [samples, channels]? use x.T)")
+        raise ValueError(f"{name}: {t.size} taps are longer than the data ({n_samples} "
+                         f"samples): the filter needs at least {t.size} samples; pass a "
+                         f"longer block, or design fewer taps (a higher cut-off or a wider "
+                         f"transition){hint}")
     return t
 
 
@@ -321,6 +361,7 @@ def _rfft_bank(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return out
 
 
+@api
 def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> Any:
     """Filter every channel of ``x`` [channels, samples] with ``taps``.
 
@@ -362,7 +403,8 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     array([[ 0.,  3.,  8., 14.,  8.,  3.,  0.]], dtype=float32)
     """
     xp = traces(x)
-    t = _check_taps(taps, x.shape[1])
+    t = _check_taps(taps, x.shape[1], n_rows=x.shape[0])
+    check_finite(x, "x")
     if zero_phase:
         t = np.convolve(t, t[::-1])
     halo = int(halo)
@@ -373,6 +415,7 @@ def fir_filter(x: Any, taps: Any, zero_phase: bool = False, halo: int = 0) -> An
     return y[:, halo:x.shape[1] - halo] if halo else y
 
 
+@api
 def fir_bank(x: Any, bank: Any) -> Any:
     """Correlate every channel with every filter of ``bank`` [k, taps]: out[c, i, t] =
     Σ_j bank[i, j]·x[c, t + j − taps//2] (zero outside) — Kilosort4's template correlation.
@@ -406,7 +449,10 @@ def fir_bank(x: Any, bank: Any) -> Any:
     b = np.asarray(bank.get() if hasattr(bank, "get") else bank, dtype=np.float64)
     if b.ndim != 2 or b.shape[0] == 0 or b.shape[1] == 0:
         raise ValueError(f"bank: expected [filters, taps], got shape {b.shape}")
+    check_finite(b, "bank", ("filter", "tap"))
+    check_finite(x, "x")
     if b.shape[1] > x.shape[1]:
+        _check_taps(b[0], x.shape[1], "bank", n_rows=x.shape[0])
         raise ValueError(f"bank: {b.shape[1]} taps are longer than the data "
                          f"({x.shape[1]} samples)")
     return _correlate_bank(xp, x, b)

@@ -11,6 +11,7 @@ from ..linalg import matmul
 from ..linalg.host_checks import to_host
 from ..linalg.threads import single_threaded_blas
 from ._pca_gpu import center_project, fits
+from ..finite import api, check_finite
 from ._checks import FLOATS
 
 __all__ = ["PCA"]
@@ -24,6 +25,8 @@ def _clips(x: Any, name: str) -> tuple:
                          f"{x.shape}")
     if x.dtype not in FLOATS:
         raise TypeError(f"{name}: unsupported dtype {x.dtype}; expected float32 or float64")
+    # a NaN would spread over the covariance (every component) or a whole row of features
+    check_finite(x, name, ("clip", "tap") if x.ndim == 2 else ("clip", "channel", "tap"))
     return array_module(x), x.reshape(-1, x.shape[-1])
 
 
@@ -73,6 +76,7 @@ class PCA:
         self.components_: Any = None
         self.explained_variance_: Any = None
 
+    @api
     def fit(self, clips: Any) -> "PCA":
         """Fit the components on float32/float64 clips [n, taps] or [n, channels, taps];
         returns the PCA."""
@@ -101,6 +105,7 @@ class PCA:
         self.explained_variance_ = xp.asarray(d[order])
         return self
 
+    @api
     def transform(self, clips: Any) -> Any:
         """Features ``(clips − mean_)·components_ᵀ``: [n, n_components], or
         [n, channels, n_components] for [n, channels, taps] clips, in the fitted dtype."""
@@ -118,6 +123,8 @@ class PCA:
         feats = matmul(x - self.mean_[None], self.components_.T)
         return feats.reshape(clips.shape[:-1] + (self.n_components,))
 
+    @api
     def fit_transform(self, clips: Any) -> Any:
-        """``fit(clips).transform(clips)``."""
+        """``fit(clips).transform(clips)`` (the clips checked once)."""
+        _clips(clips, "clips")
         return self.fit(clips).transform(clips)

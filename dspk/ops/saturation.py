@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from ..finite import api
 from ._checks import traces
 
 __all__ = ["blank_saturation"]
@@ -17,6 +18,7 @@ __all__ = ["blank_saturation"]
 DIRECTIONS = ("upper", "lower", "both")
 
 
+@api
 def blank_saturation(x: Any, threshold: float, *, direction: str = "upper",
                      fill: float | None = None) -> Any:
     """Replace the samples of ``x`` at or beyond ``threshold`` by ``fill``: SpikeInterface's

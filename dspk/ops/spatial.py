@@ -15,6 +15,7 @@ from ..linalg.threads import single_threaded_blas
 from ..linalg.engine import current_engine
 from ..linalg.host_checks import identical, max_relative_difference, to_host
 from ..linalg.prepared import PreparedCache, buffer_identity
+from ..finite import NonFiniteError, api, check_finite
 from ._checks import FLOATS, geometry, traces
 from ._parallel import blocks
 from ._spatial_gpu import SparseRowsPlan
@@ -38,7 +39,7 @@ def _check_cov(cov: Any) -> Any:
     bad = ~xp.isfinite(c64)
     if bool(bad.any()):
         i, j = (int(v) for v in xp.argwhere(bad)[0])
-        raise ValueError(f"cov: not finite at channels ({i}, {j})")
+        raise NonFiniteError(f"cov: not finite at channels ({i}, {j})")
     asym = xp.abs(c64 - c64.T)
     tol = 1e-6 * float(xp.abs(c64).max() or 1.0)
     if float(asym.max()) > tol:
@@ -100,6 +101,7 @@ def neighbors(geom: Any, n_neighbors: int | None = None, radius_um: float | None
     return [order[c, :counts[c]] for c in range(len(g))]
 
 
+@api
 def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None,
                      n_neighbors: int | None = None, radius_um: float | None = None) -> Any:
     """ZCA whitening matrix W, applied as ``spatial_filter(W, x)``.
@@ -253,6 +255,7 @@ class SpatialFilter:
     0.0
     """
 
+    @api
     def __init__(self, w: Any) -> None:
         _check_w(w)
         self.w = w
@@ -260,6 +263,7 @@ class SpatialFilter:
         # W's pattern read on the host (CuPy's comparison and sum would be compiled in a
         # first call: 1.5 s on a fresh machine); W is [out_channels, channels], small
         host = to_host(w)
+        check_finite(host, "w", ("row", "column"))   # (checked once, here: W is fixed)
         nnz = (host != 0).sum(axis=1)
         self.max_row_nnz = int(nnz.max())
         self.sparse = (self.max_row_nnz <= SPARSE_MAX_ROW and w.shape[1] > SPARSE_MAX_ROW and
@@ -310,9 +314,12 @@ class SpatialFilter:
             return blocks(lambda s, e: np.asarray(csr @ x[:, s:e]), x.shape[1], x.size, axis=1)
         return self.xp.ascontiguousarray(csr @ x)
 
+    @api
     def __call__(self, x: Any) -> Any:
-        """W·x for [channels, samples] traces x (x's array type and dtype)."""
+        """W·x for [channels, samples] traces x (x's array type and dtype; finite: a NaN
+        or an infinity is a `ValueError` naming its channel and sample)."""
         xp = _check_pair(self.w, x)
+        check_finite(x, "x")
         w = self.w
         if not self.sparse:
             self.chosen = "dense_matmul"
@@ -390,6 +397,7 @@ class SpatialFilter:
         return plan(x)
 
 
+@api
 def spatial_filter(w: Any, x: Any) -> Any:
     """``W·x`` for a [out_channels, channels] matrix and [channels, samples] traces.
 
@@ -429,6 +437,8 @@ def spatial_filter(w: Any, x: Any) -> Any:
     """
     xp = traces(x)
     _check_w(w)
+    check_finite(w, "w", ("row", "column"))
+    check_finite(x, "x")
     verdicts = _dense_verdicts()
     ident = buffer_identity(w)
     sight = None
@@ -530,6 +540,7 @@ def _filter_of_copy(w: Any) -> SpatialFilter:
     return SpatialFilter(w.copy())
 
 
+@api
 def common_reference(x: Any, operator: str = "median", groups: Sequence | None = None,
                      geometry_um: Any = None, local_radius: tuple | None = None) -> Any:
     """Subtract a common reference from every channel.
@@ -572,6 +583,7 @@ def common_reference(x: Any, operator: str = "median", groups: Sequence | None =
            [ 8. , -4. , -6. ]], dtype=float32)
     """
     xp = traces(x)
+    check_finite(x, "x")
     if operator not in ("median", "mean"):
         raise ValueError(f"operator: expected 'median' or 'mean', got {operator!r}")
     def reduce(a: Any) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+from ..finite import check_finite, checked
 from .stage import Context, FitBlocks, Sink, Step
 from .stream import device_read_ahead
 
@@ -62,6 +63,11 @@ class PreparedPipeline:
         is sample ``start`` of a recording of ``n_total`` samples (in place where a step
         allows): the samples outside [0, n_total) are set to zero after every step.
 
+        ``x`` is checked once, here (`dspk.finite.check_finite`: a NaN or an infinity is a
+        `ValueError` naming its channel and sample, which every step would spread); the steps
+        do not check it again. `compute`, for blocks a recording read (and checked), skips
+        the check.
+
         Parameters
         ----------
         x : array
@@ -80,13 +86,20 @@ class PreparedPipeline:
         array([[ 0., -1.,  0.],
                [ 0.,  1.,  0.]], dtype=float32)
         """
+        check_finite(x, "x")
+        return self._apply(x, start, n_total)
+
+    def _apply(self, x: Any, start: int, n_total: int) -> Any:
+        """`apply` on a block already checked: the steps' own public calls do not scan it
+        again (`dspk.finite.checked`; on the GPU each scan would wait for the device)."""
         ctx = self.ctx
         lo, hi = max(0, -start), min(x.shape[1], n_total - start)
-        for step, prepared in self.steps:
-            x = step.apply_at(x, ctx, prepared, start)
-            if lo > 0 or hi < x.shape[1]:
-                x[:, :lo] = 0
-                x[:, hi:] = 0
+        with checked():
+            for step, prepared in self.steps:
+                x = step.apply_at(x, ctx, prepared, start)
+                if lo > 0 or hi < x.shape[1]:
+                    x[:, :lo] = 0
+                    x[:, hi:] = 0
         return x
 
     def compute(self, raw: tuple, s0: int, s1: int, m: int) -> Any:
@@ -117,7 +130,9 @@ class PreparedPipeline:
             x = xp.zeros((ctx.n_channels, width), dtype=dtype)
             x[:, a - (s0 - m):a - (s0 - m) + block.shape[1]] = \
                 xp.asarray(block).astype(dtype, copy=False)
-        return self.apply(x, s0 - m, rec.n_samples)
+        # read by the recording, which refuses non-finite float samples (and an integer
+        # recording holds none): not scanned again
+        return self._apply(x, s0 - m, rec.n_samples)
 
     def tables(self) -> list:
         """Every sink's tables, in order (`dspk.pipeline.Sink.tables`)."""
@@ -133,9 +148,11 @@ class PreparedPipeline:
         s0, s1, m : int
         """
         out: list = []
-        for sink, prepared, _ in self.sinks:
-            md = sink.margin(self.ctx.fs)
-            out += sink.rows(full[:, m - md:m + (s1 - s0) + md], s0, s1, self.ctx, prepared)
+        with checked():                       # (the steps' output of a checked block)
+            for sink, prepared, _ in self.sinks:
+                md = sink.margin(self.ctx.fs)
+                out += sink.rows(full[:, m - md:m + (s1 - s0) + md], s0, s1, self.ctx,
+                                 prepared)
         return out
 
 
@@ -181,12 +198,19 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     fitting = [k for k, s in enumerate(stages) if s.fitted]
     if not fitting:
         return out
-    rec, fs = ctx.recording, ctx.fs
-    margins = [s.margin(fs) for s in stages]
+    margins = [s.margin(ctx.fs) for s in stages]
     if not any(stages[k].reads_blocks for k in fitting):   # states from the recording alone
         for k in fitting:
             out[k] = stages[k].fit(FitBlocks([], margins[k]), ctx)
         return out
+    with checked():     # blocks read by the recording (checked) and put through the steps
+        return _fit_blocks(stages, out, ctx, spans, fitting, margins)
+
+
+def _fit_blocks(stages: Sequence[Any], out: list, ctx: Context, spans: Sequence[tuple],
+                fitting: list, margins: list) -> list:
+    """`fitted_states` of stages that read blocks: ``out`` completed."""
+    rec, fs = ctx.recording, ctx.fs
     m = sum(margins)
     first, last = fitting[0], fitting[-1]
     # the steps before the first stage that fits, chunk by chunk as the reads arrive; the
@@ -204,7 +228,8 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
                                          margins[k], stream), ctx)
         if k < last and isinstance(stage, Step):
             one = PreparedPipeline([stage], [out[k]], ctx)
-            blocks = [one.apply(b, s0 - m, rec.n_samples) for (s0, _), b in zip(spans, blocks)]
+            blocks = [one._apply(b, s0 - m, rec.n_samples)
+                      for (s0, _), b in zip(spans, blocks)]
     return out
 
 
