@@ -83,6 +83,8 @@ def _open_options(args: argparse.Namespace) -> dict:
                if getattr(args, key) is not None}
     if args.header_bytes:
         options["header_bytes"] = args.header_bytes
+    if getattr(args, "allow_negative_gain", False):
+        options["allow_negative_gain"] = True
     if args.probe is not None:      # one probe for every recording
         options["geometry"] = read_probe(args.probe, n_channels=args.n_channels)
     return options
@@ -454,6 +456,9 @@ INPUT_OPTIONS = (
     ("--gain-to-uv", dict(type=float, default=None, metavar="UV",
                           help="µV per raw unit (overrides the file's; when neither gives one: "
                                "1, the samples taken as µV)")),
+    ("--allow-negative-gain", dict(action="store_true",
+                                   help="accept a negative gain (refused by default: it flips "
+                                        "the signal's sign)")),
     ("--probe", dict(default=None, metavar="FILE",
                      help="channel positions in µm: probeinterface JSON, .prb, CSV/TSV (x,y or "
                           "channel,x,y per line) or .npy; overrides the file's (needed by "

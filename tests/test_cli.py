@@ -1,7 +1,9 @@
 import json
 
+import numpy as np
 import pytest
 
+import dspk
 from dspk import cli
 from dspk.linalg.tuner import cache_path
 
@@ -310,3 +312,20 @@ def test_preprocess_many_passes_the_input_options(tmp_path, monkeypatch):
     seen.clear()
     assert cli.main(["preprocess-many", str(tmp_path / "*.bin"), str(tmp_path / "out")]) == 0
     assert not {"geometry", "dtype", "header_bytes", "gain_to_uv"} & set(seen)
+
+
+def test_a_negative_gain_needs_its_switch(tmp_path, capsys):
+    """A negative --gain-to-uv is refused, naming --allow-negative-gain; with the switch the
+    job runs and the output is the input's negative."""
+    raw = tmp_path / "raw.bin"
+    x = np.arange(4 * 3000, dtype=np.int16).reshape(3000, 4) % 97
+    x.tofile(raw)
+    args = ["preprocess", str(raw), str(tmp_path / "out.h5"), "--n-channels", "4", "--fs",
+            "30000", "--gain-to-uv", "-2", "--highpass", "0", "--reference", "none",
+            "--whiten", "none", "--quiet"]
+    assert cli.main(args) != 0
+    assert "--allow-negative-gain" in capsys.readouterr().err
+    assert not (tmp_path / "out.h5").exists()
+    assert cli.main(args + ["--allow-negative-gain"]) == 0
+    with dspk.open_recording(tmp_path / "out.h5") as out:
+        np.testing.assert_allclose(out.read(0, 3000), -2.0 * x.T, atol=1e-5)
