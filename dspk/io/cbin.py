@@ -13,12 +13,18 @@ cumulative sums in the samples' own dtype, so int16 samples wrap exactly as the 
 did: the samples come back bit for bit (tests/test_io_cbin.py checks them against
 ``mtscomp.decompress``).
 
-Why not ``mtscomp.Reader``: it decodes ~1x real time per thread for 385 channels, most of it
-in a transposing copy of each chunk to [samples, channels]; dspk computes on [channels,
-samples], which is the layout an "F" chunk is stored in, so a chunk decodes in one inflate
-and one cumulative sum along each channel's contiguous row. ``zlib.decompress`` and NumPy's
-cumulative sum both release the GIL, so the chunks of a read (and, for a reader that reads
-forward, the next ones) decode on every core at once.
+Why not ``mtscomp.Reader``: it returns [samples, channels], a transposing copy of each chunk
+(half its time), and decodes one chunk at a time when sliced (how SpikeInterface's
+``read_cbin_ibl`` and ibl-neuropixel's reader use it); dspk computes on [channels, samples],
+which is the layout an "F" chunk is stored in, so a chunk decodes in one inflate and one
+cumulative sum along each channel's contiguous row. The inflate (about 80 % of a chunk's
+time) runs outside the GIL, so the chunks of a read (and, for a reader that reads forward,
+the next ones) decode on several cores at once; NumPy's cumulative sum holds the GIL
+(measured: two threads took as long as one). Nothing is allocated per chunk: zlib inflates
+straight into a per-thread buffer (libz's ``uncompress`` through ctypes, which releases the
+GIL; ``zlib.decompress`` where libz cannot be loaded) and the sums go into recycled chunk
+buffers — freshly allocated 23-MB arrays cost their page faults, and two threads faulting
+at once ran 15x slower than one (2 cores, measured).
 
 Examples
 --------
@@ -37,6 +43,8 @@ Examples
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import threading
@@ -157,9 +165,42 @@ def read_ch(path: str) -> dict:
                 chunk_bounds=bounds, chunk_offsets=offsets)
 
 
+def _load_libz() -> Any:
+    """libz's ``uncompress`` through ctypes (None where libz cannot be loaded)."""
+    name = ctypes.util.find_library("z")
+    if name is None:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        fn = lib.uncompress
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong), ctypes.c_char_p,
+                   ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_UNCOMPRESS = _load_libz()
+
+
+def _inflate(raw: bytes, scratch: np.ndarray | None) -> Any:
+    """The inflated bytes of a zlib stream: into ``scratch`` (a uint8 array) by libz when it
+    is loaded and scratch is given (a view of scratch returned), else a new bytes object."""
+    if _UNCOMPRESS is None or scratch is None:
+        return zlib.decompress(raw)
+    size = ctypes.c_ulong(scratch.nbytes)
+    rc = _UNCOMPRESS(scratch.ctypes.data, ctypes.byref(size), raw, len(raw))
+    if rc != 0:
+        # Z_BUF_ERROR (-5): more bytes than the chunk holds; Z_DATA_ERROR (-3): not zlib
+        raise zlib.error(f"libz uncompress returned {rc} "
+                         f"({'more bytes than the chunk' if rc == -5 else 'invalid data'})")
+    return scratch[:size.value]
+
+
 def decode_chunk(raw: bytes, n_samples: int, n_channels: int, dtype: Any, order: str = "F",
                  time_diff: bool = True, spatial_diff: bool = False,
-                 out: np.ndarray | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
     """One mtscomp chunk decoded to [channels, samples]: inflated, its differences undone.
 
     The inverse of what ``mtscomp.Writer`` does to a chunk (time difference, then the
@@ -180,6 +221,8 @@ def decode_chunk(raw: bytes, n_samples: int, n_channels: int, dtype: Any, order:
         The header's ``do_time_diff`` and ``do_spatial_diff``.
     out : numpy.ndarray, optional
         A C-contiguous [n_channels, n_samples] array of ``dtype`` to decode into.
+    scratch : numpy.ndarray, optional
+        A uint8 buffer of at least the chunk's bytes to inflate into (no allocation).
 
     Returns
     -------
@@ -203,7 +246,7 @@ def decode_chunk(raw: bytes, n_samples: int, n_channels: int, dtype: Any, order:
            [-2,  0,  5]], dtype=int16)
     """
     dtype = np.dtype(dtype)
-    data = zlib.decompress(raw)
+    data = _inflate(raw, scratch)
     if len(data) != n_samples * n_channels * dtype.itemsize:
         raise ValueError(f"{len(data)} bytes inflated, expected {n_samples} samples x "
                          f"{n_channels} channels of {dtype}")
@@ -297,12 +340,15 @@ class CbinReader:
                                  f"({self.ch_path}) ends at byte {int(self.chunk_offsets[-1])}: "
                                  f"the file is truncated (or the .ch belongs to another file)")
         self.threads = max(1, int(threads or min(16, os.cpu_count() or 1)))
-        # enough decoded chunks for a read spanning two, the ones decoding ahead of it and
-        # the reads a pipeline has in flight (each ~23 MB for 385 channels x 1 s of int16)
+        # decoded chunks kept: a read spanning two, the ones decoding ahead of it and the
+        # reads a pipeline has in flight (each ~23 MB for 385 channels x 1 s of int16)
         self.capacity = 2 * self.threads + 4
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dspk-cbin")
         self._lock = threading.Lock()
-        self._chunks: OrderedDict[int, Future] = OrderedDict()
+        self._chunks: OrderedDict[int, _Entry] = OrderedDict()
+        self._free: list[np.ndarray] = []            # recycled chunk buffers
+        self._longest = int(np.diff(self.chunk_bounds).max())
+        self._local = threading.local()               # each thread's inflate buffer
         self._fd: int | None = os.open(self.path, os.O_RDONLY)
         self._last_chunk = -2
         self.seconds = 0.0
@@ -328,6 +374,7 @@ class CbinReader:
         self._pool.shutdown(wait=True)
         with self._lock:
             self._chunks.clear()
+            self._free.clear()
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -345,14 +392,23 @@ class CbinReader:
             done += len(got)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _decode(self, i: int) -> np.ndarray:
+    def _scratch(self) -> np.ndarray:
+        """This thread's inflate buffer (the longest chunk's bytes), made once."""
+        buf = getattr(self._local, "scratch", None)
+        if buf is None:
+            buf = np.empty(self._longest * self.n_channels * self.dtype.itemsize, np.uint8)
+            self._local.scratch = buf
+        return buf
+
+    def _decode(self, i: int, buf: np.ndarray) -> np.ndarray:
         t = time.perf_counter()
         a, b = int(self.chunk_offsets[i]), int(self.chunk_offsets[i + 1])
         raw = self._pread(a, b - a)
         n = int(self.chunk_bounds[i + 1] - self.chunk_bounds[i])
+        out = buf[:n * self.n_channels].reshape(self.n_channels, n)
         try:
-            chunk = decode_chunk(raw, n, self.n_channels, self.dtype, self._order,
-                                 self._time_diff, self._spatial_diff)
+            decode_chunk(raw, n, self.n_channels, self.dtype, self._order, self._time_diff,
+                         self._spatial_diff, out=out, scratch=self._scratch())
         except (zlib.error, ValueError) as exc:
             raise RecordingError(f"{self.path}: chunk {i} (samples "
                                  f"{int(self.chunk_bounds[i])}..{int(self.chunk_bounds[i + 1]) - 1}"
@@ -360,20 +416,43 @@ class CbinReader:
                                  f"file is damaged") from exc
         with self._lock:
             self.seconds += time.perf_counter() - t
-        return chunk
+        return out
 
-    def _chunk(self, i: int) -> Future:
-        """The future of chunk i's decoded samples (submitted now unless kept)."""
+    def _acquire(self, i: int, pin: bool) -> "_Entry":
+        """Chunk i's entry (its decode submitted now unless kept), pinned when ``pin``: a
+        pinned chunk's buffer is not recycled until `_release`. Called under the lock."""
+        entry = self._chunks.get(i)
+        if entry is None:
+            buf = self._free.pop() if self._free else \
+                np.empty(self._longest * self.n_channels, dtype=self.dtype)
+            entry = _Entry(buf)
+            entry.future = self._pool.submit(self._decode, i, buf)
+            self._chunks[i] = entry
+            self._evict()
+        else:
+            self._chunks.move_to_end(i)
+        entry.pins += pin
+        return entry
+
+    def _evict(self) -> None:
+        """Drop the oldest chunks beyond `capacity` that no read holds and whose decode is
+        over, their buffers kept for the next chunks (under the lock)."""
+        over = len(self._chunks) - self.capacity
+        for i in list(self._chunks):
+            if over <= 0:
+                break
+            e = self._chunks[i]
+            if e.pins == 0 and e.future.done():
+                del self._chunks[i]
+                if len(self._free) < self.capacity:
+                    self._free.append(e.buffer)
+                over -= 1
+
+    def _release(self, entries: list) -> None:
         with self._lock:
-            fut = self._chunks.get(i)
-            if fut is not None:
-                self._chunks.move_to_end(i)
-                return fut
-            fut = self._pool.submit(self._decode, i)
-            self._chunks[i] = fut
-            while len(self._chunks) > self.capacity:
-                self._chunks.popitem(last=False)
-            return fut
+            for e in entries:
+                e.pins -= 1
+            self._evict()
 
     def read(self, start: int, stop: int, columns: Any = None,
              out: np.ndarray | None = None) -> np.ndarray:
@@ -436,18 +515,36 @@ class CbinReader:
         bounds = self.chunk_bounds
         first = int(np.searchsorted(bounds, start, side="right")) - 1
         last = int(np.searchsorted(bounds, stop, side="left")) - 1
-        futures = [(i, self._chunk(i)) for i in range(first, last + 1)]
-        # a forward reader (a pipeline, a benchmark, a conversion): the next chunks decode
-        # while the caller works on these, one per thread
-        if first in (self._last_chunk, self._last_chunk + 1):
-            for i in range(last + 1, min(last + 1 + self.threads, len(bounds) - 1)):
-                self._chunk(i)
-        self._last_chunk = last
-        for i, fut in futures:
-            chunk = fut.result()
-            a, b = max(start, int(bounds[i])), min(stop, int(bounds[i + 1]))
-            out[:, a - start:b - start] = chunk[rows, a - int(bounds[i]):b - int(bounds[i])]
+        with self._lock:
+            if self._fd is None:
+                raise RecordingError(f"{self.path}: closed")
+            entries = [self._acquire(i, pin=True) for i in range(first, last + 1)]
+            # a forward reader (a pipeline, a benchmark, a conversion): the next chunks
+            # decode while the caller works on these, one per thread
+            if first in (self._last_chunk, self._last_chunk + 1):
+                for i in range(last + 1, min(last + 1 + self.threads, len(bounds) - 1)):
+                    self._acquire(i, pin=False)
+            self._last_chunk = last
+        try:
+            for i, entry in zip(range(first, last + 1), entries):
+                chunk = entry.future.result()
+                a, b = max(start, int(bounds[i])), min(stop, int(bounds[i + 1]))
+                out[:, a - start:b - start] = \
+                    chunk[rows, a - int(bounds[i]):b - int(bounds[i])]
+        finally:
+            self._release(entries)
         return out
+
+
+class _Entry:
+    """A chunk of `CbinReader`: its buffer, the future of its decode, the reads using it."""
+
+    __slots__ = ("buffer", "future", "pins")
+
+    def __init__(self, buffer: np.ndarray) -> None:
+        self.buffer = buffer
+        self.future: Future | None = None
+        self.pins = 0
 
 
 def write_cbin(path: str, samples: np.ndarray, sample_rate: float, chunk_samples: int = 30000,
