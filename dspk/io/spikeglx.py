@@ -378,6 +378,54 @@ class SpikeGLXRecording(BinaryRecording):
             data += (Path(self._cbin.ch_path).resolve(),)
         return data + (Path(self._meta_file).resolve(),)
 
+    # -- the sync words ----------------------------------------------------------------------
+    @property
+    def n_sync_words(self) -> int:
+        """The stored words that are not channels: the imec SY word(s), the NI-DAQ digital
+        words (XD), whose bits `read_sync` gives."""
+        return len(self.excluded_columns)
+
+    def read_sync(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The sync words of samples ``start:stop`` (imec: the SY word, bit 6 the sync pulse;
+        NI-DAQ: the digital words), [words, samples] uint16 (their bits as stored);
+        `dspk.io.sync.sync_events` decodes them to edges.
+
+        Parameters
+        ----------
+        start, stop : int
+            0 <= start <= stop <= n_samples (stop None: to the end).
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        RecordingError
+            A range outside the recording, a file that stores no such word.
+
+        Examples
+        --------
+        >>> rec = SpikeGLXRecording("run_g0_t0.imec0.ap.bin")          # doctest: +SKIP
+        >>> rec.read_sync(0, 5)                                        # doctest: +SKIP
+        array([[64, 64,  0,  0,  0]], dtype=uint16)
+        """
+        self._check_open()
+        stop = self.n_samples if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= self.n_samples:
+            raise RecordingError(f"read_sync: expected 0 <= start <= stop <= {self.n_samples}, "
+                                 f"got start={start}, stop={stop}")
+        cols = self.excluded_columns
+        if cols.size == 0:
+            raise RecordingError(f"{self.path}: stores no sync or digital word "
+                                 f"(snsApLfSy/snsMnMaXaDw)")
+        if self._cbin is not None:
+            words = self._cbin.read(start, stop, cols)
+        else:
+            words = np.ascontiguousarray(self._map[start:stop, cols].T)
+        return words.view(np.uint16)
+
     # -- the samples of a .cbin --------------------------------------------------------------
     def _open_cbin(self, path: str, n_saved: int) -> CbinReader:
         """The reader of an mtscomp .cbin, its header checked against the .meta."""
