@@ -7,6 +7,7 @@ from .artifacts import (ARTIFACT_MODES, artifact_reach, artifact_templates, arti
                         remove_artifacts)
 from .bad_channels import BadChannels, detect_bad_channels
 from .covariance import CovarianceAccumulator, covariance
+from .decimate import decimate, decimate_taps
 from .delay import fractional_delay_taps, phase_shift
 from .destripe import agc_window, highpass_spatial_filter, highpass_spatial_matrix
 from .distance import knn, pairwise_sqdist
@@ -26,4 +27,4 @@ __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_f
            "interpolation_matrix",
            "highpass_spatial_filter", "highpass_spatial_matrix", "agc_window",
            "remove_artifacts", "artifact_templates", "artifact_window", "artifact_reach",
-           "ARTIFACT_MODES"]
+           "ARTIFACT_MODES", "decimate", "decimate_taps"]
