@@ -16,7 +16,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.linalg.view", "dspk.linalg.mat
            "dspk.match", "dspk.ops.covariance", "dspk.ops.pca", "dspk.ops.spatial",
            "dspk.ops.distance", "dspk.ops.fir", "dspk.ops.kaiser", "dspk.ops.delay",
            "dspk.ops.saturation", "dspk.ops.interpolation", "dspk.ops.artifacts",
-           "dspk.ops.decimate",
+           "dspk.ops.decimate", "dspk.ops.demux",
            "dspk.detect.templates",
            "dspk.detect.spikes", "dspk.detect.features", "dspk.detect.peaks", "dspk.pipeline",
            "dspk.ops.bad_channels",
