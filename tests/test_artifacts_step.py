@@ -140,3 +140,32 @@ def test_bad_inputs(tmp_path):
     with dspk.open_recording(path) as sg:
         with pytest.raises(PipelineError, match="bits 0..15"):
             RemoveArtifacts("sync:16").check(sg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["linear", "cubic", "average"])
+def test_step_on_the_gpu_matches_the_cpu(tmp_path, mode):
+    """The step (its templates fitted on the GPU pass for "average"), the demultiplexed
+    reference after it, and a .cbin input, run on both backends."""
+    rng = np.random.default_rng(5)
+    n = 12000
+    data = rng.integers(-50, 50, (n, 385)).astype(np.int16)
+    data[:, 384] = 0
+    for r in (1000, 4000, 9000):
+        data[r:r + 300, 384] |= 64
+        data[r:r + 30, :384] += 3000
+    path = compress(tmp_path / "run_g0_t0.imec0.ap.cbin", data)
+    write_sglx(tmp_path, "x.bin", data, np1_meta())                     # the .meta's twin
+    (tmp_path / "run_g0_t0.imec0.ap.meta").write_bytes((tmp_path / "x.meta").read_bytes())
+    outs = {}
+    with dspk.open_recording(path) as rec:
+        for backend in ("cpu", "gpu"):
+            p = Pipeline.from_options(artifacts="sync:6", artifact_mode=mode,
+                                      reference="median", reference_groups="adc",
+                                      whiten="none", backend=backend)
+            out = p.fit(rec).run(rec, tmp_path / f"{backend}.h5", chunk_s=0.1,
+                                 progress=False)
+            with h5py.File(out, "r") as f:
+                outs[backend] = f["traces"][:]
+    scale = float(np.abs(outs["cpu"]).max())
+    np.testing.assert_allclose(outs["gpu"], outs["cpu"], rtol=0, atol=2e-5 * scale)
