@@ -116,7 +116,8 @@ def scenario(xp, backend: str, small: bool, spread: float) -> list:
         left = y - y0
         # the phase shift also moves the artefact: compare with the artefact it moved
         ref = art if "phase" not in name else to_host(phase_shift(xp.asarray(art), shifts))
-        rows.append(dict(case=name, gain_spread=spread,
+        rows.append(dict(case=f"gain spread {spread:g}", impl=name, gain_spread=spread,
+                         ms=round(1e3 * dt, 1),
                          artifact_left=round(float(np.sqrt((left[:, window] ** 2).mean()))
                                              / art_rms, 4),
                          artifact_left_vs_input=round(float(np.sqrt(
@@ -133,7 +134,7 @@ def markdown(rows: list, notes: list, backend: str, env: dict, machine: str) -> 
              "| gain spread | reference | artefact left | reference noise | ms per s |",
              "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['gain_spread']:g} | {r['case']} | {r['artifact_left']} | "
+        lines.append(f"| {r['gain_spread']:g} | {r['impl']} | {r['artifact_left']} | "
                      f"{r['reference_noise']} | {r['ms_per_s']} |")
     lines += ["", "## Notes", ""] + [f"- {x}" for x in notes]
     return "\n".join(lines) + "\n"

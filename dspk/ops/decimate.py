@@ -14,11 +14,11 @@ outputs computed, q times fewer than filtering then dropping) and M shifted sums
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from ..caches import shared
 from ..linalg.matmul import matmul
 from ._checks import traces
 
@@ -34,12 +34,17 @@ def _check_q(q: Any) -> int:
     return int(q)
 
 
-@lru_cache(maxsize=32)
 def _taps(q: int, n: int) -> np.ndarray:
-    from scipy.signal import firwin  # noqa: PLC0415 (slow import: when used)
+    """The taps, designed once per (q, n) in the process (a streamed decimation asks for
+    them every block), kept read-only in a registered store (`dspk.caches.shared`)."""
+    store = shared("decimate_taps", dict)
+    h = store.get((q, n))
+    if h is None:
+        from scipy.signal import firwin  # noqa: PLC0415 (slow import: when used)
 
-    h = firwin(n + 1, 1.0 / q, window="hamming")
-    h.flags.writeable = False
+        h = firwin(n + 1, 1.0 / q, window="hamming")
+        h.flags.writeable = False
+        store[(q, n)] = h
     return h
 
 
