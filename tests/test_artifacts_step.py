@@ -9,15 +9,22 @@ import pytest
 
 import dspk
 from dspk import cli
+from dspk.io.cbin import write_cbin
 from dspk.ops import ARTIFACT_MODES, artifact_templates, remove_artifacts
 from dspk.pipeline import Pipeline, PipelineError, RemoveArtifacts, registry
 from dspk.pipeline.steps.artifacts import read_triggers
 
 from .test_artifacts import stimulated
-from .test_io_cbin import compress
 from .test_io_formats import np1_meta, write_sglx
 
 FS = 30000.0
+
+
+def compress(path, data):
+    """``data`` [samples, channels] as an mtscomp .cbin (dspk's writer of the format: the
+    decoder's agreement with mtscomp's own files is tests/test_io_cbin.py's)."""
+    write_cbin(str(path), data, FS, chunk_samples=7000)
+    return path
 
 
 def write_csv(path, text):
