@@ -112,16 +112,6 @@ def forward(read, n: int, step: int = FS) -> None:
         read(a, min(n, a + step))
 
 
-def timed(fn, repeats: int) -> float:
-    fn()                                       # warm-up (and the file into the page cache)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
     import dspk
     from dspk.io.cbin import CbinReader
@@ -149,11 +139,10 @@ def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
         if not same:
             raise SystemExit("dspk's decode differs from the .bin (or mtscomp's)")
 
+        cases = []
+
         def case(name, fn, what):
-            t = timed(fn, repeats)
-            rows.append(dict(case="forward 1-s reads, 385 ch x 30 kHz", impl=name, what=what,
-                             seconds=round(t, 3), xrt=round(seconds / t, 2),
-                             mb_s=round(n * N_CHANNELS * 2 / t / 1e6, 1)))
+            cases.append((name, fn, what))
 
         # each pass opens the file anew: a reader keeps its last decoded chunks
         def dspk_reader():
@@ -203,15 +192,34 @@ def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
             case("ibl spikeglx.Reader", ibl, "float32 volts [30000, 384]")
         except ImportError:
             notes.append("ibl-neuropixel (spikeglx) is not installed: its case is missing")
-        with dspk.open_recording(binpath) as rec:
-            case(".bin read_native", lambda: forward(rec.read_native, n),
-                 "int16 [30000, 384] memory map (page cache)")
+        def plain():
+            with dspk.open_recording(binpath) as rec:
+                forward(rec.read_native, n)
+
+        case(".bin read_native", plain, "int16 [30000, 384] memory map (page cache)")
+        # every case once per round, the rounds repeated: a machine whose load changes
+        # during the run (a shared one) weighs on every case alike
+        times = {name: [] for name, _, _ in cases}
+        for _, fn, _ in cases:
+            fn()                               # warm-up (and the files into the page cache)
+        for _ in range(repeats):
+            for name, fn, _ in cases:
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        for name, _, what in cases:
+            t = statistics.median(times[name])
+            rows.append(dict(case="forward 1-s reads, 385 ch x 30 kHz", impl=name, what=what,
+                             seconds=round(t, 3), xrt=round(seconds / t, 2),
+                             mb_s=round(n * N_CHANNELS * 2 / t / 1e6, 1),
+                             passes_s=[round(v, 3) for v in times[name]]))
     load = os.getloadavg()
     writer = "dspk.io.cbin.write_cbin" if mtscomp is None else "mtscomp"
     notes += [f"{seconds:g} s of 385 channels at 30 kHz ({n * N_CHANNELS * 2 / 1e6:.0f} MB "
               f"raw), written by {writer} (1-s chunks): compressed to {ratio:.3f} of its size",
               f"x real time = recording seconds / wall seconds of a forward pass in 1-s reads "
-              f"(median of {repeats} after a warm-up pass); the machine's load average at "
+              f"(median of {repeats} rounds of every case, after a warm-up round; each "
+              f"pass opens the file anew); the machine's load average at "
               f"the end: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} ({os.cpu_count()} CPUs, "
               f"shared)",
               "dspk's blocks were checked equal to the .bin's (and mtscomp's) before timing"]
