@@ -583,7 +583,7 @@ def pipeline_keys() -> set:
     --------
     >>> from dspk.dask import pipeline_keys
     >>> sorted(pipeline_keys())[:4]
-    ['backend', 'bad_channels', 'bandpass', 'detect']
+    ['artifact_mode', 'artifact_window', 'artifacts', 'backend']
     """
     return {o.name for o in registry.options()} | {"backend", "dtype_processing"}
 

@@ -209,7 +209,8 @@ def test_reference_per_shank_needs_shanks(tmp_path, capsys):
     with pytest.raises(PipelineError, match=r"reference_groups='shank' needs the recording's "
                                             r"shank_ids \(the channels' shanks\)"):
         Pipeline([Reference("median", "shank")]).fit(rec)
-    with pytest.raises(PipelineError, match="reference_groups=: expected 'shank' or 'none'"):
+    with pytest.raises(PipelineError,
+                       match="reference_groups=: expected 'none', 'shank' or 'adc'"):
         Reference("median", "probe")
     path = tmp_path / "flat.bin"
     (x.T * 100).astype(np.int16).tofile(path)

@@ -26,12 +26,15 @@ from .scaling import check_gains, to_uv
 from .spikeinterface_recording import SpikeInterfaceRecording
 from .spikeglx import SpikeGLXRecording, meta_path
 from .subset import SubsetRecording
+from .sync import sync_edges, sync_events
+from .cbin import CbinReader
 
 __all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingWarning",
            "RecordingSpec", "ArrayRecording",
            "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
            "SpikeInterfaceRecording", "HDF5Recording", "SubsetRecording", "electrical_series",
-           "to_channels_first", "to_uv", "recording_formats",
+           "to_channels_first", "to_uv", "recording_formats", "sync_edges", "sync_events",
+           "CbinReader",
            "MAX_CHANNELS", "MAX_READ_BYTES", "BINARY_SUFFIXES"]
 
 
@@ -49,7 +52,9 @@ def open_recording(source: Any, dataset: str | None = None, fs: float | None = N
 
         - a SpikeGLX ``.bin`` (``.ap.bin``, ``.lf.bin``, ``.nidq.bin``, any ``.bin`` with a
           ``.meta`` of the same stem beside it) or that ``.meta``: rate, µV per bit and
-          geometry from the metadata, the sync/digital words left out (`SpikeGLXRecording`);
+          geometry from the metadata, the sync/digital words left out (`SpikeGLXRecording`;
+          their edges: `sync_events`); or the same compressed by mtscomp as IBL publishes
+          it (``.ap.cbin`` + ``.ap.ch`` + ``.ap.meta``), decoded in parallel (`CbinReader`);
         - an Open Ephys binary-format recording: its ``structure.oebin``, its folder, a
           folder above it (Record Node, experiment) with exactly one recording below, or a
           stream's ``continuous.dat``; ADC/AUX channels left out (`OpenEphysRecording`);

@@ -812,21 +812,16 @@ class BinaryRecording(Recording):
     def __init__(self, path: str, n_channels: int, fs: float, dtype: Any = np.int16,
                  header_bytes: int = 0, columns: Any = None, **meta: Any) -> None:
         dtype = np.dtype(dtype)
-        size = os.path.getsize(path) - int(header_bytes)
         if n_channels is None or int(n_channels) < 1:
             raise RecordingError(f"n_channels: a flat binary ({path}) needs its channel count "
                                  f"(at least 1; got {n_channels}); pass {arg('n_channels')}")
         stored = int(n_channels)
-        frame = stored * dtype.itemsize
-        if size < 0 or size % frame:
-            raise RecordingError(f"{path}: {size} bytes of samples is not a whole number of "
-                                 f"{n_channels}-channel {dtype} frames ({frame} bytes): "
-                                 f"truncated, or wrong n_channels/dtype/header_bytes")
+        n_samples = self._stored_samples(str(path), stored, dtype, int(header_bytes))
         cols = _stored_columns(columns, stored, str(path))
-        super().__init__(fs=fs, n_channels=len(cols), n_samples=size // frame,
+        super().__init__(fs=fs, n_channels=len(cols), n_samples=n_samples,
                          dtype=dtype, source=str(path), **meta)
-        self._map = np.memmap(path, dtype=dtype, mode="r", offset=int(header_bytes),
-                              shape=(self.n_samples, stored))
+        self._map = self._map_samples(str(path), dtype, int(header_bytes),
+                                      (self.n_samples, stored))
         self.path, self.header_bytes = str(path), int(header_bytes)
         self.n_stored, self.columns = stored, cols
         # a run of consecutive columns is a basic slice (a view of the map, no gather); the
@@ -834,6 +829,24 @@ class BinaryRecording(Recording):
         consecutive = bool(np.all(np.diff(cols) == 1))
         self._cols: Any = slice(int(cols[0]), int(cols[-1]) + 1) if consecutive else cols
         self._all = consecutive and len(cols) == stored
+
+    def _stored_samples(self, path: str, stored: int, dtype: np.dtype,
+                        header_bytes: int) -> int:
+        """The samples the file holds (its size after the header over the frame's), checked
+        to be whole frames. A subclass that stores its samples otherwise (compressed, say)
+        overrides this and `_map_samples`."""
+        size = os.path.getsize(path) - header_bytes
+        frame = stored * dtype.itemsize
+        if size < 0 or size % frame:
+            raise RecordingError(f"{path}: {size} bytes of samples is not a whole number of "
+                                 f"{stored}-channel {dtype} frames ({frame} bytes): "
+                                 f"truncated, or wrong n_channels/dtype/header_bytes")
+        return size // frame
+
+    def _map_samples(self, path: str, dtype: np.dtype, header_bytes: int,
+                     shape: tuple) -> Any:
+        """The samples as a read-only [samples, stored channels] memory map."""
+        return np.memmap(path, dtype=dtype, mode="r", offset=header_bytes, shape=shape)
 
     @classmethod
     def recognizes(cls, source: Any, options: OpenOptions) -> bool:

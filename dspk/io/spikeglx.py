@@ -1,6 +1,7 @@
 """SpikeGLX recordings: a headerless int16 ``.bin`` ([samples, channels]) with its ``.meta``
 (``key=value`` lines) beside it, for imec probe streams (``.ap.bin``, ``.lf.bin``) and the NI-DAQ
-stream (``.nidq.bin``).
+stream (``.nidq.bin``); or the same samples compressed by mtscomp, as IBL publishes them
+(``.ap.cbin`` with its ``.ap.ch`` and the ``.ap.meta``; `dspk.io.cbin`).
 
 The metadata follow SpikeGLX's documented tags (billkarsh.github.io/SpikeGLX, "Metadata"):
 the rate (``imSampRate``/``niSampRate``), the stored channels (``nSavedChans``,
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..argnames import arg
 from .adc import neuropixels_sample_shifts
+from .cbin import CbinReader, ch_path
 from .errors import RecordingError, RecordingWarning
 from .neuropixels import spikeglx_probe
 from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
@@ -43,8 +45,10 @@ log = logging.getLogger("dspk.io")
 #: as samples / rate, rounded)
 DURATION_TOLERANCE_SAMPLES = 4
 #: SpikeGLX's stream file names: run_g0_t0.imec0.ap.bin, .lf.bin, run_g0_t0.nidq.bin,
-#: run_g0_t0.obx0.obx.bin (3A: run_g0_t0.imec.ap.bin)
-_STREAM_NAME = re.compile(r"\.(ap|lf|nidq|obx)\.bin$|\.imec\d*\.(.*\.)?bin$", re.I)
+#: run_g0_t0.obx0.obx.bin (3A: run_g0_t0.imec.ap.bin); compressed by mtscomp: .ap.cbin, ...
+_STREAM_NAME = re.compile(r"\.(ap|lf|nidq|obx)\.c?bin$|\.imec\d*\.(.*\.)?c?bin$", re.I)
+#: the data files a .meta can describe: SpikeGLX's own, or mtscomp's compression of it
+DATA_SUFFIXES = (".bin", ".cbin")
 
 #: imec probe types whose every channel has the fixed gain 80 (NP2.0 families: the IMRO
 #: entries have no gain field)
@@ -75,9 +79,10 @@ SHANK_LAYOUTS_BY_PART = {"PRB_1_4_0480_1": 0, "PRB_1_4_0480_1_C": 0, "NP1010": 0
 
 
 def meta_path(path: str) -> str | None:
-    """The ``.meta`` beside a SpikeGLX ``.bin`` (same stem), or None when there is none."""
+    """The ``.meta`` beside a SpikeGLX ``.bin`` or mtscomp ``.cbin``/``.ch`` (same stem), or
+    None when there is none."""
     stem, ext = os.path.splitext(path)
-    if ext.lower() != ".bin":
+    if ext.lower() not in DATA_SUFFIXES + (".ch",):
         return None
     meta = stem + ".meta"
     return meta if os.path.isfile(meta) else None
@@ -186,10 +191,18 @@ class SpikeGLXRecording(BinaryRecording):
       precision they are written with) is warned about (`RecordingWarning`): whole frames
       missing cannot be told otherwise.
 
+    - **Compressed** (IBL's ``.cbin``, mtscomp): the same, the samples decoded chunk by
+      chunk in a thread pool (`dspk.io.cbin.CbinReader`), bit for bit what mtscomp
+      decompresses; the ``.ch`` header must agree with the ``.meta`` (``nSavedChans``
+      channels of int16, and ``fileSizeBytes`` of the uncompressed file when the ``.meta``
+      has it). Blocks are read as [channels, samples] (``samples_first`` False: the layout
+      mtscomp stores a chunk in), and ``compressed`` is True.
+
     Parameters
     ----------
     path : str
-        The ``.bin`` (its ``.meta`` has the same stem) or the ``.meta``.
+        The ``.bin`` or ``.cbin`` (its ``.meta`` has the same stem; a ``.cbin``'s ``.ch``
+        too), or the ``.meta`` (of a ``.bin``, or of a ``.cbin`` where there is no ``.bin``).
     fs : float, optional
         Sampling rate in Hz; overrides the meta's.
     gain_to_uv, offset_to_uv : float or per-channel array, optional
@@ -278,9 +291,13 @@ class SpikeGLXRecording(BinaryRecording):
         path = os.fspath(path)
         if path.lower().endswith(".meta"):
             meta_file, path = path, path[:-5] + ".bin"
+            if not os.path.isfile(path) and os.path.isfile(meta_file[:-5] + ".cbin"):
+                path = meta_file[:-5] + ".cbin"           # IBL's: only the compressed file
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path}: no such file (the data of {meta_file})")
         else:
+            if path.lower().endswith(".ch"):
+                path = path[:-3] + ".cbin"
             meta_file = os.path.splitext(path)[0] + ".meta"
             if not os.path.isfile(meta_file):
                 raise FileNotFoundError(f"{meta_file}: no such file (SpikeGLX keeps the "
@@ -291,7 +308,11 @@ class SpikeGLXRecording(BinaryRecording):
         n_saved = self._int("nSavedChans")
         if n_saved < 1:
             raise RecordingError(f"nSavedChans: {meta_file} says {n_saved} channels")
-        self._check_size(path, n_saved)
+        self._cbin: CbinReader | None = None
+        if path.lower().endswith(".cbin"):
+            self._cbin = self._open_cbin(path, n_saved)
+        else:
+            self._check_size(path, n_saved)
         if self.stream == "imec":
             cols, bands, ids = self._imec_channels(n_saved)
             rate_key = "imSampRate"
@@ -310,8 +331,17 @@ class SpikeGLXRecording(BinaryRecording):
             probe = spikeglx_probe(meta_file, len(cols))
             if geometry is None:
                 geometry = own if probe is None else probe.geometry
-        super().__init__(path, n_saved, fs, np.int16, 0, columns=cols,
-                         gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv, geometry=geometry)
+        try:
+            super().__init__(path, n_saved, fs, np.int16, 0, columns=cols,
+                             gain_to_uv=gain_to_uv, offset_to_uv=offset_to_uv,
+                             geometry=geometry)
+        except BaseException:
+            if self._cbin is not None:
+                self._cbin.close()
+            raise
+        if self._cbin is not None:
+            self.samples_first = False        # a chunk decodes to [channels, samples]
+            self.compressed = True
         self.saved_channels = ids
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
         if self.stream == "imec":
@@ -334,7 +364,8 @@ class SpikeGLXRecording(BinaryRecording):
                                                      **resolved_metadata(self)))
 
     def files(self) -> tuple[Path, ...]:
-        """The ``.bin`` and its ``.meta`` (see `dspk.io.Recording.files`).
+        """The ``.bin`` (or ``.cbin`` and ``.ch``) and its ``.meta`` (see
+        `dspk.io.Recording.files`).
 
         Examples
         --------
@@ -342,7 +373,118 @@ class SpikeGLXRecording(BinaryRecording):
         >>> [p.name for p in rec.files()]                               # doctest: +SKIP
         ['run_g0_t0.imec0.ap.bin', 'run_g0_t0.imec0.ap.meta']
         """
-        return (Path(self.path).resolve(), Path(self._meta_file).resolve())
+        data = (Path(self.path).resolve(),)
+        if self._cbin is not None:
+            data += (Path(self._cbin.ch_path).resolve(),)
+        return data + (Path(self._meta_file).resolve(),)
+
+    # -- the sync words ----------------------------------------------------------------------
+    @property
+    def n_sync_words(self) -> int:
+        """The stored words that are not channels: the imec SY word(s), the NI-DAQ digital
+        words (XD), whose bits `read_sync` gives."""
+        return len(self.excluded_columns)
+
+    def read_sync(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The sync words of samples ``start:stop`` (imec: the SY word, bit 6 the sync pulse;
+        NI-DAQ: the digital words), [words, samples] uint16 (their bits as stored);
+        `dspk.io.sync.sync_events` decodes them to edges.
+
+        Parameters
+        ----------
+        start, stop : int
+            0 <= start <= stop <= n_samples (stop None: to the end).
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        RecordingError
+            A range outside the recording, a file that stores no such word.
+
+        Examples
+        --------
+        >>> rec = SpikeGLXRecording("run_g0_t0.imec0.ap.bin")          # doctest: +SKIP
+        >>> rec.read_sync(0, 5)                                        # doctest: +SKIP
+        array([[64, 64,  0,  0,  0]], dtype=uint16)
+        """
+        self._check_open()
+        stop = self.n_samples if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= self.n_samples:
+            raise RecordingError(f"read_sync: expected 0 <= start <= stop <= {self.n_samples}, "
+                                 f"got start={start}, stop={stop}")
+        cols = self.excluded_columns
+        if cols.size == 0:
+            raise RecordingError(f"{self.path}: stores no sync or digital word "
+                                 f"(snsApLfSy/snsMnMaXaDw)")
+        if self._cbin is not None:
+            words = self._cbin.read(start, stop, cols)
+        else:
+            words = np.ascontiguousarray(self._map[start:stop, cols].T)
+        return words.view(np.uint16)
+
+    # -- the samples of a .cbin --------------------------------------------------------------
+    def _open_cbin(self, path: str, n_saved: int) -> CbinReader:
+        """The reader of an mtscomp .cbin, its header checked against the .meta."""
+        if not os.path.isfile(ch_path(path)):
+            raise FileNotFoundError(f"{ch_path(path)}: no such file (mtscomp keeps the chunk "
+                                    f"table of {os.path.basename(path)} there)")
+        reader = CbinReader(path)
+        try:
+            if reader.n_channels != n_saved or reader.dtype != np.int16:
+                raise RecordingError(
+                    f"nSavedChans: {self._meta_file} says {n_saved} int16 channels, but "
+                    f"{reader.ch_path} holds {reader.n_channels} of {reader.dtype}: the .meta "
+                    f"and the .cbin are of different files")
+            expected = self.meta.get("fileSizeBytes")
+            size = reader.n_samples * n_saved * 2
+            if expected not in (None, "") and expected.strip().isdigit() and \
+                    int(expected) != size:
+                raise RecordingError(
+                    f"{path}: {reader.n_samples} samples ({size} bytes uncompressed), but its "
+                    f".meta says fileSizeBytes={expected}: the .cbin is incomplete (or the "
+                    f".meta belongs to another file)")
+        except BaseException:
+            reader.close()
+            raise
+        return reader
+
+    def _stored_samples(self, path: str, stored: int, dtype: np.dtype,
+                        header_bytes: int) -> int:
+        if self._cbin is None:
+            return super()._stored_samples(path, stored, dtype, header_bytes)
+        return self._cbin.n_samples
+
+    def _map_samples(self, path: str, dtype: np.dtype, header_bytes: int,
+                     shape: tuple) -> Any:
+        if self._cbin is None:
+            return super()._map_samples(path, dtype, header_bytes, shape)
+        return None                      # read through the reader (`_read`)
+
+    @property
+    def decompress_s(self) -> float:     # type: ignore[override]
+        """Seconds spent reading and decoding .cbin chunks so far, summed over threads (0
+        for a .bin)."""
+        return 0.0 if self._cbin is None else self._cbin.seconds
+
+    def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
+        if self._cbin is None:
+            return super()._read(start, stop, idx)
+        return self._cbin.read(start, stop, self.columns[idx])
+
+    def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
+        if self._cbin is None:
+            return super()._read_native(start, stop, out)
+        return self._cbin.read(start, stop, self.columns, out=out)
+
+    def close(self) -> None:
+        """Release the memory map, or stop the .cbin reader's threads and close it."""
+        if self._cbin is not None:
+            self._cbin.close()
+        super().close()
 
     @classmethod
     def recognizes(cls, source: Any, options: OpenOptions) -> bool:
@@ -354,6 +496,8 @@ class SpikeGLXRecording(BinaryRecording):
             return False
         if path.lower().endswith(".meta") or meta_path(path) is not None:
             return True
+        if path.lower().endswith((".cbin", ".ch")):
+            return True                  # mtscomp's files: the .meta is named when missing
         return looks_like_spikeglx(path) and not options.flat_binary_given()
 
     @classmethod
@@ -364,6 +508,11 @@ class SpikeGLXRecording(BinaryRecording):
         path = os.fspath(source)
         if not path.lower().endswith(".meta") and meta_path(path) is None:
             meta, name = os.path.splitext(path)[0] + ".meta", os.path.basename(path)
+            if path.lower().endswith((".cbin", ".ch")):
+                raise RecordingError(
+                    f"{meta}: missing (no such file). dspk reads mtscomp's .cbin as IBL "
+                    f"publishes it, with the SpikeGLX .meta of the recording beside it (its "
+                    f"rate, channels, gains and probe); copy it there")
             raise RecordingError(
                 f"{meta}: missing (no such file). SpikeGLX keeps the sampling rate, channel "
                 f"count and µV scale of {name} in its .meta; copy it beside the .bin, or read "

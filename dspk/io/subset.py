@@ -91,6 +91,34 @@ class SubsetRecording(Recording):
             return self.parent._read_native(start + self.start, stop + self.start, out)
         return super()._read_native(start, stop, out)
 
+    @property
+    def n_sync_words(self) -> int:
+        """The parent's sync words (a part of a recording keeps all of them)."""
+        return int(getattr(self.parent, "n_sync_words", 0))
+
+    def read_sync(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The parent's sync words of this part's samples ``start:stop`` (see
+        `dspk.io.SpikeGLXRecording.read_sync`).
+
+        Parameters
+        ----------
+        start, stop : int
+            In this part's samples.
+
+        Examples
+        --------
+        >>> part = SubsetRecording(rec, start=30000, stop=60000)        # doctest: +SKIP
+        >>> part.read_sync(0, 3).shape                                  # doctest: +SKIP
+        (1, 3)
+        """
+        stop = self.n_samples if stop is None else int(stop)
+        if not 0 <= int(start) <= stop <= self.n_samples:
+            raise RecordingError(f"read_sync: expected 0 <= start <= stop <= {self.n_samples}, "
+                                 f"got start={start}, stop={stop}")
+        if self.n_sync_words == 0:
+            raise RecordingError(f"{self.source}: no sync channel")
+        return self.parent.read_sync(int(start) + self.start, stop + self.start)
+
     def files(self) -> tuple[Path, ...]:
         """The parent's files (an output must not be one of them either)."""
         return self.parent.files()

@@ -1,9 +1,14 @@
 """Array functions on [channels, samples] traces, every product through `dspk.linalg`:
 covariance and whitening, spatial filters and references, PCA, distances, FIR filters, the
-Neuropixels steps (ADC phase shift, saturation blanking, bad-channel interpolation)."""
+Neuropixels steps (ADC phase shift, saturation blanking, bad-channel interpolation,
+demultiplexed reference), stimulation artefacts, decimation."""
 
+from .artifacts import (ARTIFACT_MODES, artifact_reach, artifact_templates, artifact_window,
+                        remove_artifacts)
 from .bad_channels import BadChannels, detect_bad_channels
 from .covariance import CovarianceAccumulator, covariance
+from .decimate import decimate, decimate_taps
+from .demux import adc_groups, demux_reference
 from .delay import fractional_delay_taps, phase_shift
 from .destripe import agc_window, highpass_spatial_filter, highpass_spatial_matrix
 from .distance import knn, pairwise_sqdist
@@ -21,4 +26,6 @@ __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_f
            "bandpass_taps", "zero_phase_taps", "fir_filter", "fir_bank", "bipolar_matrix",
            "laplacian_matrix", "phase_shift", "fractional_delay_taps", "blank_saturation",
            "interpolation_matrix",
-           "highpass_spatial_filter", "highpass_spatial_matrix", "agc_window"]
+           "highpass_spatial_filter", "highpass_spatial_matrix", "agc_window",
+           "remove_artifacts", "artifact_templates", "artifact_window", "artifact_reach",
+           "ARTIFACT_MODES", "decimate", "decimate_taps", "adc_groups", "demux_reference"]

@@ -1,7 +1,8 @@
 """The streaming pipeline: a recording in, preprocessed traces (HDF5) out, chunk by chunk.
 
 A `Pipeline` is a list of stages on [channels, samples] float arrays: steps — `Saturation`
-(saturated samples blanked), `PhaseShift` (Neuropixels' ADC sample shifts), `HighPass` /
+(saturated samples blanked), `RemoveArtifacts` (stimulation artefacts around triggers),
+`PhaseShift` (Neuropixels' ADC sample shifts), `HighPass` /
 `BandPass` (linear-phase FIR), `Reference` (median or mean across channels), `Whiten` (global
 or local ZCA, fitted on a seeded sample of chunks spread over the recording), `Motion` (drift
 estimated on a pass over the recording, corrected by kriging), and any step of your own —
@@ -58,13 +59,14 @@ from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
 from .steps import (BadChannels, BandPass, HighPass, Motion, PhaseShift, Reference,
-                    Saturation, SpatialHighpass, Whiten)
+                    RemoveArtifacts, Saturation, SpatialHighpass, Whiten)
 
 #: the registered stage classes by name (the names stored in saved pipelines and outputs); a
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
 STEP_TYPES = registry.stage_classes()
 
-__all__ = ["Pipeline", "Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
+__all__ = ["Pipeline", "Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass",
+           "BadChannels",
            "SpatialHighpass", "Reference",
            "Whiten", "Motion", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted",
            "Step",

@@ -11,7 +11,7 @@ Examples
 --------
 >>> from dspk.pipeline import registry
 >>> [o.name for o in registry.options()][:4]
-['saturation', 'phase_shift', 'highpass', 'bandpass']
+['saturation', 'artifacts', 'artifact_window', 'artifact_mode']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
 ... # doctest: +NORMALIZE_WHITESPACE
 [HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None, groups='none')]
@@ -230,7 +230,8 @@ def options() -> list:
     --------
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
-    ['--saturation', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
+    ['--saturation', '--artifacts', '--artifact-window', '--artifact-mode', '--phase-shift',
+     '--highpass', '--bandpass', '--bad-channels',
      '--spatial-highpass', '--reference', '--reference-groups', '--whiten', '--neighbors',
      '--whiten-groups', '--motion', '--detect', '--threshold']
     """
@@ -245,7 +246,7 @@ def stage_classes() -> dict:
     >>> from dspk.pipeline import registry
     >>> sorted(registry.stage_classes())      # doctest: +NORMALIZE_WHITESPACE
     ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'Motion', 'PhaseShift', 'Reference',
-     'Saturation', 'SpatialHighpass', 'Whiten']
+     'RemoveArtifacts', 'Saturation', 'SpatialHighpass', 'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 

@@ -4,6 +4,8 @@ its options on the command line, in `Pipeline.from_options` and in `dspk.dask`.
 
 - `Saturation`: samples at or beyond a level (saturated ADCs) set to zero
   (`dspk.ops.blank_saturation`);
+- `RemoveArtifacts`: stimulation artefacts removed around triggers from a CSV or the sync
+  channel (`dspk.ops.remove_artifacts`, SpikeInterface's ``remove_artifacts``);
 - `PhaseShift`: the ADC sample-shift correction of Neuropixels recordings
   (`dspk.ops.phase_shift`, the shifts the recording gives);
 - `HighPass` / `BandPass`: linear-phase FIR filters (`dspk.fir_filter`);
@@ -18,7 +20,8 @@ its options on the command line, in `Pipeline.from_options` and in `dspk.dask`.
 
 One module per family, in the order the steps run (the order they are registered in, which
 is the order of a pipeline made from options): `dspk.pipeline.steps.adc` (`Saturation`,
-`PhaseShift`), `.filters` (`HighPass`, `BandPass`), `.channels` (`BadChannels`),
+`PhaseShift`; `.artifacts`' `RemoveArtifacts` placed between them), `.filters` (`HighPass`,
+`BandPass`), `.channels` (`BadChannels`),
 `.reference` (`SpatialHighpass`, `Reference`), `.whitening` (`Whiten`) and `.motion`
 (`Motion`); `.common` holds what they share. Every step and constant is importable from
 ``dspk.pipeline.steps``.
@@ -34,6 +37,7 @@ Examples
 
 # imported in the steps' order: each module registers its steps (`register`) when imported
 from .adc import PhaseShift, Saturation
+from .artifacts import RemoveArtifacts
 from .filters import BandPass, HighPass
 from .channels import BadChannels
 from .reference import Reference, SpatialHighpass
@@ -47,5 +51,5 @@ from .common import GROUPS  # noqa: F401
 from ...motion.spikes import MOTION_TEMPLATE, MOTION_WIDTHS_UM  # noqa: F401
 from .motion import MOTION_MODES, MOTION_P, MOTION_SIGMA_UM  # noqa: F401
 
-__all__ = ["Saturation", "PhaseShift", "HighPass", "BandPass", "BadChannels",
+__all__ = ["Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass", "BadChannels",
            "SpatialHighpass", "Reference", "Whiten", "Motion"]

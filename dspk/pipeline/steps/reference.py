@@ -1,6 +1,6 @@
 """What the channels share, removed: `SpatialHighpass` (destriping, a spatial high-pass along
-the probe's depth) and `Reference` (the median or mean across channels, or within each
-shank)."""
+the probe's depth) and `Reference` (the median or mean across channels, within each shank, or
+within the channels sampled at each ADC instant)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from typing import Any
 import numpy as np
 
 from ...backend import array_module, to_numpy
-from ...ops import agc_window, common_reference, highpass_spatial_filter, highpass_spatial_matrix
+from ...argnames import arg
+from ...ops import (adc_groups, agc_window, common_reference, highpass_spatial_filter,
+                    highpass_spatial_matrix)
 from ..errors import PipelineError
 from ..registry import Option, register
 from ..stage import Context, FitBlocks, Step
-from .common import GROUPS, _check_groups, _not_fitted, log
+from .common import GROUPS, _not_fitted, log
+
+#: the channel groups a reference can be taken within: all channels, each shank, or the
+#: channels sampled at each ADC instant (CatGT's demultiplexed CAR, ``-gbldmx``)
+REFERENCE_GROUPS = GROUPS + ("adc",)
 
 
 @dataclass
@@ -133,18 +139,22 @@ register(SpatialHighpass, (
 @dataclass
 class Reference(Step):
     """Common reference across channels, per sample: ``operator`` "median" or "mean", over
-    every channel or within each shank (``groups="shank"``: SpikeInterface's
-    ``common_reference(recording, groups=...)`` by shank).
+    every channel, within each shank (``groups="shank"``: SpikeInterface's
+    ``common_reference(recording, groups=...)`` by shank), or within the channels sampled at
+    each ADC instant (``groups="adc"``: CatGT's demultiplexed CAR ``-gbldmx`` with
+    ``operator="mean"``; `dspk.ops.demux_reference`).
 
     Per shank, the channels' shanks (`Recording.shank_ids`) are the step's fitted state
-    (``"shanks"``), taken from the recording when the pipeline is fitted (nothing read).
+    (``"shanks"``); per ADC instant, their ADC sample shifts (`Recording.sample_shifts`,
+    ``"shifts"``: channels with one shift were sampled together); taken from the recording
+    when the pipeline is fitted (nothing read).
 
     Parameters
     ----------
     operator : {"median", "mean"}
         As for `dspk.common_reference`.
-    groups : {"none", "shank"}
-        One reference for all channels, or one per shank.
+    groups : {"none", "shank", "adc"}
+        One reference for all channels, one per shank, or one per ADC instant.
 
     Examples
     --------
@@ -162,27 +172,29 @@ class Reference(Step):
     reads_blocks = False
 
     def __post_init__(self) -> None:
-        _check_groups("reference_groups", self.groups)
+        if self.groups not in REFERENCE_GROUPS:
+            raise PipelineError(f"{arg('reference_groups')}: expected 'none', 'shank' or "
+                                f"'adc', got {self.groups!r}")
 
     @property
     def fitted(self) -> tuple[str, ...]:        # type: ignore[override]
-        """``("shanks",)`` per shank, else nothing."""
-        return ("shanks",) if self.groups == "shank" else ()
+        """``("shanks",)`` per shank, ``("shifts",)`` per ADC instant, else nothing."""
+        return {"shank": ("shanks",), "adc": ("shifts",)}.get(self.groups, ())
 
     @property
     def needs(self) -> tuple[str, ...]:
-        """Per shank: the channels' shanks."""
-        return ("shank_ids",) if self.groups == "shank" else ()
+        """Per shank: the channels' shanks; per ADC instant: their sample shifts."""
+        return {"shank": ("shank_ids",), "adc": ("sample_shifts",)}.get(self.groups, ())
 
     def describe(self) -> str:
-        """``reference='<operator>'`` (and ``reference_groups='shank'``)."""
+        """``reference='<operator>'`` (and ``reference_groups='shank'`` or ``'adc'``)."""
         groups = "" if self.groups == "none" else f", reference_groups={self.groups!r}"
         return f"reference={self.operator!r}{groups}"
 
     def instead(self, need: str) -> str:
-        """One reference for all channels needs no shanks."""
+        """One reference for all channels needs no shanks and no sample shifts."""
         return "use reference_groups='none' (--reference-groups none)" \
-            if need == "shank_ids" else ""
+            if need in ("shank_ids", "sample_shifts") else ""
 
     def _one_channel(self, where: str) -> PipelineError:
         return PipelineError(f"{self.describe()}: {where} 1 channel; a common reference "
@@ -210,7 +222,11 @@ class Reference(Step):
             raise self._one_channel("the recording has")
 
     def fit(self, blocks: FitBlocks, ctx: Context) -> dict:
-        """``{"shanks": int64 [channels]}``: the recording's `shank_ids` (per shank only)."""
+        """``{"shanks": int64 [channels]}``: the recording's `shank_ids` (per shank); or
+        ``{"shifts": float64 [channels]}``: its `sample_shifts` (per ADC instant; each
+        instant must have two channels or more)."""
+        if self.groups == "adc":
+            return self._fit_shifts(ctx)
         shanks = getattr(ctx.recording, "shank_ids", None)
         if shanks is None or len(shanks) != ctx.n_channels:
             raise PipelineError(f"{self.describe()} needs the recording's shanks (a SpikeGLX "
@@ -220,10 +236,34 @@ class Reference(Step):
         log.info("common reference within each of %d shank(s)", len(np.unique(shanks)))
         return {"shanks": shanks}
 
+    def _fit_shifts(self, ctx: Context) -> dict:
+        shifts = getattr(ctx.recording, "sample_shifts", None)
+        if shifts is None or len(shifts) != ctx.n_channels:
+            raise PipelineError(f"{self.describe()} needs the recording's ADC sample shifts "
+                                f"(a SpikeGLX or Open Ephys Neuropixels recording gives "
+                                f"them); {self.instead('sample_shifts')}")
+        shifts = np.asarray(shifts, dtype=np.float64)
+        groups = adc_groups(shifts)
+        lone = [int(g[0]) for g in groups if len(g) < 2]
+        if lone:
+            raise PipelineError(f"{self.describe()}: channel {lone[0]} is the only one "
+                                f"sampled at its ADC instant ({len(lone)} such channel(s)): "
+                                f"its reference would be itself. Keep whole ADC groups (all "
+                                f"of the probe's channels), or "
+                                f"{self.instead('sample_shifts')}")
+        log.info("common reference within each of %d ADC instant(s) (%d-%d channels each)",
+                 len(groups), min(len(g) for g in groups), max(len(g) for g in groups))
+        return {"shifts": shifts}
+
     def prepare(self, ctx: Context, state: dict) -> list | None:
-        """Per shank, the channel indices of each shank; else None (all channels)."""
+        """Per shank or ADC instant, the channel indices of each group; else None (all
+        channels)."""
         if self.groups == "none":
             return None
+        if self.groups == "adc":
+            if "shifts" not in state:
+                raise _not_fitted(self.describe())
+            return adc_groups(np.asarray(state["shifts"]))
         if "shanks" not in state:
             raise _not_fitted(self.describe())
         shanks = np.asarray(state["shanks"])
@@ -240,8 +280,10 @@ class Reference(Step):
 register(Reference, (
     Option("reference", "--reference", "median", "common reference across channels",
            choices=("median", "mean", "none")),
-    Option("reference_groups", "--reference-groups", "none", "one reference per shank "
-           "(shank: the recording's shanks, e.g. a multi-shank SpikeGLX probe) or for all "
-           "channels", choices=GROUPS)),
+    Option("reference_groups", "--reference-groups", "none", "one reference for all "
+           "channels, per shank (shank: the recording's shanks, e.g. a multi-shank SpikeGLX "
+           "probe), or per ADC instant (adc: the channels a Neuropixels probe samples "
+           "together, CatGT's demultiplexed CAR -gbldmx with --reference mean)",
+           choices=REFERENCE_GROUPS)),
     make=lambda reference, reference_groups: None if reference in (None, "none")
     else Reference(reference, reference_groups or "none"))
