@@ -26,9 +26,10 @@ from dspk.detect import (default_templates, detect_spikes, learn_templates, spik
                          spike_features, template_noise)
 from dspk.finite import NonFiniteError, check_finite, checked, first_nonfinite, is_finite
 from dspk.ops import (PCA, CovarianceAccumulator, SpatialFilter, blank_saturation,
-                      common_reference, covariance, detect_bad_channels, fir_bank, fir_filter,
-                      highpass_spatial_filter, highpass_taps, knn, pairwise_sqdist,
-                      phase_shift, spatial_filter, whitening_matrix)
+                      common_reference, covariance, decimate, demux_reference,
+                      detect_bad_channels, fir_bank, fir_filter, highpass_spatial_filter,
+                      highpass_taps, knn, pairwise_sqdist, phase_shift, remove_artifacts,
+                      spatial_filter, whitening_matrix)
 from dspk.pipeline import HighPass, Pipeline, Reference
 
 from .conftest import xp_params
@@ -143,6 +144,12 @@ CASES = [
      traces_in, f"x: not finite at {AT}"),
     ("spike_features", "raise",
      lambda xp, x: spike_features(x, spikes(), geometry(), FS, n_neighbors=3), traces_in,
+     f"x: not finite at {AT}"),
+    ("decimate", "raise", lambda xp, x: decimate(x, 4), traces_in, f"x: not finite at {AT}"),
+    ("demux_reference", "raise", lambda xp, x: demux_reference(x, np.arange(C) % 4),
+     traces_in, f"x: not finite at {AT}"),
+    ("remove_artifacts", "raise",
+     lambda xp, x: remove_artifacts(x, [500, 2000], 0.5, 0.5, "linear", fs=FS), traces_in,
      f"x: not finite at {AT}"),
     ("Pipeline.transform", "raise", lambda xp, x: _pipeline().transform(x, FS), traces_in,
      f"x: not finite at {AT}"),

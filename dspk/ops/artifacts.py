@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..argnames import arg
+from ..finite import api, check_finite
 from ._checks import traces
 
 __all__ = ["remove_artifacts", "artifact_templates", "artifact_window", "artifact_reach",
@@ -230,6 +231,7 @@ def artifact_templates(x: Any, samples: Any, ms_before: float, ms_after: float, 
     return names, out
 
 
+@api
 def remove_artifacts(x: Any, samples: Any, ms_before: float | None = 0.5,
                      ms_after: float | None = 3.0, mode: str = "zeros", *, fs: float,
                      labels: Any = None, fit_sample_spacing: float = 1.0,
@@ -320,6 +322,7 @@ def remove_artifacts(x: Any, samples: Any, ms_before: float | None = 0.5,
     array([2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2.])
     """
     xp = traces(x)
+    check_finite(x, "x")
     _check_mode(mode)
     rate = _positive("fs", fs)
     pad = artifact_window(ms_before, ms_after, rate)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..caches import shared
+from ..finite import api, check_finite
 from ..linalg.matmul import matmul
 from ._checks import traces
 
@@ -85,6 +86,7 @@ def decimate_taps(q: int, n: int | None = None) -> np.ndarray:
     return _taps(q, int(n))
 
 
+@api
 def decimate(x: Any, q: int, n: int | None = None, *, halo: int = 0) -> Any:
     """Every q-th sample of each channel of ``x`` after an anti-alias low-pass:
     ``scipy.signal.decimate(x, q, n, ftype="fir", axis=-1, zero_phase=True)``.
@@ -142,6 +144,7 @@ def decimate(x: Any, q: int, n: int | None = None, *, halo: int = 0) -> Any:
     """
     xp = traces(x)
     q = _check_q(q)
+    check_finite(x, "x")
     N = x.shape[1]
     if isinstance(halo, bool) or not isinstance(halo, (int, np.integer)) or \
             not 0 <= halo or 2 * halo >= N:

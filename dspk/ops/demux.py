@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..finite import api, check_finite
 from ._checks import traces
 from .spatial import common_reference
 
@@ -67,6 +68,7 @@ def adc_groups(sample_shifts: Any) -> list[np.ndarray]:
     return [np.flatnonzero(inverse == i) for i in range(len(values))]
 
 
+@api
 def demux_reference(x: Any, sample_shifts: Any, operator: str = "mean") -> Any:
     """Subtract from each channel the median or mean, per sample, of the channels sampled at
     its ADC instant (`adc_groups`): CatGT's ``-gbldmx`` (its CAR is the mean, the default
@@ -108,6 +110,7 @@ def demux_reference(x: Any, sample_shifts: Any, operator: str = "mean") -> Any:
            [ 5.,  2.]], dtype=float32)
     """
     traces(x)
+    check_finite(x, "x")
     if operator not in ("median", "mean"):
         raise ValueError(f"operator: expected 'median' or 'mean', got {operator!r}")
     groups = adc_groups(sample_shifts)
