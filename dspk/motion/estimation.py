@@ -93,6 +93,20 @@ def window_scale(n_spikes: int, n_bins: int, extent_um: float) -> float:
     bin, at their mean density along its ``extent_um``, within [`WINDOW_MIN_UM`,
     `WINDOW_MAX_UM`].
 
+    Parameters
+    ----------
+    n_spikes : int
+        The shank's spikes.
+    n_bins : int
+        The estimate's time bins.
+    extent_um : float
+        The shank's extent along depth (µm).
+
+    Returns
+    -------
+    float
+        The windows' SD (µm); `estimate` spaces them as far apart by default.
+
     Examples
     --------
     >>> from dspk.motion.estimation import window_scale
