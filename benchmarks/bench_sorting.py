@@ -375,6 +375,9 @@ def score(rec: Path, results: Path) -> dict:
 #: a sorted spike within this many samples of a ground-truth spike detects it (0.4 ms:
 #: `compare_sorter_to_ground_truth`'s delta_time)
 DETECT_SAMPLES = 12
+#: the nearest sorted spike's offset counts in a unit's timing offset within this many samples
+#: (1 ms: beyond it the nearest spike is more likely another unit's)
+LAG_SAMPLES = 30
 #: a sorted unit holding at least this fraction of a ground-truth unit's detected spikes is one
 #: of its pieces
 PIECE_FRACTION = 0.1
@@ -405,7 +408,7 @@ def unit_fate(gt_times: np.ndarray, gt_units: np.ndarray, n_units: int, times: n
         mine = gt_units == u
         got = hit[mine]
         detected.append(float(got.mean()) if mine.any() else 0.0)
-        near = np.abs(off[mine]) <= 30
+        near = np.abs(off[mine]) <= LAG_SAMPLES
         lag.append(float(np.median(off[mine][near])) if near.any() else None)
         if got.any():
             _, counts = np.unique(lab[nearest[mine][got]], return_counts=True)
@@ -549,7 +552,10 @@ def run_arm(arm: str, rec: Path, args) -> dict:
         # a 384-channel, 10-minute arm leaves 14 GB (int16) to 28 GB (float32) of traces: three
         # arms and a recording would fill the GPU machine's 64 GB disk
         for path in got.get("scratch", []):
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     log(f"{arm} {variant} on {rec.name}: {row['well_detected']} well detected, median "
         f"accuracy {row['accuracy_median']:.3f}, {row['false_positive']} false positive; "
         f"preprocess {row['preprocess_s']} s, sort {row['sort_s']} s")

@@ -55,4 +55,5 @@ def test_a_shifted_copy_of_the_truth_is_detected_within_the_window(shift, seed):
     fate = unit_fate(gt_t, gt_u, 4, gt_t + shift, gt_u)
     inside = abs(shift) <= bench_sorting.DETECT_SAMPLES
     assert fate["unit_detected"] == [1.0 if inside else 0.0] * 4
-    assert fate["unit_lag"] == ([float(shift)] * 4 if abs(shift) <= 30 else [None] * 4)
+    assert fate["unit_lag"] == ([float(shift)] * 4 if abs(shift) <= bench_sorting.LAG_SAMPLES
+                                else [None] * 4)
