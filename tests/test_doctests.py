@@ -29,7 +29,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.finite", "dspk.linalg.view", "
            "dspk.pipeline.prepared", "dspk.pipeline.output", "dspk.pipeline.stream",
            "dspk.cli", "dspk.io", "dspk.io.errors", "dspk.io.scaling", "dspk.io.recording",
            "dspk.io.hdf5", "dspk.io.layout", "dspk.io.spikeinterface_recording",
-           "dspk.io.spikeglx", "dspk.io.cbin", "dspk.io.sync",
+           "dspk.io.spikeglx", "dspk.io.cbin", "dspk.io.sync", "dspk.io.events",
            "dspk.io.adc", "dspk.io.openephys", "dspk.io.probe",
            "dspk.io.subset", "dspk.dask", "dspk.ops.destripe", "dspk.pipeline.peaks",
            "dspk.spikeinterface", "dspk.io.kilosort", "dspk.io.nwb", "dspk.pipeline.handoff",

@@ -327,6 +327,7 @@ class Job:
                 else:
                     bar = progress_bar(progress, stop - start, done - start, rec.fs)
                     self._chunks(range(done, stop, self.chunk), stop, start, bar, on_chunk)
+                self.events(output)
         except KeyboardInterrupt as exc:
             raise JobInterrupted(output.out or Path(output.format), self.done, n, rec.fs,
                                  output.has_partial(), output.resumes) from exc
@@ -341,6 +342,20 @@ class Job:
                      self.timing["read_s"], self.timing["compute_s"],
                      self.timing["write_s"])
         return output.out
+
+    def events(self, output: Output) -> None:
+        """The recording's edges (`dspk.io.events.recording_events`: its sync bits or Open
+        Ephys TTL lines) handed to an output that keeps them — one with an ``events(table,
+        fs, source)`` method — once its traces are written; nothing for a recording
+        without any."""
+        hook = getattr(output, "events", None)
+        if hook is None:
+            return
+        from ..io.events import recording_events  # noqa: PLC0415
+
+        table = recording_events(self.rec)
+        if table is not None:
+            hook(table, self.rec.fs, self.rec.source)
 
     def _resume_point(self, start: int) -> tuple:
         """(sample to continue from, rows written per table) of the partial output that this
