@@ -521,7 +521,10 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
     options."""
     p.add_argument("--preset", default=None, choices=sorted(registry.PRESETS),
                    help="the options of a known chain: ibl (phase shift, high-pass, bad "
-                        "channels, spatial high-pass: IBL's destripe), kilosort (high-pass, "
+                        "channels, spatial high-pass: IBL's destripe), ibl-lfp (decimation "
+                        "to 2.5 kHz where the input is faster, phase shift, Butterworth "
+                        "0.5-300 Hz band-pass, bad channels, median per shank: IBL's "
+                        "destripe_lfp), kilosort (high-pass, "
                         "median reference, local whitening: Kilosort4's); options given win")
     groups: dict = {}
     for o in registry.options():

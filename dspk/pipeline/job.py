@@ -206,6 +206,7 @@ class Job:
                  overwrite: bool = False) -> None:
         output = out if out is None or isinstance(out, Output) else \
             HDF5Output(out, overwrite=overwrite)
+        recording = pipeline.source(recording)   # a Decimate: the job runs at its rate
         # every check before any work: nothing fitted, no file created when one fails
         if output is not None:
             output.check_options(pipeline, layout, compression, resume=False)
@@ -259,7 +260,7 @@ class Job:
         if not p.is_fitted:
             p.fit(self.rec)
         elif p.fs is None:
-            p.fs = float(self.rec.fs)
+            p.fs = float(getattr(self.rec, "input_fs", self.rec.fs))
         return [dict(st) for st in p.states]
 
     def _prepare(self) -> None:
@@ -353,9 +354,10 @@ class Job:
             return
         from ..io.events import recording_events  # noqa: PLC0415
 
-        table = recording_events(self.rec)
+        rec = getattr(self.rec, "input_recording", self.rec)  # (decimated: the input's)
+        table = recording_events(rec)
         if table is not None:
-            hook(table, self.rec.fs, self.rec.source)
+            hook(table, rec.fs, rec.source)
 
     def _resume_point(self, start: int) -> tuple:
         """(sample to continue from, rows written per table) of the partial output that this
