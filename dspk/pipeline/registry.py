@@ -231,8 +231,8 @@ def options() -> list:
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
     ['--decimate', '--decimate-to', '--saturation', '--artifacts', '--artifact-window',
-     '--artifact-mode', '--phase-shift', '--highpass', '--bandpass', '--butter-bandpass',
-     '--bad-channels',
+     '--artifact-mode', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
+     '--butter-bandpass',
      '--spatial-highpass', '--reference', '--reference-groups', '--whiten', '--neighbors',
      '--whiten-groups', '--motion', '--detect', '--threshold']
     """

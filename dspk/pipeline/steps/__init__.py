@@ -26,7 +26,8 @@ One module per family, in the order the steps run (the order they are registered
 is the order of a pipeline made from options): `dspk.pipeline.steps.decimate` (`Decimate`,
 a front end: first or not at all), `dspk.pipeline.steps.adc` (`Saturation`,
 `PhaseShift`; `.artifacts`' `RemoveArtifacts` placed between them), `.filters` (`HighPass`,
-`BandPass`), `.lfp` (`ButterBandPass`), `.channels` (`BadChannels`),
+`BandPass`), `.channels` (`BadChannels`), `.lfp` (`ButterBandPass`: after the bad channels,
+which are detected on the unfiltered LFP band as IBL detects them),
 `.reference` (`SpatialHighpass`, `Reference`), `.whitening` (`Whiten`) and `.motion`
 (`Motion`); `.common` holds what they share. Every step and constant is importable from
 ``dspk.pipeline.steps``.
@@ -45,8 +46,8 @@ from .adc import PhaseShift, Saturation
 from .decimate import Decimate
 from .artifacts import RemoveArtifacts
 from .filters import BandPass, HighPass
-from .lfp import ButterBandPass
 from .channels import BadChannels
+from .lfp import ButterBandPass
 from .reference import Reference, SpatialHighpass
 from .whitening import Whiten
 from .motion import Motion

@@ -30,6 +30,11 @@ class ButterBandPass(Step):
     zero-phase FIR (`dspk.ops.butter.butter_zero_phase_taps`, truncated at 1e-7 of the
     largest tap), applied by overlap-add FFTs on the run's device.
 
+    In a pipeline made from options it comes after `BadChannels`: IBL's ``destripe_lfp``
+    detects bad channels on the unfiltered traces (their power above 0.8 of Nyquist, which
+    the band-pass removes), and the interpolation, a spatial product, commutes with the
+    filter.
+
     It differs from ``sosfiltfilt`` on the whole recording only near the recording's two ends
     (within the taps' half length: ``sosfiltfilt`` extends the array by odd reflection, the
     pipeline sees zeros) and by the cut tail (5e-5 of the DC gain for IBL's band at 2.5 kHz).
@@ -124,4 +129,4 @@ register(ButterBandPass, (
     Option("butter_bandpass", "--butter-bandpass", None, "Butterworth band-pass (order 3) "
            "run forward and backward, as scipy's sosfiltfilt and IBL's LFP destripe (0.5 300), "
            "streamed as its zero-phase FIR", type=float, nargs=2, metavar=("LO", "HI")),),
-    make=_make)             # imported after .filters, before .channels: between them
+    make=_make)        # imported after .channels, before .reference: between them
