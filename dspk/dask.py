@@ -412,7 +412,7 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
         # threads, not on a global default client
         with dask.config.set(scheduler="threads") if client is None else nullcontext():
             fit(pipeline, rec, client=client)
-    n, chunk = rec.n_samples, job.chunk
+    n, chunk = job.rec.n_samples, job.chunk      # (the job's: a Decimate's rate)
     if spans is None:
         spans = len(client.scheduler_info()["workers"]) if client is not None else 1
     n_chunks = -(-n // chunk)

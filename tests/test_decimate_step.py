@@ -154,3 +154,16 @@ def test_gpu_forms_match_the_cpu_ones(tmp_path):
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
         np.testing.assert_allclose(fa["traces"][()], fb["traces"][()], rtol=0,
                                    atol=1e-5 * SCALE)
+
+
+def test_run_split_spans_are_at_the_decimated_rate(tmp_path):
+    pytest.importorskip("dask")
+    from dspk.dask import run_split
+
+    rec = dspk.open_recording(X, fs=FS, layout="channels_samples")
+    p = Pipeline.from_options(decimate=12, highpass=0, reference="mean", whiten="none",
+                              backend="cpu")
+    out = run_split(p, rec, str(tmp_path / "o.h5"), spans=3, chunk_s=0.1)
+    with h5py.File(out, "r") as f:
+        np.testing.assert_allclose(f["traces"][()].T, p.transform(X, FS), rtol=0,
+                                   atol=3e-7 * SCALE)

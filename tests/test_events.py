@@ -142,6 +142,16 @@ def test_outputs_carry_the_events(tmp_path):
     back = read_events_csv(os.path.join(folder, "events.csv"))
     np.testing.assert_array_equal(back[["sample", "bit", "polarity"]],
                                   want[["sample", "bit", "polarity"]])
+    # NWB: each bit's high periods as the TimeIntervals table /intervals/events
+    pynwb = pytest.importorskip("pynwb")
+    nwb_out = ks.run(str(path), str(tmp_path / "o.nwb"), format="nwb", progress=False)
+    with pynwb.NWBHDF5IO(str(nwb_out), "r") as io:
+        ti = io.read().intervals["events"]
+        start, stop, bit = ti["start_time"][:], ti["stop_time"][:], ti["bit"][:]
+    six = want[want["bit"] == 6]
+    np.testing.assert_allclose(start[bit == 6], six["time"][six["polarity"] > 0])
+    np.testing.assert_allclose(stop[bit == 6][:2], six["time"][six["polarity"] < 0])
+    assert stop[bit == 6][-1] == pytest.approx(6000 / 30000.0)       # high at the end
     # a recording without events: no /events
     rec = open_recording(rand16(3000, 4).astype(np.float32), fs=30000.0)
     out2 = dspk.Pipeline.from_options(highpass=300.0, whiten="none").run(

@@ -33,7 +33,8 @@ from .errors import RecordingError
 from .sync import EVENT_DTYPE, sync_events
 
 __all__ = ["recording_events", "openephys_events", "has_events", "write_events_csv",
-           "write_events_hdf5", "read_events_hdf5", "EVENTS_GROUP",
+           "write_events_hdf5", "read_events_hdf5", "EVENTS_GROUP", "pulses",
+           "write_events_nwb",
            "read_events_csv", "edge_counts", "EDGE_NAMES", "EVENTS_CSV_COLUMNS"]
 
 #: the ``edge`` column's words for a polarity
@@ -422,3 +423,103 @@ def read_events_hdf5(f: Any) -> np.ndarray | None:
         g["polarity"][()]
     out["time"] = g["seconds"][()]
     return out
+
+
+def pulses(events: np.ndarray, duration_s: float) -> np.ndarray:
+    """Each bit's high periods from its edges: a rising edge to the bit's next falling one
+    (a falling edge with none before it: high from 0; a rising edge with none after it: high
+    to ``duration_s``).
+
+    Parameters
+    ----------
+    events : numpy.ndarray
+        `dspk.io.sync.EVENT_DTYPE` rows sorted by sample (their ``time`` in seconds).
+    duration_s : float
+        The recording's length in seconds.
+
+    Returns
+    -------
+    numpy.ndarray
+        Structured ``start_time``, ``stop_time`` (float64 s), ``bit`` (int16), sorted by start
+        time then bit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io import sync_edges
+    >>> from dspk.io.events import pulses
+    >>> ev = sync_edges(np.array([64, 0, 0, 65, 65, 64], np.int16), previous=0, fs=1.0)
+    >>> pulses(ev, 6.0).tolist()
+    [(0.0, 1.0, 6), (3.0, 5.0, 0), (3.0, 6.0, 6)]
+    """
+    dtype = np.dtype([("start_time", np.float64), ("stop_time", np.float64),
+                      ("bit", np.int16)])
+    rows = []
+    for b in np.unique(events["bit"]).tolist():
+        mine = events[events["bit"] == b]
+        start = None
+        for i, (t, p) in enumerate(zip(mine["time"].tolist(), mine["polarity"].tolist())):
+            if p > 0:
+                start = t
+            else:
+                rows.append((0.0 if start is None and i == 0 else
+                             (start if start is not None else t), t, b))
+                start = None
+        if start is not None:
+            rows.append((start, float(duration_s), b))
+    out = np.array(rows, dtype=dtype)
+    return out[np.lexsort((out["bit"], out["start_time"]))] if out.size else out
+
+
+def write_events_nwb(path: str | os.PathLike, events: np.ndarray, duration_s: float,
+                     name: str = EVENTS_GROUP) -> None:
+    """The edges into an NWB file as a ``TimeIntervals`` table (``/intervals/<name>``): each
+    bit's high periods (`pulses`: ``start_time``, ``stop_time`` in seconds, and ``bit``),
+    written with pynwb in append mode.
+
+    Parameters
+    ----------
+    path : path
+        An NWB file pynwb can append to.
+    events : numpy.ndarray
+        `dspk.io.sync.EVENT_DTYPE` rows, ``time`` in seconds.
+    duration_s : float
+        The recording's length (a last rising edge's period ends there).
+    name : str
+        The table's name.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from datetime import datetime, timezone
+    >>> import numpy as np, pynwb
+    >>> from dspk.io import sync_edges
+    >>> from dspk.io.events import write_events_nwb
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "o.nwb")
+    >>> nwb = pynwb.NWBFile("s", "id", datetime(2024, 1, 1, tzinfo=timezone.utc))
+    >>> with pynwb.NWBHDF5IO(path, "w") as io:
+    ...     io.write(nwb)
+    >>> write_events_nwb(path, sync_edges(np.array([0, 64, 0], np.int16), fs=1.0), 3.0)
+    >>> with pynwb.NWBHDF5IO(path, "r") as io:
+    ...     table = io.read().intervals["events"]
+    ...     table["start_time"][:].tolist(), table["stop_time"][:].tolist(), table["bit"][:].tolist()
+    ([1.0], [2.0], [6])
+    >>> tmp.cleanup()
+    """
+    from .nwb import pynwb_module  # noqa: PLC0415 (optional)
+
+    pynwb = pynwb_module()
+    from pynwb.epoch import TimeIntervals  # noqa: PLC0415
+
+    table = pulses(events, duration_s)
+    with pynwb.NWBHDF5IO(os.fspath(path), "a") as io:
+        nwb = io.read()
+        ti = TimeIntervals(name=name, description="the high periods of the recording's sync "
+                           "bits / TTL lines (dspk: rising edge to the next falling one; bit "
+                           "0-based)")
+        ti.add_column("bit", "the sync bit (SpikeGLX: 16*word + bit; Open Ephys: line - 1)")
+        for start, stop, bit in table.tolist():
+            ti.add_row(start_time=start, stop_time=stop, bit=int(bit))
+        nwb.add_time_intervals(ti)
+        io.write(nwb)
