@@ -189,6 +189,10 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     if pipeline.sinks:
         raise PipelineError("apply: the Detect step writes spikes, not traces; run "
                             "preprocess_many (Pipeline.run) for detection")
+    if pipeline.steps and getattr(pipeline.steps[0], "front_end", False):
+        raise PipelineError(f"apply: {pipeline.steps[0].describe()} changes the number of "
+                            f"samples, which map_overlap keeps; run preprocess_many "
+                            f"(Pipeline.run) or run_split")
     if not pipeline.is_fitted:
         raise PipelineError("the pipeline's whitening is not fitted (Pipeline.fit or "
                             "dspk.dask.fit first)")

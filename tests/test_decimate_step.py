@@ -167,3 +167,8 @@ def test_run_split_spans_are_at_the_decimated_rate(tmp_path):
     with h5py.File(out, "r") as f:
         np.testing.assert_allclose(f["traces"][()].T, p.transform(X, FS), rtol=0,
                                    atol=3e-7 * SCALE)
+    import dask.array as da
+    from dspk.dask import apply
+
+    with pytest.raises(PipelineError, match="map_overlap"):
+        apply(p, da.from_array(X), fs=FS)
