@@ -128,5 +128,7 @@ def _make(butter_bandpass: Any) -> ButterBandPass | None:
 register(ButterBandPass, (
     Option("butter_bandpass", "--butter-bandpass", None, "Butterworth band-pass (order 3) "
            "run forward and backward, as scipy's sosfiltfilt and IBL's LFP destripe (0.5 300), "
-           "streamed as its zero-phase FIR", type=float, nargs=2, metavar=("LO", "HI")),),
+           "streamed as its zero-phase FIR (6.2 s of context each side of a chunk for "
+           "0.5 Hz at 2.5 kHz: use --chunk 30 or more)", type=float, nargs=2,
+           metavar=("LO", "HI")),),
     make=_make)        # imported after .channels, before .reference: between them
