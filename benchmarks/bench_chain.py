@@ -218,6 +218,8 @@ def lfp_rows(x: np.ndarray, geom: np.ndarray, backend: str, repeats: int, notes:
     from scipy import signal
 
     rows = []
+    notes.append("LFP rows (decimate, Butterworth, destripe_lfp): the difference column is "
+                 "against SciPy's or IBL's result, in the interior where marked")
     xd = xp.asarray(x)
     ref = signal.decimate(x, 12, ftype="fir", axis=1)
     first, med = timed(lambda: signal.decimate(x, 12, ftype="fir", axis=1), repeats)
