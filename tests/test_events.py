@@ -169,3 +169,31 @@ def test_bad_inputs(tmp_path):
     folder = oe_folder(tmp_path, [1, 0], [10, 20])
     with open_recording(folder) as rec, pytest.raises(RecordingError, match="state 0"):
         openephys_events(rec)
+
+
+def test_a_cbin_jobs_events_come_from_its_own_decode(tmp_path, monkeypatch):
+    """A .cbin's sync edges are kept as the job decodes its chunks: the events hook decodes
+    nothing again, and gives the edges of a fresh read."""
+    from dspk.io.cbin import CbinReader, write_cbin
+
+    path, data = sglx_file(tmp_path, n=9000)
+    cbin = tmp_path / "c" / "run_g0_t0.imec0.ap.cbin"
+    cbin.parent.mkdir()
+    write_cbin(str(cbin), data, 30000.0, chunk_samples=2000)
+    cbin.with_suffix(".meta").write_text(path.with_suffix(".meta").read_text())
+    want = sync_events(path)
+    decodes = []
+    real = CbinReader._decode
+    monkeypatch.setattr(CbinReader, "_decode",
+                        lambda self, i, buf: decodes.append(i) or real(self, i, buf))
+    with open_recording(cbin) as rec:
+        assert rec.decoded_sync_edges() is None          # nothing decoded yet
+        p = dspk.Pipeline.from_options(highpass=0, reference="mean", whiten="none",
+                                       backend="cpu")
+        out = p.run(rec, str(tmp_path / "o.h5"), progress=False, chunk_s=0.05)
+        n_decodes = len(decodes)
+        got = sync_events(rec)
+        assert len(decodes) == n_decodes                  # no chunk decoded again
+    np.testing.assert_array_equal(got, want)
+    with h5py.File(out, "r") as f:
+        np.testing.assert_array_equal(read_events_hdf5(f)["sample"], want["sample"])
