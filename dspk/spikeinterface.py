@@ -265,10 +265,11 @@ def spikeinterface_options(recording: Any = None, **options: Any) -> dict:
                 not np.isfinite(radius) or radius <= 0:
             raise PipelineError(f"radius_um: expected a positive distance in µm, got "
                                 f"{radius!r}")
-        if recording is None or recording.get_property("location") is None:
-            raise PipelineError("radius_um: needs the recording's channel locations (a probe); "
-                                "give n_neighbors= instead")
-        g = np.asarray(recording.get_channel_locations(), np.float64)
+        try:
+            g = np.asarray(recording.get_channel_locations(), np.float64)
+        except (AttributeError, ValueError) as exc:
+            raise PipelineError(f"radius_um: needs the recording's channel locations (a "
+                                f"probe); give n_neighbors= instead ({exc})") from None
         d = np.sqrt(((g[:, None, :] - g[None, :, :]) ** 2).sum(axis=-1))
         o["n_neighbors"] = int((d <= float(radius)).sum(axis=1).max())
     return o

@@ -1,0 +1,200 @@
+"""Issue 46: dspk as a SpikeInterface and a Kilosort4 user meets it — SpikeInterface's option
+names, int16 through SpikeInterface with its gains, peaks ready for SpikeInterface's motion
+estimate, Kilosort4's settings beside the folder, lazy submodules, the Zarr output."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+si = pytest.importorskip("spikeinterface.core")
+
+import dspk  # noqa: E402
+from dspk.pipeline import PipelineError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _recording(channels=8, seconds=1.0, seed=0):
+    return si.generate_recording(num_channels=channels, durations=[seconds], seed=seed)
+
+
+# -- 2: SpikeInterface's option names ------------------------------------------------------------
+@pytest.mark.parametrize("si_names, dspk_names", [
+    (dict(freq_min=300.0, operator="average", mode="global"),
+     dict(highpass=300.0, reference="mean", whiten="global")),
+    (dict(freq_min=300.0, freq_max=6000.0, reference="average", mode="local"),
+     dict(bandpass=(300.0, 6000.0), reference="mean", whiten="local")),
+    (dict(reference="global", operator="median", mode="global"),
+     dict(reference="median", whiten="global")),
+    (dict(reference="global", whiten="none"), dict(reference="median", whiten="none")),
+])
+def test_spikeinterface_names_give_dspks_traces(si_names, dspk_names):
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec = _recording()
+    a, b = dspk_preprocess(rec, **si_names), dspk_preprocess(rec, **dspk_names)
+    assert a.pipeline.options() == b.pipeline.options()
+    np.testing.assert_array_equal(a.get_traces(end_frame=6000), b.get_traces(end_frame=6000))
+
+
+def test_radius_um_takes_spikeinterfaces_neighbourhood():
+    from spikeinterface.core import get_channel_distances
+
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec = _recording(channels=16)            # SpikeInterface's generated probe
+    n = int((get_channel_distances(rec) <= 60.0).sum(axis=1).max())
+    a = dspk_preprocess(rec, mode="local", radius_um=60.0)
+    b = dspk_preprocess(rec, whiten="local", n_neighbors=n)
+    assert a.pipeline.options() == b.pipeline.options() and 1 < n < 16
+    np.testing.assert_array_equal(a.get_traces(end_frame=3000), b.get_traces(end_frame=3000))
+
+
+def test_spikeinterface_names_in_detect_peaks():
+    from dspk.spikeinterface import dspk_detect_peaks
+
+    rec, _ = si.generate_ground_truth_recording(durations=[3.0], num_channels=16, num_units=5,
+                                                seed=0)
+    a = dspk_detect_peaks(rec, mode="global", operator="average", freq_min=300.0)
+    b = dspk_detect_peaks(rec, whiten="global", reference="mean", highpass=300.0)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("options, named", [
+    (dict(reference="local"), "reference='local'"),
+    (dict(operator="max"), "operator"),
+    (dict(mode="global", whiten="local"), "mode"),
+    (dict(freq_max=6000.0), "freq_max"),
+    (dict(freq_min=300.0, highpass=150.0), "freq_min"),
+    (dict(radius_um=-1.0), "radius_um"),
+    (dict(radius_um=50.0, n_neighbors=8), "radius_um"),
+    (dict(dtype="int32"), "dtype"),
+    (dict(dtype="int16", int_scale=0), "int_scale"),
+])
+def test_bad_spikeinterface_options_are_named(options, named):
+    from dspk.spikeinterface import dspk_preprocess
+
+    with pytest.raises(PipelineError, match=named):
+        dspk_preprocess(_recording(), **options)
+
+
+# -- 3: int16 through SpikeInterface -----------------------------------------------------------
+#: the int16 save's relative RMS error, with margin over the measured (the rounding's
+#: step/sqrt(12) of the traces' RMS): whitened, 200 steps per SD, 1/200/sqrt(12) = 1.44e-3 of
+#: an RMS of 1; unwhitened, 10 steps per µV, 0.0289 µV of the ~9.5 µV RMS here
+INT16_RMS_ERROR = {"global": 1.6e-3, "none": 3.4e-3}
+
+
+@pytest.mark.parametrize("whiten", ["global", "none"])
+def test_int16_save_keeps_the_traces_and_their_units(whiten, tmp_path):
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec = _recording(channels=8, seconds=2.0)
+    rec.set_channel_gains(10.0)                  # µV: noise of ~10 µV, as a probe records
+    rec.set_channel_offsets(0.0)
+    as_float = dspk_preprocess(rec, whiten=whiten)
+    as_int = dspk_preprocess(rec, whiten=whiten, dtype="int16")
+    saved = as_int.save(format="binary", folder=tmp_path / "int16", progress_bar=False)
+    assert saved.get_dtype() == np.int16
+    y, q = as_float.get_traces(), saved.get_traces().astype(np.float64)
+    step = float(saved.get_property("gain_to_physical_unit")[0])
+    err = np.sqrt(np.mean((q * step - y) ** 2)) / np.sqrt(np.mean(y ** 2))
+    print(f"int16 relative RMS error ({whiten}): {err:.3e}")
+    assert err < INT16_RMS_ERROR[whiten], err
+    if whiten == "none":                          # µV: SpikeInterface's own scaling
+        assert saved.has_scaleable_traces() and step == 0.1
+        np.testing.assert_allclose(saved.get_traces(return_in_uV=True), q * 0.1, rtol=1e-6)
+    else:                                          # noise SDs: never taken for µV
+        assert not saved.has_scaleable_traces() and step == 1 / 200
+        assert str(saved.get_property("physical_unit")[0]) == "whitened (noise SD)"
+    # SpikeInterface's `int_scale`: steps per unit, as its whiten(int_scale=...)
+    own = dspk_preprocess(rec, whiten=whiten, dtype="int16", int_scale=50.0)
+    assert own.int_scale == 50.0
+    assert float(own.get_property("gain_to_physical_unit")[0]) == 1 / 50
+
+
+def test_float_save_as_int16_by_spikeinterface_is_what_the_option_replaces():
+    """The issue's symptom: SpikeInterface casting whitened float traces crushes them."""
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec = _recording(channels=8, seconds=1.0)
+    y = dspk_preprocess(rec, whiten="global").get_traces()
+    cast = y.astype(np.int16).astype(np.float64)
+    assert np.sqrt(np.mean((cast - y) ** 2)) / np.sqrt(np.mean(y ** 2)) > 0.3
+
+
+def test_sorting_analyzer_keeps_whitened_units():
+    from spikeinterface.core import create_sorting_analyzer
+
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec, sorting = si.generate_ground_truth_recording(durations=[3.0], num_channels=8,
+                                                      num_units=3, seed=0)
+    pre = dspk_preprocess(rec, whiten="global", dtype="int16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        analyzer = create_sorting_analyzer(sorting, pre, sparse=False)
+    assert analyzer.return_in_uV is False          # int16 noise SDs are not µV
+    analyzer.compute(["random_spikes", "templates", "spike_amplitudes"])
+    amps = np.abs(np.concatenate(list(analyzer.get_extension("spike_amplitudes")
+                                      .get_data(outputs="by_unit")[0].values())))
+    # the stored units (noise SDs x 200): spikes several SDs deep, far above their µV values
+    assert np.median(amps) > 5 * 200 * 0.5
+
+
+# -- 4: peaks for SpikeInterface's motion estimate ---------------------------------------------
+@pytest.mark.slow          # ~12 s of CPU (the ground truth generated as it is read: ~5 s)
+def test_spikeinterface_motion_from_dspks_peaks_is_as_good_as_dspks_motion():
+    """SpikeInterface's drifting ground truth (48 channels x 40 s, ±20 µm rigid zig-zag):
+    SpikeInterface's ``estimate_motion`` (its default, dredge_ap, rigid) from
+    `dspk_motion_peaks` errs at most 10 % more than dspk's own estimate from the same pass.
+    Measured: dspk 0.667 µm RMS, SpikeInterface 0.635 (from the detecting contacts' positions,
+    `dspk_detect_peaks`: 2.09)."""
+    from spikeinterface.generation import generate_drifting_recording
+    from spikeinterface.sortingcomponents.motion import estimate_motion
+
+    from dspk.motion import estimate
+    from dspk.spikeinterface import dspk_motion_peaks
+
+    probe = dict(num_columns=2, num_contact_per_column=24, xpitch=32, ypitch=20,
+                 y_shift_per_column=[0, 10], contact_shapes="square",
+                 contact_shape_params={"width": 12})
+    zigzag = dict(drift_mode="zigzag", non_rigid_gradient=None, t_start_drift=5.0,
+                  t_end_drift=None, period_s=30)
+    seconds, fs = 40.0, 30000.0
+    _, rec, _, extra = generate_drifting_recording(
+        num_units=24, duration=seconds, sampling_frequency=fs, generate_probe_kwargs=probe,
+        generate_displacement_vector_kwargs=dict(
+            displacement_sampling_frequency=5.0, drift_start_um=[0, 20],
+            drift_stop_um=[0, -20], drift_step_um=1, motion_list=[zigzag]),
+        extra_outputs=True, seed=0)
+    peaks, locations = dspk_motion_peaks(rec, whiten="global")
+    assert locations.dtype == np.dtype([("x", "<f8"), ("y", "<f8")])   # localize_peaks'
+    g = rec.get_channel_locations()
+    on_contacts = np.isin(locations["y"], g[:, 1]).mean()
+    assert on_contacts < 0.5                       # placed between the contacts
+    truth = extra["unit_displacements"][:, :, 1]
+    times = np.arange(truth.shape[0]) / extra["displacement_sampling_frequency"]
+    depths = extra["unit_locations"][:, 1]
+
+    def error(at):
+        e = np.stack([at(times, np.full(len(times), y)) for y in depths], axis=1) - truth
+        e -= e.mean(axis=0)
+        return float(np.sqrt(np.mean(e ** 2)))
+
+    own = estimate({"time_s": peaks["sample_index"] / fs, "y": locations["y"],
+                    "amplitude": peaks["amplitude"], "channel_index": peaks["channel_index"]},
+                   g, seconds, rigid=True, bin_s=2.0)
+    theirs = estimate_motion(rec, peaks, locations, direction="y", rigid=True, bin_s=2.0,
+                             progress_bar=False)
+    dspk_err = error(own.displacement_at)
+    si_err = error(lambda t, y: theirs.get_displacement_at_time_and_depth(t, y,
+                                                                          segment_index=0))
+    assert dspk_err < 1.0, dspk_err
+    assert si_err <= 1.1 * dspk_err, (si_err, dspk_err)
