@@ -198,3 +198,70 @@ def test_spikeinterface_motion_from_dspks_peaks_is_as_good_as_dspks_motion():
                                                                           segment_index=0))
     assert dspk_err < 1.0, dspk_err
     assert si_err <= 1.1 * dspk_err, (si_err, dspk_err)
+
+
+# -- 6: Kilosort4's settings beside the folder -------------------------------------------------
+def _kilosort_folder(out, motion=None):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 12000)).astype(np.float32)
+    g = np.c_[np.tile([0.0, 32.0], 8), 20.0 * np.arange(16)]
+    rec = dspk.open_recording(x, fs=30000.0, geometry=g)
+    p = dspk.Pipeline.from_options(whiten="global")
+    return p.run(rec, out, format="kilosort", progress=False), g
+
+
+def test_kilosort_settings_json_and_params_hint(tmp_path):
+    from dspk.pipeline.outputs.kilosort import kilosort_settings
+
+    out, g = _kilosort_folder(tmp_path / "ks")
+    ks = json.loads((out / "kilosort_settings.json").read_text())
+    assert ks["settings"] == {"n_chan_bin": 16, "fs": 30000.0, "scale": 1 / 200}
+    assert (ks["probe"], ks["filename"], ks["data_dtype"]) == ("chanMap.json", "traces.bin",
+                                                               "int16")
+    assert ks["do_CAR"] is False and ks["skip_kilosort_preprocessing"] is True
+    params = {}
+    text = (out / "params.py").read_text()
+    exec(text, {}, params)                                   # Phy reads it as before
+    assert params["dat_path"] == "traces.bin" and "kilosort_settings.json" in text
+    # dspk corrected the drift: Kilosort4 must not estimate it again (nblocks=0)
+    steps = dspk.Pipeline.from_options(motion="rigid").options()
+    assert kilosort_settings(16, 3e4, np.int16, 0.005, steps)["settings"]["nblocks"] == 0
+    unwhitened = dspk.Pipeline.from_options(whiten=None, reference=None).options()
+    plain = kilosort_settings(16, 3e4, np.float32, 1.0, unwhitened)
+    assert plain["settings"] == {"n_chan_bin": 16, "fs": 30000.0} and plain["do_CAR"]
+    with pytest.raises(ValueError, match="n_channels"):
+        kilosort_settings(0, 3e4, np.int16, 0.005, steps)
+
+
+
+def test_kilosort4_reads_the_settings_and_finds_the_binary(tmp_path):
+    """Kilosort4's own loaders (CI: `make test-kilosort`, where kilosort is installed)."""
+    kio = pytest.importorskip("kilosort.io", reason="kilosort (with torch) is not installed")
+    from kilosort.run_kilosort import set_files
+
+    out, g = _kilosort_folder(tmp_path / "ks")
+    ks = json.loads((out / "kilosort_settings.json").read_text())
+    probe = kio.load_probe(out / ks["probe"])
+    assert np.array_equal(np.c_[probe["xc"], probe["yc"]], g)
+    settings = dict(ks["settings"])
+    # run_kilosort's own parsing of its arguments (settings, probe, data_dir): the binary found
+    filename = set_files(settings, None, probe, None, out, tmp_path / "ks_out", None,
+                         None)[0]
+    assert Path(filename[0] if isinstance(filename, list) else filename).name == "traces.bin"
+    f = kio.BinaryRWFile(str(out / ks["filename"]), n_chan_bin=settings["n_chan_bin"],
+                         fs=settings["fs"], dtype=ks["data_dtype"], scale=settings["scale"])
+    assert 0.9 < float(np.std(f[0:12000])) < 1.1           # noise SDs, Kilosort4's units
+
+
+def test_chanmap_mat_is_the_same_bytes_on_every_run(tmp_path, monkeypatch):
+    import time
+
+    from scipy.io import loadmat
+
+    outs = []
+    for k, stamp in enumerate(["Mon Jan  1 00:00:00 2024", "Tue Feb  2 11:11:11 2025"]):
+        monkeypatch.setattr(time, "asctime", lambda *a, s=stamp: s)
+        outs.append(_kilosort_folder(tmp_path / f"ks{k}")[0])
+    a, b = ((o / "chanMap.mat").read_bytes() for o in outs)
+    assert a == b and b"dspk" in a[:116] and b"Created on" not in a[:116]
+    assert loadmat(outs[0] / "chanMap.mat")["chanMap"].ravel().tolist() == list(range(1, 17))
