@@ -265,3 +265,41 @@ def test_chanmap_mat_is_the_same_bytes_on_every_run(tmp_path, monkeypatch):
     a, b = ((o / "chanMap.mat").read_bytes() for o in outs)
     assert a == b and b"dspk" in a[:116] and b"Created on" not in a[:116]
     assert loadmat(outs[0] / "chanMap.mat")["chanMap"].ravel().tolist() == list(range(1, 17))
+
+
+# -- 7: submodules as attributes, `import dspk` kept light, `dspk detect --help` --------------
+def test_submodules_are_lazy_attributes_and_import_dspk_stays_light():
+    code = ("import sys, time; t = time.perf_counter(); import dspk; "
+            "t = time.perf_counter() - t; "
+            "heavy = [m for m in ('spikeinterface', 'dask', 'matplotlib', 'cupy', 'pynwb', "
+            "'zarr', 'dspk.match', 'dspk.spikeinterface', 'dspk.dask', 'dspk.plot') "
+            "if m in sys.modules]; "
+            "print(repr((heavy, t, dspk.match.ncc.__name__, dspk.motion.localize.__name__, "
+            "dspk.spikeinterface.dspk_motion_peaks.__name__, dspk.dask.to_dask.__name__, "
+            "'dspk.match' in sys.modules, hasattr(dspk, 'no_such_module'), "
+            "'spikeinterface' in dir(dspk))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                   os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    heavy, seconds, *names, loaded, missing, listed = eval(out)
+    assert heavy == []                       # nothing heavy, no lazy submodule, at import
+    assert names == ["ncc", "localize", "dspk_motion_peaks", "to_dask"]
+    assert loaded and not missing and listed
+    assert seconds < 5.0                     # measured 0.28 s (2 cores; loaded machines: more)
+
+
+def test_detect_help_lists_its_own_options_and_its_defaults(capsys):
+    from dspk.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["detect", "--help"])
+    raw = capsys.readouterr().out
+    text = " ".join(raw.split())
+    assert "\n  --detect " not in raw and "[--detect]" not in raw    # implied, not an option
+    for flag, default in (("--highpass", "300.0"), ("--reference", "median"),
+                          ("--whiten", "local")):
+        assert f"(default: {default} on a recording, none on a dspk output)" in text, flag
+    # and it is so: on a dspk output the steps are off, on a recording they are the defaults
+    from dspk.cli import DETECT_OFF_ON_OUTPUT
+    assert DETECT_OFF_ON_OUTPUT == {"highpass": None, "reference": "none", "whiten": "none"}
