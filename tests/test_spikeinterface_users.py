@@ -303,3 +303,75 @@ def test_detect_help_lists_its_own_options_and_its_defaults(capsys):
     # and it is so: on a dspk output the steps are off, on a recording they are the defaults
     from dspk.cli import DETECT_OFF_ON_OUTPUT
     assert DETECT_OFF_ON_OUTPUT == {"highpass": None, "reference": "none", "whiten": "none"}
+
+
+# -- 8: the Zarr output, read by SpikeInterface's read_zarr ------------------------------------
+@pytest.mark.parametrize("case", ["whitened-float32", "uv-int16-shanks"])
+def test_read_zarr_reads_what_read_dspk_reads_of_the_hdf5_output(case, tmp_path):
+    pytest.importorskip("zarr")
+    import spikeinterface as si_top
+
+    from dspk.spikeinterface import read_dspk
+
+    rng = np.random.default_rng(1)
+    x = (10.0 * rng.standard_normal((6, 12000))).astype(np.float32)
+    g = np.c_[np.tile([0.0, 32.0], 3), 20.0 * np.arange(6)]
+    if "shanks" in case:                       # SpikeInterface's recording, two shanks
+        from probeinterface import Probe
+
+        probe = Probe(ndim=2, si_units="um")
+        probe.set_contacts(positions=g, shank_ids=["0", "0", "0", "1", "1", "1"])
+        probe.set_device_channel_indices(np.arange(6))
+        si_rec = si.NumpyRecording([x.T.copy()], sampling_frequency=30000.0)
+        si_rec.set_probe(probe, group_mode="by_shank")           # in place (SI >= 0.105)
+        rec = dspk.open_recording(si_rec)
+    else:
+        rec = dspk.open_recording(x, fs=30000.0, geometry=g)
+    assert (rec.shank_ids is not None) == ("shanks" in case)
+    if case.startswith("whitened"):
+        p, kw = dspk.Pipeline.from_options(whiten="global"), {}
+    else:
+        p, kw = dspk.Pipeline.from_options(whiten="none"), {"output_dtype": np.int16}
+    h5 = p.run(rec, tmp_path / "o.h5", progress=False, **kw)
+    zr = p.run(rec, tmp_path / "o.zarr", format="zarr", progress=False, chunk_s=0.15, **kw)
+    a, b = read_dspk(h5), si_top.read_zarr(zr)
+    assert b.get_dtype() == a.get_dtype() and b.get_num_samples() == a.get_num_samples()
+    np.testing.assert_array_equal(b.get_traces(), a.get_traces())
+    assert [str(c) for c in b.channel_ids] == [str(c) for c in a.channel_ids]
+    np.testing.assert_array_equal(b.get_channel_locations(), a.get_channel_locations())
+    assert b.has_scaleable_traces() == a.has_scaleable_traces()
+    for key in ("physical_unit", "gain_to_physical_unit", "offset_to_physical_unit"):
+        assert list(b.get_property(key)) == list(a.get_property(key)), key
+    if a.has_scaleable_traces():
+        np.testing.assert_array_equal(b.get_channel_gains(), a.get_channel_gains())
+        np.testing.assert_array_equal(b.get_traces(return_in_uV=True),
+                                      a.get_traces(return_in_uV=True))
+    np.testing.assert_array_equal(b.get_channel_groups(), a.get_channel_groups())
+    if "shanks" in case:
+        assert b.get_channel_groups().tolist() == [0, 0, 0, 1, 1, 1]
+    assert b.get_annotation("is_filtered") is True
+    about = json.loads((zr / "dspk.json").read_text())
+    assert about["format"] == "zarr" and about["units"] == str(a.get_property("physical_unit")[0])
+
+
+def test_zarr_output_from_the_command_line_and_its_refusals(tmp_path):
+    pytest.importorskip("zarr")
+    import spikeinterface as si_top
+
+    from dspk.cli import main
+
+    x = np.random.default_rng(0).standard_normal((9000, 4)).astype(np.float32)
+    src = tmp_path / "raw.bin"
+    x.tofile(src)
+    probe = tmp_path / "probe.csv"
+    probe.write_text("".join(f"0,{20 * k}\n" for k in range(4)))
+    args = [str(src), str(tmp_path / "o.zarr"), "--n-channels", "4", "--fs", "30000",
+            "--dtype", "float32", "--probe", str(probe), "--format", "zarr", "--whiten",
+            "global", "--quiet"]
+    assert main(["preprocess"] + args) == 0
+    assert si_top.read_zarr(tmp_path / "o.zarr").get_num_samples() == 9000
+    assert main(["preprocess"] + args + ["--overwrite"]) == 0          # its own: replaced
+    with pytest.raises(PipelineError, match="compression"):
+        dspk.Pipeline.from_options(whiten="global").run(
+            dspk.open_recording(x.T.copy(), fs=3e4), tmp_path / "c.zarr", format="zarr",
+            compression="gzip", progress=False)
