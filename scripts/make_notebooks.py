@@ -401,7 +401,7 @@ whitened data."""),
     ("code", '''about = json.loads((ks_in / "dspk.json").read_text())
 print({k: about[k] for k in ("dtype", "n_channels", "n_samples", "fs", "scale", "units")})
 ks_settings = json.loads((ks_in / "kilosort_settings.json").read_text())   # Kilosort4's own
-print(ks_settings)
+print(json.dumps(ks_settings))                 # as the file holds it
 print((ks_in / "params.py").read_text())
 traces = np.fromfile(ks_in / "traces.bin", dtype=about["dtype"]).reshape(-1, about["n_channels"])
 white = traces.T * about["scale"]            # back to noise SDs, [channels, samples]
