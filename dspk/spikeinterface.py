@@ -388,9 +388,8 @@ class DspkRecording(BasePreprocessor):
         out_dtype, int_scale = _output_form(int_scale, dtype)
         if dtype is not None and np.dtype(dtype).kind == "f":
             if pipeline is not None:
-                raise PipelineError(f"dtype: the pipeline given has its own precision "
-                                    f"({pipeline.dtype if isinstance(pipeline, Pipeline) else 'its dict'}"
-                                    f"); dtype= here is 'int16' or nothing")
+                raise PipelineError("dtype: the pipeline given has its own precision; with "
+                                    "pipeline=, dtype= is 'int16' or nothing")
             options["dtype"] = dtype
         if pipeline is not None and options:
             raise PipelineError(f"pipeline: give a pipeline or options, not both (got "
@@ -443,8 +442,8 @@ class DspkRecording(BasePreprocessor):
 
     def _label_units(self, p: Pipeline) -> None:
         """µV (gain 1/int_scale or 1, offset 0) or, whitened, no µV gains and
-        SpikeInterface's physical unit properties; ``is_filtered`` after a filter; the ADC shifts dropped once a
-        PhaseShift step has corrected them."""
+        SpikeInterface's physical unit properties; ``is_filtered`` after a filter; the ADC
+        shifts dropped once a PhaseShift step has corrected them."""
         c = self.get_num_channels()
         step = 1.0 if self.int_scale is None else 1.0 / self.int_scale
         gains, zeros = np.full(c, step), np.zeros(c)
@@ -493,8 +492,8 @@ class DspkRecordingSegment(BasePreprocessorSegment):
     def get_traces(self, start_frame: int | None, end_frame: int | None,
                    channel_indices: Any) -> np.ndarray:
         """Samples [start_frame, end_frame) of the channels ``channel_indices`` (all when
-        None), [samples, channels] float32 (or int16), times ``int_scale``: every channel computed (the steps mix them),
-        those asked for returned."""
+        None), [samples, channels] float32 (or int16), times ``int_scale``: every channel
+        computed (the steps mix them), those asked for returned."""
         n = self.recording.n_samples
         start = 0 if start_frame is None else int(start_frame)
         end = n if end_frame is None else int(end_frame)

@@ -102,7 +102,8 @@ def test_the_registry_lists_the_formats_and_the_command_line_offers_the_listed_o
                    .choices["preprocess"]._actions if a.dest == "format")
     assert tuple(choices) == formats(listed=True)
     with pytest.raises(PipelineError, match="format: expected one of 'hdf5', 'kilosort', "
-                                            "'nwb', 'span', 'peaks', 'zarr', 'flat-test', got 'phy'"):
+                                            "'nwb', 'span', 'peaks', 'zarr', 'flat-test', "
+                                            "got 'phy'"):
         output_class("phy")
     with pytest.raises(PipelineError, match="a format named 'flat-test' is registered"):
         register_output(FlatFolder)

@@ -379,3 +379,18 @@ def test_zarr_output_from_the_command_line_and_its_refusals(tmp_path):
         dspk.Pipeline.from_options(whiten="global").run(
             dspk.open_recording(x.T.copy(), fs=3e4), tmp_path / "c.zarr", format="zarr",
             compression="gzip", progress=False)
+
+
+def test_int16_preprocessor_is_rebuilt_by_workers_with_its_scale():
+    import pickle
+
+    from dspk.spikeinterface import dspk_preprocess
+
+    rec = _recording(channels=4, seconds=1.0)
+    pre = dspk_preprocess(rec, whiten="global", dtype="int16", int_scale=100.0)
+    again = pickle.loads(pickle.dumps(pre))                 # as a worker of n_jobs rebuilds it
+    assert again.get_dtype() == np.int16 and again.int_scale == 100.0
+    np.testing.assert_array_equal(again.get_traces(end_frame=3000),
+                                  pre.get_traces(end_frame=3000))
+    given = dspk_preprocess(rec, pipeline=pre.pipeline, dtype="int16")   # a fitted pipeline
+    assert given.int_scale == 200.0 and given.get_dtype() == np.int16

@@ -114,8 +114,10 @@ def kilosort_settings(n_channels: int, fs: float, out_dtype: Any, scale: float,
     >>> from dspk.pipeline.outputs.kilosort import kilosort_settings
     >>> steps = dspk.Pipeline.from_options(motion="rigid").options()
     >>> ks = kilosort_settings(32, 30000.0, np.int16, 0.005, steps)
-    >>> ks["settings"], ks["probe"], ks["data_dtype"], ks["do_CAR"]
-    ({'n_chan_bin': 32, 'fs': 30000.0, 'scale': 0.005, 'nblocks': 0}, 'chanMap.json', 'int16', False)
+    >>> ks["settings"]
+    {'n_chan_bin': 32, 'fs': 30000.0, 'scale': 0.005, 'nblocks': 0}
+    >>> ks["probe"], ks["data_dtype"], ks["do_CAR"]
+    ('chanMap.json', 'int16', False)
     """
     if int(n_channels) < 1:
         raise ValueError(f"n_channels: expected at least 1 channel, got {n_channels!r}")
