@@ -45,6 +45,7 @@ from .errors import PipelineError
 from .lock import OutputLock
 from .outputs import (HDF5Output, Output, PartialOutput, SpanOutput, check_output_options,
                       chunk_samples, int16_scale)
+from .outputs.base import read_files
 from .prepared import PreparedPipeline
 from .record import UNITS_UV, UNITS_WHITENED, job_record
 from .stage import Context
@@ -53,7 +54,7 @@ from .stream import (ChunkStream, GpuMemory, Staging, ahead, output_block, raw_t
 
 # Job and JobInterrupted are documented where they are imported from: dspk.pipeline
 # (PartialOutput is importable here as before: its home is dspk.pipeline.outputs)
-__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
+__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk", "step_files"]
 
 log = logging.getLogger("dspk.pipeline")
 
@@ -90,6 +91,35 @@ def opened(recording: Recording | str | os.PathLike,
         return
     with open_recording(recording, **open_options) as rec:
         yield rec
+
+
+def step_files(pipeline: Any) -> dict:
+    """The files the pipeline's steps read, by the step field that names them
+    (``{"RemoveArtifacts.triggers": ["stim.csv"]}``): a field whose value is a path to an
+    existing file. A job's output is never one of them.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+
+    Examples
+    --------
+    >>> import dspk
+    >>> from dspk.pipeline.job import step_files
+    >>> step_files(dspk.Pipeline.from_options(whiten="global"))
+    {}
+    """
+    found: dict = {}
+    for step in getattr(pipeline, "steps", ()):
+        fields = getattr(step, "__dataclass_fields__", None)
+        for name in fields or ():
+            value = getattr(step, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            paths = [v for v in values if isinstance(v, os.PathLike) or
+                     (isinstance(v, str) and 0 < len(v) < 4096 and os.path.isfile(v))]
+            if paths:
+                found[f"{type(step).__name__}.{name}"] = paths
+    return found
 
 
 def resumable(exc: BaseException) -> bool:
@@ -225,7 +255,7 @@ class Job:
         # every check before any work: nothing fitted, no file created when one fails
         if output is not None:
             output.check_options(pipeline, layout, compression, resume=False)
-            output.check(recording, inputs)
+            output.check(recording, {**read_files(inputs), **step_files(pipeline)})
             output.fsync = bool(fsync)
         kind = type(output) if output is not None else HDF5Output
         self.out_dtype = check_output_options(
