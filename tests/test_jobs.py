@@ -172,11 +172,11 @@ def test_an_interrupted_job_keeps_its_partial_file_and_resumes(tmp_path, monkeyp
     calls = {"n": 0}
     real = PartialOutput.record
 
-    def interrupted(self, job, done, spikes, *blocks):
+    def interrupted(self, job, done, spikes):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        real(self, job, done, spikes, *blocks)
+        real(self, job, done, spikes)
 
     monkeypatch.setattr(PartialOutput, "record", interrupted)
     with pytest.raises(KeyboardInterrupt):

@@ -516,7 +516,7 @@ class Output:
         blocks["rows"].append(dict(self.rows))
         blocks["order"] += order[0]
         if self.resumes:
-            self.files.record(record, done, self.rows, blocks)
+            self.files.record({**record, "blocks": blocks}, done, self.rows)
 
     def read_back(self, s0: int, s1: int) -> Any:
         """The traces of samples [s0, s1) as stored in the open output, in the file's layout

@@ -184,23 +184,20 @@ class PartialOutput:
             raise
         self.commit()
 
-    def record(self, job: dict, done: int, rows: dict, blocks: dict | None = None) -> None:
-        """Write the resume record: the job, how far its committed chunks reach, the rows of
-        each table written by then, the committed ``blocks`` (each one's end, crc32 and the
-        tables' rows after it: `dspk.pipeline.Job` verifies them on a resume), the sizes of
-        the partial output's files and the record's own checksum (`record_check`) —
-        atomically: the old record or the new one.
+    def record(self, job: dict, done: int, rows: dict) -> None:
+        """Write the resume record: the job (with the committed ``blocks`` an output keeps
+        there: each one's end, crc32 and the tables' rows after it, which
+        `dspk.pipeline.Job` verifies on a resume), how far its committed chunks reach, the
+        rows of each table written by then, the sizes of the partial output's files and the
+        record's own checksum (`record_check`) — atomically: the old record or the new one.
 
         Parameters
         ----------
         job : dict
         done : int
         rows : dict
-        blocks : dict, optional
         """
         record = {**job, "done": done, "rows": rows, "sizes": self.sizes()}
-        if blocks is not None:
-            record["blocks"] = blocks
         record["check"] = record_check(record)
         tmp = self.progress.with_name(self.progress.name + ".tmp")
         tmp.write_text(json.dumps(record))
