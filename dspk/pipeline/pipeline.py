@@ -693,7 +693,10 @@ class Pipeline:
             Continue a killed job from its partial file, with the fitted state stored there
             (no refit), when the partial job is this one (steps, recording, chunk, output
             type); otherwise (and when there is nothing to resume: said in the log) start
-            over. Without ``resume`` a partial file found is discarded (logged).
+            over. The committed blocks are verified first (the record's own checksum, the
+            partial files' sizes, each block's crc32 read back): from the first damaged
+            block on, the job writes them again (said in the log). Without ``resume`` a
+            partial file found is discarded (logged).
         progress : bool
             A tqdm progress bar with × real time (when tqdm is installed).
         on_chunk : callable, optional
@@ -732,7 +735,8 @@ class Pipeline:
         ------
         PipelineError
             A refused output or option, or a recording the stages cannot process (before any
-            work).
+            work); `dspk.pipeline.lock.LockedError` when another job is writing the same
+            output (its lock ``OUT.lock``, taken before any work, names it).
         dspk.pipeline.JobInterrupted
             Ctrl-C (a `KeyboardInterrupt`): the message says where the job stopped; the
             partial file is kept for ``resume=True`` when a chunk was committed.
