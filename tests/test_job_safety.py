@@ -319,7 +319,7 @@ def test_a_damaged_block_is_redone_from_there(tmp_path, caplog):
         f.write(b"\0" * 64)
     with caplog.at_level(logging.WARNING, "dspk.pipeline"):
         got = resume(tmp_path, out)
-    assert "samples 30000 to 45000 does not match its checksum" in caplog.text
+    assert "samples 30000 to 45000 do not match their checksum" in caplog.text
     assert "writes them again from sample 30000" in caplog.text
     assert filecmp.cmp(got, whole(tmp_path), shallow=False)
 
@@ -364,7 +364,7 @@ def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, "dspk.pipeline"):
             Pipeline.from_options(**opts).run(rec, out, format="kilosort", chunk_s=0.5,
                                               progress=False, resume=True)
-    assert "samples 15000 to 30000 does not match its checksum" in caplog.text
+    assert "samples 15000 to 30000 do not match their checksum" in caplog.text
     assert (out / binary.name).read_bytes() == (ref / binary.name).read_bytes()
 
 

@@ -517,7 +517,7 @@ CLI_CASES = [
     ("cli-resume-record-edited", lambda t: partial(t, edit_record), 0,
      "checksum does not match", []),
     ("cli-resume-partial-damaged", lambda t: partial(t, damage_partial), 0,
-     "samples 3000 to 6000 does not match its checksum", []),
+     "samples 3000 to 6000 do not match their checksum", []),
     ("cli-resume-partial-truncated", lambda t: partial(t, truncate_partial), 0,
      "starting over", []),
     ("cli-resume-other-options",

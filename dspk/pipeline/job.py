@@ -469,7 +469,7 @@ class Job:
             if blocks["order"][k] != self.layout[0]:
                 stored = stored.T
             if _crc(stored) != crc:
-                bad, why = k, "does not match its checksum"
+                bad, why = k, "do not match their checksum"
                 break
             s0 = s1
         if bad is None:
@@ -643,14 +643,15 @@ class Job:
             rows = output.rows_of(run, full, s0, s1, m)
             y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype,
                              self.scale) if output.traces else None
-            return y, rows
+            # the block's checksum here, while the writer thread writes the one before
+            return y, rows, None if y is None else _crc(y)
 
         order = self.block_order
 
         def write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
-            output.write(s0, s1, *result)
-            crc = None if result[0] is None else _crc(result[0])
+            y, rows, crc = result
+            output.write(s0, s1, y, rows)
             output.committed(self.job_record, s1, crc, order)   # a resume starts after s1
             self.done = s1
             if on_chunk is not None:
