@@ -27,7 +27,6 @@ from dspk import cli
 from dspk.pipeline import Pipeline, PipelineError
 from dspk.pipeline import lock as lockmod
 from dspk.pipeline.lock import LockedError, OutputLock, lock_holder
-from dspk.pipeline.outputs import PartialOutput
 from dspk.pipeline.prepared import PreparedPipeline
 from dspk.pipeline.stream import GpuMemory, out_of_memory
 
@@ -160,7 +159,7 @@ def test_python_inputs_and_step_files_are_protected(tmp_path):
     rec.close()
 
 
-# -- 2. one job per output ----------------------------------------------------------------------------
+# -- 2. one job per output -------------------------------------------------------------------------
 HOLD = """
 import os, sys, time
 import dspk
@@ -268,7 +267,7 @@ def test_two_jobs_in_one_process_and_a_lock_that_is_no_file(tmp_path):
     rec.close()
 
 
-# -- 3. verified resume -------------------------------------------------------------------------------
+# -- 3. verified resume ----------------------------------------------------------------------------
 def test_record_holds_checksums_of_every_block(tmp_path):
     out = tmp_path / "o.h5"
     partial_job(tmp_path, out, stop=60000)
@@ -368,7 +367,7 @@ def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog):
     assert (out / binary.name).read_bytes() == (ref / binary.name).read_bytes()
 
 
-# -- 7. durability ----------------------------------------------------------------------------------
+# -- 7. durability ---------------------------------------------------------------------------------
 def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_path,
                                                                             monkeypatch):
     from dspk.pipeline.outputs import partial as partial_mod
@@ -388,7 +387,7 @@ def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_p
     assert synced == []
 
 
-# -- 5. device memory: the chunk halved on out-of-memory (a fake one here) --------------------------
+# -- 5. device memory: the chunk halved on out-of-memory (a fake one here) -------------------------
 class OutOfMemoryError(MemoryError):
     """What CuPy raises (by name)."""
 
@@ -463,7 +462,7 @@ def test_a_job_out_of_memory_goes_on_with_half_the_chunk(tmp_path, monkeypatch, 
     assert np.abs(y - r).max() <= 1e-5 * np.abs(r).max()
 
 
-# -- 5. the real thing, on a GPU --------------------------------------------------------------------
+# -- 5. the real thing, on a GPU -------------------------------------------------------------------
 GPU_JOB = """
 import sys
 import numpy as np, dspk
@@ -494,3 +493,10 @@ def test_a_gpu_job_completes_under_an_800_mb_limit(tmp_path):
         sa, sb = a["spikes"][:], b["spikes"][:]
         assert len(sa) == len(sb)
         np.testing.assert_array_equal(sa["sample_index"], sb["sample_index"])
+
+
+def test_the_lock_module_examples_run():
+    """dspk.pipeline.lock's docstring examples (the module is not in test_doctests' list)."""
+    import doctest
+    result = doctest.testmod(lockmod, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

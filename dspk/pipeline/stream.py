@@ -433,7 +433,7 @@ class ChunkStream:
         self.timing["loop_s"] = time.perf_counter() - self._t0
 
 
-# -- device memory -----------------------------------------------------------------------------------
+# -- device memory ---------------------------------------------------------------------------------
 _OOM_WORDS = ("out of memory", "cudaErrorMemoryAllocation", "ALLOC_FAILED")
 
 
