@@ -427,7 +427,10 @@ class Job:
                 smaller = self.gpu.smaller(self.chunk, exc)
                 if smaller is None:
                     raise
-                self.chunk = smaller
+            # out of the except block: the failed chunk's arrays (held by the error's
+            # frames) are gone, and the pools can give their memory back
+            self.gpu.free()
+            self.chunk = smaller
 
     @property
     def block_order(self) -> str:

@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -551,10 +552,10 @@ class GpuMemory:
         return fits
 
     def smaller(self, chunk: int, exc: BaseException) -> int | None:
-        """After ``exc`` stopped the chunk loop: half the chunk (not below `floor`), with the
-        device's memory pools freed first, when ``exc`` says the device ran out of memory
-        (said in the log); None when it did not, or the chunk is at the floor already (the
-        error goes on).
+        """After ``exc`` stopped the chunk loop: half the chunk (not below `floor`) when
+        ``exc`` says the device ran out of memory (said in the log; the caller frees the
+        pools with `free` once the failed chunk's arrays are gone); None when it did not, or
+        the chunk is at the floor already (the error goes on).
 
         Parameters
         ----------
@@ -568,7 +569,6 @@ class GpuMemory:
                       "shortest a job takes: free device memory (other processes), or give "
                       "the job more (gpu_memory, --gpu-memory)", chunk, chunk / self.fs)
             return None
-        self.free()
         new = max(self.floor, chunk // 2)
         log.warning("the device ran out of memory with chunks of %d samples (%s); its pools "
                     "freed, the job goes on from its last written chunk with chunks of %d "
@@ -578,8 +578,10 @@ class GpuMemory:
         return new
 
     def free(self) -> None:
-        """Give CuPy's unused pooled device and pinned memory back (a GPU job)."""
+        """Give CuPy's unused pooled device and pinned memory back (a GPU job), after a
+        garbage collection (arrays held by reference cycles go first)."""
         if getattr(self.xp, "__name__", "") == "cupy":
+            gc.collect()
             self.xp.get_default_memory_pool().free_all_blocks()
             self.xp.get_default_pinned_memory_pool().free_all_blocks()
 
