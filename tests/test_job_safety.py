@@ -402,6 +402,7 @@ def test_out_of_memory_is_recognised_by_name_and_cause():
     except RuntimeError as wrapped:
         assert out_of_memory(wrapped)
     assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED"))
+    assert out_of_memory(RuntimeError("Out of memory allocating 9,437,184 bytes"))
     assert not out_of_memory(MemoryError("host")) and not out_of_memory(ValueError("x"))
 
 

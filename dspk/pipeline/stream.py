@@ -435,7 +435,7 @@ class ChunkStream:
 
 
 # -- device memory ---------------------------------------------------------------------------------
-_OOM_WORDS = ("out of memory", "cudaErrorMemoryAllocation", "ALLOC_FAILED")
+_OOM_WORDS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed")
 
 
 def out_of_memory(exc: BaseException | None) -> bool:
@@ -460,7 +460,7 @@ def out_of_memory(exc: BaseException | None) -> bool:
         if any(t.__name__ == "OutOfMemoryError" for t in type(exc).__mro__):
             return True
         if not isinstance(exc, (ValueError, KeyError, TypeError)) and \
-                any(w in str(exc) for w in _OOM_WORDS):
+                any(w in str(exc).lower() for w in _OOM_WORDS):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
