@@ -209,6 +209,8 @@ class PartialOutput:
         record = json.loads(self.progress.read_text())
         if not isinstance(record, dict):
             raise ValueError("not a resume record")
+        if "check" not in record:
+            raise ValueError("it has no checksum (a record of an older dspk, or edited)")
         if record.get("check") != record_check(record):
             raise ValueError("its checksum does not match: the record was edited or damaged")
         return record
