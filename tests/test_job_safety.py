@@ -467,11 +467,12 @@ def test_a_job_out_of_memory_goes_on_with_half_the_chunk(tmp_path, monkeypatch, 
 GPU_JOB = """
 import sys
 import numpy as np, dspk
-rng = np.random.default_rng(0)
-c, n = 384, 90000
-x = (rng.standard_normal((n, c)) * 20).astype(np.int16)
+from tests.groundtruth import make
+c = 384
 geom = np.c_[np.tile([0.0, 32.0], c // 2), 20.0 * (np.arange(c) // 2)]
-rec = dspk.open_recording(x, fs=30000.0, geometry=geom)
+d = make(seconds=3.0, geometry=geom, seed=1)
+x = np.round(d["x"] * 20).astype(np.int16)              # [channels, samples], 20 steps per SD
+rec = dspk.open_recording(x, fs=30000.0, layout="channels_samples", geometry=geom)
 p = dspk.Pipeline.from_options(whiten="local", detect=True, backend="gpu")
 p.run(rec, sys.argv[1], chunk_s=2.0, progress=False)
 """
@@ -479,21 +480,28 @@ p.run(rec, sys.argv[1], chunk_s=2.0, progress=False)
 
 @pytest.mark.gpu
 def test_a_gpu_job_completes_under_an_800_mb_limit(tmp_path):
+    """Issue 45's case: 384 channels, local whitening and detection under
+    CUPY_GPU_MEMORY_LIMIT=800000000 completes (the chunk sized to the limit, halved if the
+    device runs out all the same) and equals the job without the limit."""
     import h5py
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     free = subprocess.run([sys.executable, "-c", GPU_JOB, str(tmp_path / "free.h5")],
-                          env=env, capture_output=True, text=True)
+                          env=env, capture_output=True, text=True, cwd=ROOT)
     assert free.returncode == 0, free.stderr
     env["CUPY_GPU_MEMORY_LIMIT"] = "800000000"
     capped = subprocess.run([sys.executable, "-c", GPU_JOB, str(tmp_path / "capped.h5")],
-                            env=env, capture_output=True, text=True)
+                            env=env, capture_output=True, text=True, cwd=ROOT)
     assert capped.returncode == 0, capped.stderr
+    assert "instead of 60000" in capped.stderr or "ran out of memory" in capped.stderr, \
+        capped.stderr
     with h5py.File(tmp_path / "free.h5") as a, h5py.File(tmp_path / "capped.h5") as b:
         ya, yb = a["traces"][:], b["traces"][:]
         assert np.abs(ya - yb).max() <= 2e-5 * np.abs(ya).max()
         sa, sb = a["spikes"][:], b["spikes"][:]
-        assert len(sa) == len(sb)
-        np.testing.assert_array_equal(sa["sample_index"], sb["sample_index"])
+    assert len(sa) > 50
+    # the same spikes (a threshold crossing by a rounding's width may differ: a handful)
+    differ = set(sa["sample_index"].tolist()) ^ set(sb["sample_index"].tolist())
+    assert len(differ) <= max(2, len(sa) // 500), len(differ)
 
 
 def test_the_lock_module_examples_run():
