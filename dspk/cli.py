@@ -342,7 +342,7 @@ def _preprocess(args: argparse.Namespace) -> int:
                        layout="channels_samples" if args.channels_first else
                        "samples_channels",
                        progress=not args.quiet, format=args.format,
-                       inputs=_files_read(args), fsync=not args.no_fsync,
+                       inputs=_files_read(args), fsync=False if args.no_fsync else None,
                        gpu_memory=args.gpu_memory)
         dt = time.perf_counter() - t0
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "

@@ -371,6 +371,7 @@ def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog):
 def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_path,
                                                                             monkeypatch):
     from dspk.pipeline.outputs import partial as partial_mod
+    monkeypatch.delenv("DSPK_FSYNC", raising=False)
     synced = []
     real = partial_mod.fsync_path
     monkeypatch.setattr(partial_mod, "fsync_path",
@@ -382,6 +383,15 @@ def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_p
     with rec_of(tmp_path) as rec:
         pipe().run(rec, tmp_path / "n.h5", progress=False, fsync=False)
     assert synced == [] and out.exists()
+    monkeypatch.setenv("DSPK_FSYNC", "off")
+    with rec_of(tmp_path) as rec:
+        pipe().run(rec, tmp_path / "e.h5", progress=False)
+    assert synced == []
+    with rec_of(tmp_path) as rec:
+        pipe().run(rec, tmp_path / "t.h5", progress=False, fsync=True)
+    assert [name for name, *_ in synced] == ["t.h5.partial", tmp_path.name]
+    synced.clear()
+    monkeypatch.delenv("DSPK_FSYNC")
     assert cli_main("preprocess", tmp_path / "raw.bin", tmp_path / "c.h5", "--fs", FS,
                     "--n-channels", C, "--whiten", "global", "--quiet", "--no-fsync") == 0
     assert synced == []

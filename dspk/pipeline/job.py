@@ -54,7 +54,8 @@ from .stream import (ChunkStream, GpuMemory, Staging, ahead, output_block, raw_t
 
 # Job and JobInterrupted are documented where they are imported from: dspk.pipeline
 # (PartialOutput is importable here as before: its home is dspk.pipeline.outputs)
-__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk", "step_files"]
+__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk", "step_files",
+           "fsync_default"]
 
 log = logging.getLogger("dspk.pipeline")
 
@@ -91,6 +92,23 @@ def opened(recording: Recording | str | os.PathLike,
         return
     with open_recording(recording, **open_options) as rec:
         yield rec
+
+
+def fsync_default() -> bool:
+    """Whether a job flushes its output to the disk before naming it when not told
+    (``fsync=None``): yes, unless ``DSPK_FSYNC`` is ``0``, ``off``, ``false`` or ``no`` (a
+    test suite's scratch outputs, say).
+
+    Examples
+    --------
+    >>> import os
+    >>> from dspk.pipeline.job import fsync_default
+    >>> fsync_default() == (os.environ.get("DSPK_FSYNC", "on").lower()
+    ...                     not in ("0", "off", "false", "no"))
+    True
+    """
+    return os.environ.get("DSPK_FSYNC", "on").strip().lower() not in ("0", "off", "false",
+                                                                        "no")
 
 
 def step_files(pipeline: Any) -> dict:
@@ -217,9 +235,10 @@ class Job:
         Other files the job reads — a probe file, a sidecar, a file named by an option —
         that OUT may never be, with ``overwrite`` or without: ``{"--probe": "p.json"}``
         names each by its option in the message (`dspk.pipeline.outputs.base.read_files`).
-    fsync : bool
-        Flush the output (and its folder) to the disk before it is named OUT (the default;
-        False skips it, for scratch outputs on a disk whose loss does not matter).
+    fsync : bool, optional
+        Flush the output (and its folder) to the disk before it is named OUT; False skips
+        it (scratch outputs, a disk whose loss does not matter). Default: on, unless the
+        environment sets ``DSPK_FSYNC=off`` (`fsync_default`).
     gpu_memory : int, optional
         The most bytes of device memory the job's chunks may use (a GPU job; default: the
         free device memory). The chunk is sized to fit it, and halved when the device runs
@@ -248,7 +267,7 @@ class Job:
                  out: str | os.PathLike | Output | None = None, *, chunk_s: float = 1.0,
                  output_dtype: Any = None, output_scale: float | None = None,
                  layout: str = "samples_channels", compression: str | None = None,
-                 overwrite: bool = False, inputs: Any = None, fsync: bool = True,
+                 overwrite: bool = False, inputs: Any = None, fsync: bool | None = None,
                  gpu_memory: int | None = None) -> None:
         output = out if out is None or isinstance(out, Output) else \
             HDF5Output(out, overwrite=overwrite)
@@ -256,7 +275,7 @@ class Job:
         if output is not None:
             output.check_options(pipeline, layout, compression, resume=False)
             output.check(recording, {**read_files(inputs), **step_files(pipeline)})
-            output.fsync = bool(fsync)
+            output.fsync = fsync_default() if fsync is None else bool(fsync)
         kind = type(output) if output is not None else HDF5Output
         self.out_dtype = check_output_options(
             kind.default_dtype if output_dtype is None else output_dtype, layout, compression,

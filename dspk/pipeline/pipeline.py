@@ -651,7 +651,7 @@ class Pipeline:
             layout: str = "samples_channels", compression: str | None = None,
             overwrite: bool = False, resume: bool = False, progress: bool = True,
             on_chunk: OnChunk | None = None, format: str = "hdf5", inputs: Any = None,
-            fsync: bool = True, gpu_memory: int | None = None, **options: Any
+            fsync: bool | None = None, gpu_memory: int | None = None, **options: Any
             ) -> Path | None:
         """Process a recording chunk by chunk into an HDF5 file, a Kilosort folder, an NWB
         file or any registered format (``format``: `dspk.pipeline.outputs`), by a
@@ -716,9 +716,9 @@ class Pipeline:
             Other files the job reads (a probe file, a sidecar): the output is never one of
             them, with ``overwrite`` or without (``{"--probe": path}`` names the option in
             the message).
-        fsync : bool
-            Flush the output and its folder to the disk before it is named OUT (default);
-            False skips it.
+        fsync : bool, optional
+            Flush the output and its folder to the disk before it is named OUT; False skips
+            it. Default: on, unless the environment sets ``DSPK_FSYNC=off``.
         gpu_memory : int, optional
             The most bytes of device memory a GPU job's chunks may use: the chunk is sized
             to fit it (default: to the free device memory) and halved when the device runs
