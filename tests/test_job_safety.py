@@ -378,7 +378,8 @@ def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_p
                         lambda p: (synced.append((Path(p).name, Path(str(p)).exists(),
                                                   (tmp_path / "o.h5").exists())), real(p)))
     out = whole(tmp_path, "o.h5")
-    assert synced == [("o.h5.partial", True, False), (tmp_path.name, True, True)]
+    assert synced == [("o.h5.partial", True, False), (tmp_path.name, True, False),
+                      (tmp_path.name, True, True)]
     synced.clear()
     with rec_of(tmp_path) as rec:
         pipe().run(rec, tmp_path / "n.h5", progress=False, fsync=False)
@@ -389,7 +390,7 @@ def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_p
     assert synced == []
     with rec_of(tmp_path) as rec:
         pipe().run(rec, tmp_path / "t.h5", progress=False, fsync=True)
-    assert [name for name, *_ in synced] == ["t.h5.partial", tmp_path.name]
+    assert [name for name, *_ in synced] == ["t.h5.partial", tmp_path.name, tmp_path.name]
     synced.clear()
     monkeypatch.delenv("DSPK_FSYNC")
     assert cli_main("preprocess", tmp_path / "raw.bin", tmp_path / "c.h5", "--fs", FS,
@@ -519,3 +520,23 @@ def test_the_lock_module_examples_run():
     import doctest
     result = doctest.testmod(lockmod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_folder_output_flushes_every_file_before_its_rename(tmp_path, monkeypatch):
+    from dspk.pipeline.outputs import FolderOutput
+    from dspk.pipeline.outputs import partial as partial_mod
+    synced = []
+    monkeypatch.setattr(partial_mod, "fsync_path",
+                        lambda p: synced.append((os.path.relpath(p, tmp_path),
+                                                 (tmp_path / "ks").exists())))
+    files = FolderOutput(tmp_path / "ks")
+    files.partial.mkdir()
+    (files.partial / "a.bin").write_bytes(b"1")
+    (files.partial / "params.py").write_text("x = 1\n")
+    files.commit()
+    assert sorted(synced[:2]) == [("ks.partial/a.bin", False), ("ks.partial/params.py", False)]
+    assert synced[2:] == [("ks.partial", False), (".", False), (".", True)]
+    synced.clear()
+    FolderOutput(tmp_path / "k2").partial.mkdir()
+    FolderOutput(tmp_path / "k2").commit(fsync=False)
+    assert synced == [] and (tmp_path / "k2").is_dir()

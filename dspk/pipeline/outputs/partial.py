@@ -124,9 +124,9 @@ class PartialOutput:
 
     def commit(self, fsync: bool = True) -> Path:
         """Rename the partial file to the output (atomically) and drop the resume record;
-        with ``fsync``, the partial file is flushed to the disk first and the folder after
-        the rename, so that a power cut never leaves an output that looks complete and is
-        not.
+        with ``fsync``, the partial file and its folder are flushed to the disk first, and
+        the folder again after the rename, so that a power cut never leaves an output that
+        looks complete and is not (nor loses the rename).
 
         Parameters
         ----------
@@ -134,6 +134,7 @@ class PartialOutput:
         """
         if fsync:
             fsync_path(self.partial)
+            fsync_path(self.out.absolute().parent)
         self.partial.replace(self.out)
         self.progress.unlink(missing_ok=True)
         if fsync:
@@ -256,8 +257,8 @@ class FolderOutput(PartialOutput):
     def commit(self, fsync: bool = True) -> Path:
         """Drop the resume record and rename the partial folder to the output: in place of
         an empty folder, or of an earlier dspk output (moved aside, then deleted). With
-        ``fsync``, every file of the partial folder and the folder itself are flushed to the
-        disk first, and the parent folder after the rename.
+        ``fsync``, every file of the partial folder, the folder itself and its parent are
+        flushed to the disk first, and the parent again after the rename.
 
         Parameters
         ----------
@@ -269,6 +270,7 @@ class FolderOutput(PartialOutput):
                 for name in names:
                     fsync_path(os.path.join(root, name))
                 fsync_path(root)
+            fsync_path(self.out.absolute().parent)
         out = self.out
         if out.is_dir() and any(out.iterdir()):
             aside = Path(tempfile.mkdtemp(prefix=out.name + ".replaced-", dir=out.parent))
