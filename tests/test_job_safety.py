@@ -344,7 +344,8 @@ def test_changed_options_start_over_naming_what_differs(tmp_path, caplog):
     assert filecmp.cmp(got, whole(tmp_path, "w400.h5", highpass=400.0), shallow=False)
 
 
-def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog):
+@pytest.mark.parametrize("at, redo", [(20000, 15000), (100, 0)])
+def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog, at, redo):
     probe = probe_csv(tmp_path)
     out = tmp_path / "ks"
     opts = dict(whiten="global", backend="cpu")
@@ -358,12 +359,12 @@ def test_a_damaged_kilosort_binary_is_redone(tmp_path, caplog):
         binary = next(p for p in (tmp_path / "ks.partial").iterdir() if p.suffix in
                       (".bin", ".dat"))
         with open(binary, "r+b") as f:
-            f.seek(20000 * C * 2)
+            f.seek(at * C * 2)
             f.write(b"\1" * 32)
         with caplog.at_level(logging.WARNING, "dspk.pipeline"):
             Pipeline.from_options(**opts).run(rec, out, format="kilosort", chunk_s=0.5,
                                               progress=False, resume=True)
-    assert "samples 15000 to 30000 do not match their checksum" in caplog.text
+    assert f"samples {redo} to {redo + 15000} do not match their checksum" in caplog.text
     assert (out / binary.name).read_bytes() == (ref / binary.name).read_bytes()
 
 

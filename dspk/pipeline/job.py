@@ -501,6 +501,8 @@ class Job:
                     "sample %d", partial, redo, ends[bad], why, redo)
         rows = blocks["rows"][bad - 1] if bad > 0 else {}
         output.close()
+        if redo == start:               # nothing kept: a new partial output, as a new job's
+            output.discard()
         output.blocks = {"ends": ends[:bad], "crc": crcs[:bad], "rows": blocks["rows"][:bad],
                          "order": blocks["order"][:bad]}
         return output.begin(self, redo, dict(rows))
