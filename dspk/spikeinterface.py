@@ -35,8 +35,11 @@ scaling, 200 steps per noise SD when whitened as Kilosort4 stores whitened data,
 per µV otherwise). Unwhitened, they are µV: ``gain_to_uV`` is 1 (float32) or
 1/``int_scale`` (int16), ``offset_to_uV`` 0. Whitened, they are in units of the noise's
 standard deviation: the recording has no ``gain_to_uV`` / ``offset_to_uV``, so
-SpikeInterface does not take them for µV (``create_sorting_analyzer`` then keeps the
-stored units: its amplitudes are noise SDs × ``int_scale``), and it says its unit in
+SpikeInterface does not take them for µV (``create_sorting_analyzer`` of int16 traces
+sets ``return_in_uV=False`` and keeps the stored units: its amplitudes are noise SDs ×
+``int_scale``; SpikeInterface checks the gains of integer traces only, so for float32 pass
+``return_in_uV=False`` yourself: the amplitudes are noise SDs either way, never scaled),
+and it says its unit in
 SpikeInterface's ``physical_unit`` property (`dspk.pipeline.record.UNITS_WHITENED`), with
 ``gain_to_physical_unit`` (1/``int_scale``, 1 for float32) and ``offset_to_physical_unit``.
 Save an int16 copy with ``dspk_preprocess(rec, ..., dtype="int16").save(...)``: a float32
@@ -344,8 +347,9 @@ class DspkRecording(BasePreprocessor):
     -----
     Units of the traces served: µV (unwhitened; ``gain_to_uV`` 1/``int_scale`` or 1) or
     noise SDs times ``int_scale`` (whitened; no ``gain_to_uV``: SpikeInterface's
-    ``create_sorting_analyzer`` and its amplitudes keep these units,
-    ``gain_to_physical_unit`` turns them into SDs).
+    ``create_sorting_analyzer`` and its amplitudes keep these units — for float32 traces
+    pass it ``return_in_uV=False``, as it checks the gains of integer traces only —
+    and ``gain_to_physical_unit`` turns them into SDs).
 
     Raises
     ------

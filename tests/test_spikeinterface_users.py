@@ -146,6 +146,15 @@ def test_sorting_analyzer_keeps_whitened_units():
                                       .get_data(outputs="by_unit")[0].values())))
     # the stored units (noise SDs x 200): spikes several SDs deep, far above their µV values
     assert np.median(amps) > 5 * 200 * 0.5
+    # float32: SpikeInterface checks integer traces' gains only; the amplitudes are the SDs
+    as_float = dspk_preprocess(rec, whiten="global")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        analyzer = create_sorting_analyzer(sorting, as_float, sparse=False, return_in_uV=False)
+    analyzer.compute(["random_spikes", "templates", "spike_amplitudes"])
+    sds = np.abs(np.concatenate(list(analyzer.get_extension("spike_amplitudes")
+                                     .get_data(outputs="by_unit")[0].values())))
+    np.testing.assert_allclose(np.median(sds) * 200, np.median(amps), rtol=0.01)
 
 
 # -- 4: peaks for SpikeInterface's motion estimate ---------------------------------------------
