@@ -503,16 +503,21 @@ def _input_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, **kwargs)
 
 
-def _pipeline_args(p: argparse.ArgumentParser) -> None:
+def _pipeline_args(p: argparse.ArgumentParser, implied: tuple = (),
+                   defaults: dict | None = None) -> None:
     """Every option of the stage registry (`dspk.pipeline.registry`: a step registered by
     your code gets its option here too), ``--preset``, the chunk length and the input
-    options."""
+    options; the options in ``implied`` left out (the command sets them), and the help of
+    those in ``defaults`` ending with that text instead of argparse's "(default: ...)"."""
+    defaults = defaults or {}
     p.add_argument("--preset", default=None, choices=sorted(registry.PRESETS),
                    help="the options of a known chain: ibl (phase shift, high-pass, bad "
                         "channels, spatial high-pass: IBL's destripe), kilosort (high-pass, "
                         "median reference, local whitening: Kilosort4's); options given win")
     groups: dict = {}
     for o in registry.options():
+        if o.name in implied:
+            continue
         if o.group is not None and o.group not in groups:
             groups[o.group] = p.add_mutually_exclusive_group()
         where = p if o.group is None else groups[o.group]
@@ -520,12 +525,12 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
             where.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
             continue
         aliases = VALUE_ALIASES.get(o.name)
+        text = o.help if aliases is None else o.help + " (" + ", ".join(
+            f"{a} is {v}" for a, v in aliases.items()) + ", as SpikeInterface names it)"
         where.add_argument(o.flag, dest=o.name, default=o.default,
                            type=o.type if aliases is None else _alias(o.name),
                            choices=o.choices, nargs=o.nargs, metavar=o.metavar,
-                           help=o.help if aliases is None else o.help + " (" + ", ".join(
-                               f"{a} is {v}" for a, v in aliases.items()) + ", as "
-                               "SpikeInterface names it)")
+                           help=text + defaults[o.name] if o.name in defaults else text)
     p.add_argument("--freq-min", type=float, default=None, metavar="HZ",
                    help="SpikeInterface's freq_min: --highpass HZ (with --freq-max: "
                         "--bandpass FREQ_MIN FREQ_MAX)")
@@ -656,16 +661,18 @@ def parser() -> argparse.ArgumentParser:
                     "spike's trough, in noise SDs when whitened — and segment_index), "
                     "peak_locations.npy (x, y in µm: the detecting channel's position), "
                     "the names SpikeInterface's motion tools use, and detect.json (rate, "
-                    "channel ids, steps, amplitude units). --detect is implied.")
+                    "channel ids, steps, amplitude units).")
     p_det.add_argument("input", metavar="IN", help="a dspk output or a recording (see dspk "
                                                    "--help)")
     p_det.add_argument("output", metavar="OUTDIR", help="the folder of the peaks (new, "
                                                         "empty, or with --overwrite one "
                                                         "dspk detect wrote)")
-    _pipeline_args(p_det)
+    _pipeline_args(p_det, implied=("detect",), defaults={
+        name: f" (default: %(default)s on a recording, {value or 'none'} on a dspk output)"
+        for name, value in DETECT_OFF_ON_OUTPUT.items()})
     p_det.add_argument("--overwrite", action="store_true",
                        help="replace the peaks in an OUTDIR that dspk detect wrote")
-    p_det.set_defaults(func=_detect)
+    p_det.set_defaults(func=_detect, detect=True)
     p_tune = command("tune", "pre-tune what preprocessing a recording needs",
                      "Fit the pipeline on IN and push a chunk through it, so that every "
                      "tuner decision a job will need is in the cache before it starts.")

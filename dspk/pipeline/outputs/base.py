@@ -14,7 +14,7 @@ Examples
 --------
 >>> from dspk.pipeline.outputs import formats, output_class
 >>> formats(listed=True)
-('hdf5', 'kilosort', 'nwb')
+('hdf5', 'kilosort', 'nwb', 'zarr')
 >>> output_class("kilosort").resumes, output_class("nwb").resumes
 (True, False)
 """
