@@ -47,7 +47,7 @@ test-kilosort: $(STAMP)
 	$(PY) -m pip install --quiet --no-index --find-links $(KS_WHEELS) torch
 	$(PY) -m pip install --quiet --no-index --no-deps --find-links $(KS_WHEELS) kilosort faiss-cpu
 	$(PY) -c "import kilosort.io"    # fails here rather than letting the test skip
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_kilosort_output.py -k kilosort4 -rs
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_kilosort_output.py tests/test_spikeinterface_users.py -k kilosort4 -rs
 
 # The sorting outcome on the CPU (issue 42): Kilosort4 on dspk's output of a 64-channel,
 # 2-minute drifting ground truth against Kilosort4 alone (tests/test_sorting_outcome.py,

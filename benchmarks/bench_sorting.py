@@ -504,11 +504,27 @@ def arm_variant(arm: str, args) -> str:
     return _arm_variant(arm, args)
 
 
+def _step_label(spec: dict) -> str:
+    """A ``--dspk-steps`` step's name, with the options it sets away from the step's defaults
+    (``Motion(white=True)``), so that two chains of the same steps are two variants."""
+    import dataclasses
+
+    from dspk.pipeline import registry
+
+    spec = dict(spec)
+    name = spec.pop("step")
+    cls = registry.stage_class(name)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING} if dataclasses.is_dataclass(cls) else {}
+    changed = [f"{k}={v!r}" for k, v in spec.items() if k in defaults and defaults[k] != v]
+    return f"{name}({', '.join(changed)})" if changed else name
+
+
 def _arm_variant(arm: str, args) -> str:
     if arm == "dspk+kilosort4":
         parts = []
         if args.dspk_steps:
-            parts.append("steps=" + ">".join(s["step"] for s in json.loads(args.dspk_steps)))
+            parts.append("steps=" + ">".join(_step_label(s) for s in json.loads(args.dspk_steps)))
         elif args.dspk_motion != "nonrigid":
             parts.append(f"motion={args.dspk_motion}")
         if args.dspk_extra:

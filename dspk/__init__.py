@@ -2,6 +2,16 @@
 
 Every heavy operation lowers to one exact, tuned matrix-product engine, `dspk.linalg`.
 Importing dspk is cheap: CuPy is imported, and CUDA kernels compiled, only when first used.
+The submodules are attributes, as SciPy's are: ``dspk.match``, ``dspk.motion``,
+``dspk.detect``, ``dspk.ops``, ``dspk.pipeline`` and ``dspk.io``, and, imported on first use
+(PEP 562: `SUBMODULES`), ``dspk.spikeinterface`` (which imports SpikeInterface),
+``dspk.dask``, ``dspk.plot`` (matplotlib) and the others.
+
+Examples
+--------
+>>> import dspk
+>>> dspk.match.ncc.__module__, dspk.motion.localize.__module__
+('dspk.match', 'dspk.motion.localization')
 """
 
 from ._version import __version__
@@ -30,3 +40,21 @@ __all__ = ["__version__", "backend", "io", "open_recording", "linalg", "motion",
            "interpolation_matrix", "Pipeline", "preprocess", "detect_spikes",
            "learn_templates", "spike_features",
            "highpass_spatial_filter", "highpass_spatial_matrix"]
+
+#: the submodules ``dspk.<name>`` imports on first use (PEP 562), without ``import dspk.<name>``
+SUBMODULES = ("argnames", "backend", "caches", "cli", "dask", "detect", "finite", "io",
+              "kernels", "linalg", "match", "motion", "ops", "pipeline", "plot",
+              "spikeinterface", "warmup")
+
+
+def __getattr__(name: str):
+    """``dspk.match``, ``dspk.spikeinterface``, ...: a submodule imported when first used."""
+    if name in SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(SUBMODULES))

@@ -76,6 +76,33 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
         return super()._get_help_string(action)
 
 
+def _files_read(args: argparse.Namespace) -> dict:
+    """{option: path} of every option given to the command that names a file it reads
+    (its metavar says FILE: --probe, ...): OUT is never one of them, with --overwrite or
+    without."""
+    return {flag: getattr(args, dest) for flag, dest in getattr(args, "file_options", ())
+            if getattr(args, dest, None) is not None}
+
+
+#: the suffixes of --gpu-memory (powers of 1000; with "i", of 1024)
+_BYTE_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                  "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+
+
+def _byte_count(text: str) -> int:
+    """A positive number of bytes: ``800000000``, ``800M``, ``0.8G``, ``4GiB``."""
+    t = text.strip().upper().removesuffix("B")
+    num = t.rstrip("KMGTI")
+    try:
+        value = float(num) * _BYTE_SUFFIXES[t[len(num):]]
+    except (KeyError, ValueError):
+        value = float("nan")
+    if not (value >= 1 and value < 2**63):
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes (e.g. "
+                                         f"800000000, 800M, 4G, 4GiB), got {text!r}")
+    return int(value)
+
+
 def _open_options(args: argparse.Namespace) -> dict:
     """The input options (``_input_options``) as `dspk.open_recording` keywords, those given
     only (the others keep open_recording's defaults); ``--probe`` read into ``geometry``."""
@@ -355,7 +382,9 @@ def _preprocess(args: argparse.Namespace) -> int:
                        compression=None if args.compression == "none" else args.compression,
                        layout="channels_samples" if args.channels_first else
                        "samples_channels",
-                       progress=not args.quiet, format=args.format)
+                       progress=not args.quiet, format=args.format,
+                       inputs=_files_read(args), fsync=False if args.no_fsync else None,
+                       gpu_memory=args.gpu_memory)
         dt = time.perf_counter() - t0
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
               f"{'gpu' if pipe.xp.__name__ == 'cupy' else 'cpu'} backend)")
@@ -417,7 +446,7 @@ def _detect(args: argparse.Namespace) -> int:
     """``dspk detect``: the pipeline into a `dspk.pipeline.outputs.PeaksOutput`, OUTDIR."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     found = PeaksOutput(args.output, overwrite=args.overwrite)
-    found.check(None)                  # OUTDIR before the input is read (the job: again)
+    found.check(None, _files_read(args))   # OUTDIR before the input is read (the job: again)
     found.units = _dspk_output_units(args.input)
     pipe = _detect_pipeline(args, on_output=found.units is not None)
     with _open(args) as rec:
@@ -426,7 +455,7 @@ def _detect(args: argparse.Namespace) -> int:
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(steps))
         t0 = time.perf_counter()
-        pipe.run(rec, found, chunk_s=args.chunk_s, progress=False)
+        pipe.run(rec, found, chunk_s=args.chunk_s, progress=False, inputs=_files_read(args))
         dt = time.perf_counter() - t0
         n = len(found.peaks)
         print(f"{n} peaks ({n / rec.duration_s:.1f} per s) in {dt:.2f} s -> {args.output}: "
@@ -515,10 +544,13 @@ def _input_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, **kwargs)
 
 
-def _pipeline_args(p: argparse.ArgumentParser) -> None:
+def _pipeline_args(p: argparse.ArgumentParser, implied: tuple = (),
+                   defaults: dict | None = None) -> None:
     """Every option of the stage registry (`dspk.pipeline.registry`: a step registered by
     your code gets its option here too), ``--preset``, the chunk length and the input
-    options."""
+    options; the options in ``implied`` left out (the command sets them), and the help of
+    those in ``defaults`` ending with that text instead of argparse's "(default: ...)"."""
+    defaults = defaults or {}
     p.add_argument("--preset", default=None, choices=sorted(registry.PRESETS),
                    help="the options of a known chain: ibl (phase shift, high-pass, bad "
                         "channels, spatial high-pass: IBL's destripe), ibl-lfp (decimation "
@@ -528,6 +560,8 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
                         "median reference, local whitening: Kilosort4's); options given win")
     groups: dict = {}
     for o in registry.options():
+        if o.name in implied:
+            continue
         if o.group is not None and o.group not in groups:
             groups[o.group] = p.add_mutually_exclusive_group()
         where = p if o.group is None else groups[o.group]
@@ -535,12 +569,12 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
             where.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
             continue
         aliases = VALUE_ALIASES.get(o.name)
+        text = o.help if aliases is None else o.help + " (" + ", ".join(
+            f"{a} is {v}" for a, v in aliases.items()) + ", as SpikeInterface names it)"
         where.add_argument(o.flag, dest=o.name, default=o.default,
                            type=o.type if aliases is None else _alias(o.name),
                            choices=o.choices, nargs=o.nargs, metavar=o.metavar,
-                           help=o.help if aliases is None else o.help + " (" + ", ".join(
-                               f"{a} is {v}" for a, v in aliases.items()) + ", as "
-                               "SpikeInterface names it)")
+                           help=text + defaults[o.name] if o.name in defaults else text)
     p.add_argument("--freq-min", type=float, default=None, metavar="HZ",
                    help="SpikeInterface's freq_min: --highpass HZ (with --freq-max: "
                         "--bandpass FREQ_MIN FREQ_MAX)")
@@ -637,7 +671,15 @@ def parser() -> argparse.ArgumentParser:
     p_pre.add_argument("--resume", action="store_true",
                        help="continue a killed job from OUT.partial with its fitted state "
                             "(else a partial file is discarded)")
-    p_pre.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p_pre.add_argument("--overwrite", action="store_true", help="replace an existing OUT (never "
+                       "IN or a file an option names, such as --probe's)")
+    p_pre.add_argument("--no-fsync", action="store_true",
+                       help="do not flush OUT to the disk before naming it (faster on slow "
+                            "disks; a power cut may then leave an OUT that looks complete)")
+    p_pre.add_argument("--gpu-memory", type=_byte_count, default=None, metavar="BYTES",
+                       help="the most device memory a GPU job's chunks may use, e.g. 800M or "
+                            "4G (default: sized to the free device memory; the chunk is "
+                            "halved when the device runs out all the same)")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
     p_many = command("preprocess-many", "preprocess many recordings on a Dask cluster (needs "
@@ -676,16 +718,18 @@ def parser() -> argparse.ArgumentParser:
                     "spike's trough, in noise SDs when whitened — and segment_index), "
                     "peak_locations.npy (x, y in µm: the detecting channel's position), "
                     "the names SpikeInterface's motion tools use, and detect.json (rate, "
-                    "channel ids, steps, amplitude units). --detect is implied.")
+                    "channel ids, steps, amplitude units).")
     p_det.add_argument("input", metavar="IN", help="a dspk output or a recording (see dspk "
                                                    "--help)")
     p_det.add_argument("output", metavar="OUTDIR", help="the folder of the peaks (new, "
                                                         "empty, or with --overwrite one "
                                                         "dspk detect wrote)")
-    _pipeline_args(p_det)
+    _pipeline_args(p_det, implied=("detect",), defaults={
+        name: f" (default: %(default)s on a recording, {value or 'none'} on a dspk output)"
+        for name, value in DETECT_OFF_ON_OUTPUT.items()})
     p_det.add_argument("--overwrite", action="store_true",
                        help="replace the peaks in an OUTDIR that dspk detect wrote")
-    p_det.set_defaults(func=_detect)
+    p_det.set_defaults(func=_detect, detect=True)
     p_tune = command("tune", "pre-tune what preprocessing a recording needs",
                      "Fit the pipeline on IN and push a chunk through it, so that every "
                      "tuner decision a job will need is in the cache before it starts.")
@@ -704,6 +748,10 @@ def parser() -> argparse.ArgumentParser:
     p_cache.add_argument("action", choices=("show", "clear"),
                          help="list the stored choices, or forget them (re-tuned on next use)")
     p_cache.set_defaults(func=_cache)
+    for p in sub.choices.values():      # the options naming a file the command reads
+        p.set_defaults(file_options=tuple(
+            (a.option_strings[0], a.dest) for a in p._actions
+            if a.option_strings and isinstance(a.metavar, str) and "FILE" in a.metavar))
     return top
 
 

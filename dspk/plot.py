@@ -19,6 +19,7 @@ is transferred). Traces are ``[channels, samples]`` as everywhere in dspk. The d
 from __future__ import annotations
 
 import json
+import textwrap
 from os import PathLike
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,6 +35,7 @@ __all__ = ["traces", "before_after", "matrix", "covariance_and_whitening", "prob
            "load_results"]
 
 WIDTH_IN = 10.0        # a notebook's width at 100 dpi
+TITLE_CHARS = 80       # a 10-point title's line over the bars (the labels take the rest)
 HEIGHT_IN = 6.5        # what a notebook shows without scrolling
 
 
@@ -788,6 +790,7 @@ def benchmark_bars(results: Any, case: str | None = None, value: str | None = No
         ax.set_xlim(0, vals.max() * 1.2)
     ax.set_xlabel(dict(_VALUE_KEYS).get(value, value))
     gpu = d.get("env", {}).get("gpu")
-    ax.set_title((case or "benchmark") + (f" ({gpu})" if gpu else "") + "; dspk in orange",
-                 fontsize=10)
+    # a case names its data and the card its model: together they outgrow the axes' width
+    title = (case or "benchmark") + (f" ({gpu})" if gpu else "") + "; dspk in orange"
+    ax.set_title(textwrap.fill(title, TITLE_CHARS), fontsize=10)
     return fig

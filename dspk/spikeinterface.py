@@ -23,12 +23,28 @@ pipeline without refitting and checks the fingerprint: every process applies the
 With the GPU backend, SpikeInterface is told to start workers with "spawn" (a forked child
 cannot use the CUDA context of its parent).
 
-**Units.** The preprocessor's traces are float32. Unwhitened, they are µV (``gain_to_uV``
-1, ``offset_to_uV`` 0). Whitened, they are in units of the noise's standard deviation: the
-recording has no ``gain_to_uV`` / ``offset_to_uV`` (SpikeInterface then does not take them
-for µV) and says its unit in SpikeInterface's ``physical_unit`` property
-(`dspk.pipeline.record.UNITS_WHITENED`), with ``gain_to_physical_unit`` and
-``offset_to_physical_unit``. `read_dspk` labels a dspk output the same way.
+**SpikeInterface's option names.** The preprocessor takes SpikeInterface's keywords
+beside dspk's (`SI_OPTIONS`): ``freq_min``/``freq_max`` (``highpass_filter``,
+``bandpass_filter``), ``reference="global"|"average"|"median"`` and ``operator``
+(``common_reference``), ``mode``, ``radius_um``, ``int_scale`` and an integer ``dtype``
+(``whiten``).
+
+**Units.** The preprocessor's traces are float32 by default, or int16 with ``dtype="int16"``
+(``round(y × int_scale)``: SpikeInterface's ``whiten(int_scale=...)``; by default dspk's
+scaling, 200 steps per noise SD when whitened as Kilosort4 stores whitened data, 10 steps
+per µV otherwise). Unwhitened, they are µV: ``gain_to_uV`` is 1 (float32) or
+1/``int_scale`` (int16), ``offset_to_uV`` 0. Whitened, they are in units of the noise's
+standard deviation: the recording has no ``gain_to_uV`` / ``offset_to_uV``, so
+SpikeInterface does not take them for µV (``create_sorting_analyzer`` of int16 traces
+sets ``return_in_uV=False`` and keeps the stored units: its amplitudes are noise SDs ×
+``int_scale``; SpikeInterface checks the gains of integer traces only, so for float32 pass
+``return_in_uV=False`` yourself: the amplitudes are noise SDs either way, never scaled),
+and it says its unit in
+SpikeInterface's ``physical_unit`` property (`dspk.pipeline.record.UNITS_WHITENED`), with
+``gain_to_physical_unit`` (1/``int_scale``, 1 for float32) and ``offset_to_physical_unit``.
+Save an int16 copy with ``dspk_preprocess(rec, ..., dtype="int16").save(...)``: a float32
+preprocessor saved with ``save(dtype="int16")`` is cast by SpikeInterface (whitened traces
+to a few levels). `read_dspk` labels a dspk output the same way.
 
 Examples
 --------
@@ -51,7 +67,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +83,42 @@ except ImportError as exc:   # pragma: no cover - installed with the test extras
 
 from .backend import blocked_transpose, resolve_backend, to_numpy
 from .io import RecordingError, SpikeInterfaceRecording, open_recording
+from .detect import PEAK_DTYPE, PEAK_LOCATION_DTYPE
+from .motion.spikes import SpikeSurvey
 from .pipeline import Detect, Pipeline, PipelineError, registry
+from .pipeline import Motion as MotionStep
 from .pipeline.peaks import detect_peaks
 from .pipeline.record import UNITS_UV, UNITS_WHITENED, describe
 
 __all__ = ["DspkRecording", "dspk_preprocess", "DspkOutputRecording", "read_dspk",
-           "dspk_detect_peaks"]
+           "dspk_detect_peaks", "dspk_motion_peaks", "SI_OPTIONS", "spikeinterface_options"]
 
 #: steps after which SpikeInterface may take the traces for high-pass filtered
 #: (its ``is_filtered`` annotation)
 FILTER_STEPS = ("HighPass", "BandPass")
+
+#: SpikeInterface's keywords that `DspkRecording` takes, and what each is of SpikeInterface's
+#: (the function mirrored) and of dspk's (`spikeinterface_options` translates them)
+SI_OPTIONS = {
+    "freq_min": "highpass_filter(freq_min) / bandpass_filter(freq_min): highpass= / bandpass=",
+    "freq_max": "bandpass_filter(freq_max): bandpass=(freq_min, freq_max)",
+    "reference": "common_reference(reference='global'): reference= (its operator); dspk's "
+                 "values 'median', 'mean', 'none' and SpikeInterface's 'average' taken too",
+    "operator": "common_reference(operator='median'|'average'): reference='median'|'mean'",
+    "mode": "whiten(mode='global'|'local'): whiten=",
+    "radius_um": "whiten(radius_um): n_neighbors= the most channels within radius_um of a "
+                 "channel (dspk takes each channel's n nearest)",
+    "int_scale": "whiten(int_scale): the traces times int_scale (int16 steps per unit)",
+    "dtype": "whiten(dtype='int16'): int16 traces (a float dtype is dspk's processing "
+             "precision)",
+}
+#: SpikeInterface's ``common_reference`` operators (and dspk's) as dspk's ``reference``
+_OPERATORS = {"median": "median", "average": "mean", "mean": "mean"}
+_UNSET = object()
+#: dspk's int16 scaling when ``dtype="int16"`` and no ``int_scale``: 200 steps per noise SD
+#: whitened (Kilosort4's ``temp_wh.dat``; `dspk.pipeline.outputs.KILOSORT_STEPS_PER_SD`),
+#: 10 steps per µV otherwise (0.1 µV: `dspk.pipeline.outputs.int16_scale`)
+INT_SCALE_WHITENED, INT_SCALE_UV = 200.0, 10.0
 
 
 # -- the fitted pipeline as keyword arguments -----------------------------------------------------
@@ -132,6 +174,134 @@ def _si_recording(recording: Any) -> BaseRecording:
     return recording
 
 
+# -- SpikeInterface's names --------------------------------------------------------------------
+def _conflict(si: str, dspk: str, a: Any, b: Any) -> PipelineError:
+    return PipelineError(f"{si}: SpikeInterface's name for dspk's {dspk}=; got {si}={a!r} and "
+                         f"{dspk}={b!r}, which disagree (give one)")
+
+
+def spikeinterface_options(recording: Any = None, **options: Any) -> dict:
+    """`dspk.Pipeline.from_options` keywords from keywords that may be SpikeInterface's
+    (`SI_OPTIONS`): ``freq_min``/``freq_max`` (``highpass_filter``, ``bandpass_filter``),
+    ``reference``/``operator`` (``common_reference``: ``"average"`` is dspk's ``"mean"``,
+    ``reference="global"`` its operator), ``mode`` and ``radius_um`` (``whiten``). dspk's
+    own keywords pass unchanged; one option given both ways must agree.
+
+    ``radius_um`` becomes ``n_neighbors``: the most channels within ``radius_um`` µm of any
+    channel of ``recording`` (SpikeInterface whitens each channel against those within the
+    radius; dspk against its n nearest: the same neighbourhoods inside a regular probe, more
+    channels at its ends).
+
+    Parameters
+    ----------
+    recording : spikeinterface BaseRecording, optional
+        Its channel locations, for ``radius_um``.
+    **options
+        dspk's and SpikeInterface's keywords.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    dspk.pipeline.PipelineError
+        A value SpikeInterface's function does not take or dspk has no twin of (named), an
+        option given both ways with different values, ``radius_um`` without locations.
+
+    Examples
+    --------
+    >>> from dspk.spikeinterface import spikeinterface_options
+    >>> spikeinterface_options(freq_min=300.0, operator="average", mode="global")
+    {'highpass': 300.0, 'bandpass': None, 'reference': 'mean', 'whiten': 'global'}
+    >>> spikeinterface_options(freq_min=300, freq_max=6000, reference="average")
+    {'highpass': None, 'bandpass': (300.0, 6000.0), 'reference': 'mean'}
+    >>> spikeinterface_options(reference="local")                # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dspk.pipeline.PipelineError: reference='local': ...
+    """
+    o = dict(options)
+    lo, hi = o.pop("freq_min", None), o.pop("freq_max", None)
+    if lo is not None or hi is not None:
+        for name in ("highpass", "bandpass"):
+            if o.get(name) is not None:
+                raise PipelineError(f"freq_min/freq_max: SpikeInterface's names for highpass= "
+                                    f"and bandpass=; give {name}= or them, not both")
+        if lo is None:
+            raise PipelineError(f"freq_max: dspk filters with a high-pass or a band-pass; give "
+                                f"freq_min too (freq_min=LO, freq_max=HI is bandpass=(LO, HI)), "
+                                f"got freq_max={hi!r} alone")
+        try:
+            lo, hi = float(lo), None if hi is None else float(hi)
+        except (TypeError, ValueError):
+            raise PipelineError(f"freq_min/freq_max: expected Hz, got {lo!r}, {hi!r}") from None
+        o["highpass"], o["bandpass"] = (lo, None) if hi is None else (None, (lo, hi))
+    ref, op = o.pop("reference", _UNSET), o.pop("operator", _UNSET)
+    if ref in ("single", "local"):
+        raise PipelineError(f"reference={ref!r}: SpikeInterface's {ref} reference has no dspk "
+                            f"twin; dspk's common reference is global: reference='global' "
+                            f"with operator='median'|'average', or 'median', 'mean', 'none'")
+    if op is not _UNSET:
+        if op not in _OPERATORS:
+            raise PipelineError(f"operator: expected 'median' or 'average' (SpikeInterface's "
+                                f"common_reference), got {op!r}")
+        mine = _OPERATORS[op]
+        if ref not in (_UNSET, "global") and _OPERATORS.get(ref, ref) != mine:
+            raise _conflict("operator", "reference", op, ref)
+        o["reference"] = mine
+    elif ref is not _UNSET:
+        o["reference"] = "median" if ref == "global" else _OPERATORS.get(ref, ref)
+    mode = o.pop("mode", _UNSET)
+    if mode is not _UNSET:
+        if mode not in ("global", "local"):
+            raise PipelineError(f"mode: expected 'global' or 'local' (SpikeInterface's "
+                                f"whiten(mode)), got {mode!r}")
+        if "whiten" in o and o["whiten"] != mode:
+            raise _conflict("mode", "whiten", mode, o["whiten"])
+        o["whiten"] = mode
+    radius = o.pop("radius_um", _UNSET)
+    if radius is not _UNSET and radius is not None:
+        if "n_neighbors" in o:
+            raise _conflict("radius_um", "n_neighbors", radius, o["n_neighbors"])
+        if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or \
+                not np.isfinite(radius) or radius <= 0:
+            raise PipelineError(f"radius_um: expected a positive distance in µm, got "
+                                f"{radius!r}")
+        try:
+            g = np.asarray(recording.get_channel_locations(), np.float64)
+        except (AttributeError, ValueError) as exc:
+            raise PipelineError(f"radius_um: needs the recording's channel locations (a "
+                                f"probe); give n_neighbors= instead ({exc})") from None
+        d = np.sqrt(((g[:, None, :] - g[None, :, :]) ** 2).sum(axis=-1))
+        o["n_neighbors"] = int((d <= float(radius)).sum(axis=1).max())
+    return o
+
+
+def _output_form(int_scale: Any, dtype: Any) -> tuple:
+    """(served dtype, int_scale or None) of the ``dtype``/``int_scale`` keywords (an
+    integer ``dtype`` is the served one; a float one is none of this)."""
+    out = np.dtype(np.float32)
+    if dtype is not None:
+        try:
+            out = np.dtype(dtype)
+        except TypeError:
+            raise PipelineError(f"dtype: expected 'int16' or a float dtype, got "
+                                f"{dtype!r}") from None
+        if out.kind in "iu" and out != np.int16:
+            raise PipelineError(f"dtype: the integer traces served are int16 (got {out}); "
+                                f"give dtype='int16' with int_scale")
+        if out.kind == "f":
+            out = np.dtype(np.float32)
+    if int_scale is not None:
+        if isinstance(int_scale, bool) or not isinstance(int_scale, (int, float, np.number)) \
+                or not np.isfinite(int_scale) or int_scale <= 0:
+            raise PipelineError(f"int_scale: expected a positive number of steps per unit "
+                                f"(SpikeInterface's whiten(int_scale)), got {int_scale!r}")
+        int_scale = float(int_scale)
+    return out, int_scale
+
+
 # -- the preprocessor -----------------------------------------------------------------------------
 class DspkRecording(BasePreprocessor):
     """A SpikeInterface recording through a dspk pipeline, lazily: `dspk.Pipeline.block` on
@@ -147,17 +317,39 @@ class DspkRecording(BasePreprocessor):
         copied) or not (a copy is fitted on ``recording``); or the dict a `DspkRecording`
         stores in its keyword arguments (``to_dict()["kwargs"]["pipeline"]``). It must have
         no `dspk.pipeline.Detect` step (`dspk_detect_peaks` detects).
+    int_scale : float, optional
+        SpikeInterface's ``whiten(int_scale)``: the traces served are the pipeline's times
+        ``int_scale`` (for int16: steps per unit; the gain is 1/``int_scale``). With
+        ``dtype="int16"`` and no ``int_scale``: dspk's scaling, 200 steps per noise SD when
+        whitened (`INT_SCALE_WHITENED`), 10 per µV otherwise (`INT_SCALE_UV`).
+    dtype : "int16" or a float dtype, optional
+        SpikeInterface's ``whiten(dtype)``: ``"int16"`` serves int16 traces (rounded,
+        clipped to its range); a float dtype is the processing precision (float32 or
+        float64; the traces served are float32).
     **options
         `dspk.Pipeline.from_options` keywords when no ``pipeline`` is given: ``highpass``,
         ``bandpass``, ``reference``, ``whiten``, ``n_neighbors``, ``preset``, ``backend``
-        ("auto", "cpu", "gpu"), ``dtype`` (the processing precision; the traces served are
-        float32), and the options of registered steps.
+        ("auto", "cpu", "gpu"), and the options of registered steps; or SpikeInterface's
+        names of them (`SI_OPTIONS`, translated by `spikeinterface_options`):
+        ``freq_min``, ``freq_max`` (``highpass_filter``, ``bandpass_filter``),
+        ``reference="global"|"average"``, ``operator`` (``common_reference``), ``mode``,
+        ``radius_um`` (``whiten``).
 
     Attributes
     ----------
     pipeline : dspk.Pipeline
         The fitted pipeline (do not change it: the workers of ``n_jobs`` rebuild it from
         the keyword arguments taken when this recording was made).
+    int_scale : float or None
+        The factor the traces served are multiplied by.
+
+    Notes
+    -----
+    Units of the traces served: µV (unwhitened; ``gain_to_uV`` 1/``int_scale`` or 1) or
+    noise SDs times ``int_scale`` (whitened; no ``gain_to_uV``: SpikeInterface's
+    ``create_sorting_analyzer`` and its amplitudes keep these units — for float32 traces
+    pass it ``return_in_uV=False``, as it checks the gains of integer traces only —
+    and ``gain_to_physical_unit`` turns them into SDs).
 
     Raises
     ------
@@ -181,6 +373,13 @@ class DspkRecording(BasePreprocessor):
     >>> again = pickle.loads(pickle.dumps(pre))                # as a worker rebuilds it
     >>> bool(np.array_equal(again.get_traces(end_frame=500), pre.get_traces(end_frame=500)))
     True
+    >>> si_names = DspkRecording(rec, mode="global", operator="average", freq_min=300.0)
+    >>> si_names.pipeline.options() == DspkRecording(                # SpikeInterface's names
+    ...     rec, whiten="global", reference="mean", highpass=300.0).pipeline.options()
+    True
+    >>> as_int = DspkRecording(rec, whiten="global", dtype="int16")   # 200 steps per noise SD
+    >>> as_int.get_dtype(), as_int.int_scale, float(as_int.get_property("gain_to_physical_unit")[0])
+    (dtype('int16'), 200.0, 0.005)
     >>> DspkRecording(rec, whiten="none", highpas=300)        # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -188,13 +387,19 @@ class DspkRecording(BasePreprocessor):
     """
 
     def __init__(self, recording: Any, pipeline: Pipeline | dict | None = None,
-                 **options: Any) -> None:
+                 int_scale: float | None = None, dtype: Any = None, **options: Any) -> None:
         recording = _si_recording(recording)
+        out_dtype, int_scale = _output_form(int_scale, dtype)
+        if dtype is not None and np.dtype(dtype).kind == "f":
+            if pipeline is not None:
+                raise PipelineError("dtype: the pipeline given has its own precision; with "
+                                    "pipeline=, dtype= is 'int16' or nothing")
+            options["dtype"] = dtype
         if pipeline is not None and options:
             raise PipelineError(f"pipeline: give a pipeline or options, not both (got "
                                 f"pipeline= and {sorted(options)})")
         if pipeline is None:
-            p = Pipeline.from_options(**options)
+            p = Pipeline.from_options(**spikeinterface_options(recording, **options))
         elif isinstance(pipeline, Pipeline):
             p = _copy(pipeline)
         elif isinstance(pipeline, dict):
@@ -227,34 +432,40 @@ class DspkRecording(BasePreprocessor):
                     raise PipelineError(f"pipeline: its fitted state does not apply to this "
                                         f"recording of {first.n_channels} channels (fitted "
                                         f"on another probe?): {exc}") from exc
-        BasePreprocessor.__init__(self, recording, dtype=np.float32)
-        self.pipeline = p
+        if out_dtype == np.int16 and int_scale is None:
+            int_scale = INT_SCALE_WHITENED if p.whitens else INT_SCALE_UV
+        BasePreprocessor.__init__(self, recording, dtype=out_dtype)
+        self.pipeline, self.int_scale = p, int_scale
         self._label_units(p)
         for k, parent in enumerate(recording.segments):
             dspk_rec = first if k == 0 else SpikeInterfaceRecording(recording, segment=k)
-            self.add_recording_segment(DspkRecordingSegment(parent, dspk_rec, p))
+            self.add_recording_segment(DspkRecordingSegment(parent, dspk_rec, p, int_scale,
+                                                            out_dtype))
         if resolve_backend(p.backend) == "gpu":
             # a forked worker cannot use the parent's CUDA context: SpikeInterface's
             # process pools are started with "spawn" instead
             self._preferred_mp_context = "spawn"
-        self._kwargs = dict(recording=recording, pipeline=_pipeline_spec(p))
+        self._kwargs = dict(recording=recording, pipeline=_pipeline_spec(p),
+                            int_scale=int_scale,
+                            dtype=None if out_dtype == np.float32 else out_dtype.str)
 
     def _label_units(self, p: Pipeline) -> None:
-        """µV (gain 1, offset 0) or, whitened, no µV gains and SpikeInterface's physical
-        unit properties; ``is_filtered`` after a filter; the ADC shifts dropped once a
-        PhaseShift step has corrected them."""
-        ones, zeros = np.ones(self.get_num_channels()), np.zeros(self.get_num_channels())
+        """µV (gain 1/int_scale or 1, offset 0) or, whitened, no µV gains and
+        SpikeInterface's physical unit properties; ``is_filtered`` after a filter; the ADC
+        shifts dropped once a PhaseShift step has corrected them."""
+        c = self.get_num_channels()
+        step = 1.0 if self.int_scale is None else 1.0 / self.int_scale
+        gains, zeros = np.full(c, step), np.zeros(c)
         keys = self.get_property_keys()
         if p.whitens:
             for key in ("gain_to_uV", "offset_to_uV"):
                 if key in keys:
                     self.delete_property(key)
         else:
-            self.set_channel_gains(ones)
+            self.set_channel_gains(gains)
             self.set_channel_offsets(zeros)
-        self.set_property("physical_unit", [UNITS_WHITENED if p.whitens else UNITS_UV] *
-                          self.get_num_channels())
-        self.set_property("gain_to_physical_unit", ones)
+        self.set_property("physical_unit", [UNITS_WHITENED if p.whitens else UNITS_UV] * c)
+        self.set_property("gain_to_physical_unit", gains)
         self.set_property("offset_to_physical_unit", zeros)
         names = [type(s).__name__ for s in p.steps]
         if any(n in FILTER_STEPS for n in names):
@@ -274,36 +485,54 @@ class DspkRecordingSegment(BasePreprocessorSegment):
         The parent's segment as dspk reads it (µV, [channels, samples]).
     pipeline : dspk.Pipeline
         Fitted.
+    int_scale : float, optional
+        The traces times this.
+    dtype : float32 or int16
+        The traces served (int16: rounded and clipped to its range).
     """
 
     def __init__(self, parent_segment: Any, recording: SpikeInterfaceRecording,
-                 pipeline: Pipeline) -> None:
+                 pipeline: Pipeline, int_scale: float | None = None,
+                 dtype: Any = np.float32) -> None:
         BasePreprocessorSegment.__init__(self, parent_segment)
         self.recording, self.pipeline = recording, pipeline
+        self.int_scale, self.dtype = int_scale, np.dtype(dtype)
 
     def get_traces(self, start_frame: int | None, end_frame: int | None,
                    channel_indices: Any) -> np.ndarray:
         """Samples [start_frame, end_frame) of the channels ``channel_indices`` (all when
-        None), float32 [samples, channels]: every channel computed (the steps mix them),
-        those asked for returned."""
+        None), [samples, channels] float32 (or int16), times ``int_scale``: every channel
+        computed (the steps mix them), those asked for returned."""
         n = self.recording.n_samples
         start = 0 if start_frame is None else int(start_frame)
         end = n if end_frame is None else int(end_frame)
         if end <= start:
             width = self.recording.n_channels if channel_indices is None else \
                 len(np.arange(self.recording.n_channels)[channel_indices])
-            return np.zeros((0, width), dtype=np.float32)
+            return np.zeros((0, width), dtype=self.dtype)
         y = to_numpy(self.pipeline.block(self.recording, start, end))
         if channel_indices is not None:
             y = y[channel_indices]
-        return blocked_transpose(y.astype(np.float32, copy=False))
+        y = y.astype(np.float32, copy=False)
+        if self.int_scale is not None:
+            y = y * np.float32(self.int_scale)
+        if self.dtype == np.int16:
+            info = np.iinfo(np.int16)
+            y = np.clip(np.rint(y), info.min, info.max).astype(np.int16)
+        return blocked_transpose(y)
 
 
 def dspk_preprocess(recording: Any, pipeline: Pipeline | dict | None = None,
                     **options: Any) -> DspkRecording:
     """A SpikeInterface recording through a dspk pipeline (`DspkRecording`), for a
-    SpikeInterface chain: ``rec = dspk_preprocess(rec, preset="kilosort")`` then
-    ``run_sorter(...)``, ``rec.save(format="binary", n_jobs=...)``.
+    SpikeInterface chain: ``pre = dspk_preprocess(rec, preset="kilosort")``, then
+    ``saved = pre.save(format="binary", n_jobs=...)`` and ``run_sorter(..., saved, ...)``:
+    the sorter gets the saved copy (given the lazy ``pre``, SpikeInterface's sorter
+    wrappers would compute and write the whole chain again).
+
+    Mirrors SpikeInterface's preprocessing functions ``highpass_filter``,
+    ``bandpass_filter``, ``common_reference`` and ``whiten`` in one call, and takes their
+    keywords (`SI_OPTIONS`) beside dspk's.
 
     Parameters
     ----------
@@ -311,7 +540,8 @@ def dspk_preprocess(recording: Any, pipeline: Pipeline | dict | None = None,
     pipeline : dspk.Pipeline or dict, optional
         See `DspkRecording`.
     **options
-        `dspk.Pipeline.from_options` keywords (see `DspkRecording`).
+        `dspk.Pipeline.from_options` keywords or SpikeInterface's names of them, and
+        ``int_scale``, ``dtype`` (see `DspkRecording`).
 
     Returns
     -------
@@ -522,7 +752,8 @@ def dspk_detect_peaks(recording: Any, chunk_s: float = 1.0, pipeline: Pipeline |
         raise PipelineError(f"pipeline: give a pipeline or options, not both (got pipeline= "
                             f"and {sorted(options)})")
     if pipeline is None:
-        p = Pipeline.from_options(**{**options, "detect": True})
+        p = Pipeline.from_options(**spikeinterface_options(recording,
+                                                           **{**options, "detect": True}))
         # only the spikes are kept: no PCA of their waveforms fitted
         p.steps = [replace(s, features=0) if isinstance(s, Detect) else s for s in p.steps]
     elif isinstance(pipeline, Pipeline):
@@ -536,3 +767,106 @@ def dspk_detect_peaks(recording: Any, chunk_s: float = 1.0, pipeline: Pipeline |
         peaks.append(pk)
         locations.append(loc)
     return np.concatenate(peaks), np.concatenate(locations)     # a recording has a segment
+
+
+# -- peaks for a motion estimate ------------------------------------------------------------------
+@dataclass
+class _MotionPeaks(MotionStep):
+    """The `dspk.pipeline.Motion` step's pass, kept: its fit returns the spikes it would
+    estimate the drift from (``time_s``, ``x``, ``y``, ``amplitude``, ``channel_index``)
+    instead of the drift."""
+
+    fitted = ("time_s", "x", "y", "amplitude", "channel_index")
+
+    def fit(self, blocks: Any, ctx: Any) -> dict:
+        """The spikes of the pass (`dspk.motion.spikes.SpikeSurvey`, as `Motion.fit`)."""
+        fs, g = ctx.fs, np.asarray(ctx.geometry, np.float64)
+        shanks = getattr(ctx.recording, "shank_ids", None)
+        inner = ctx.xp.concatenate(list(blocks.inner()), axis=1)
+        survey = SpikeSurvey(inner, g, fs, self.threshold, shank_ids=shanks, dtype=ctx.dtype)
+        del inner
+        found = survey.add_all(blocks.stream, halo=self.fit_pass(fs)).spikes()
+        found["x"] = g[np.asarray(found["channel_index"], np.int64), 0]   # the grid's x
+        return found
+
+
+def dspk_motion_peaks(recording: Any, threshold: float = 7.0, **options: Any) -> tuple:
+    """The peaks and localised peak locations that dspk's drift correction (the
+    `dspk.pipeline.Motion` step, ``motion="rigid"|"nonrigid"``) estimates the drift from,
+    as SpikeInterface's ``detect_peaks`` and ``localize_peaks`` give them: ready for
+    ``spikeinterface.sortingcomponents.motion.estimate_motion(recording, peaks,
+    peak_locations, ...)``.
+
+    The recording goes through the steps of ``options`` (dspk's defaults: 300 Hz high-pass,
+    median reference, local whitening; SpikeInterface's names are taken, `SI_OPTIONS`),
+    fitted on its first segment; one pass over it finds the spikes (`dspk.motion.spikes`:
+    the detector of the Motion step) and places each between the channels by a grid of
+    point sources (`dspk.motion.localize`) — the positions the Motion step registers, not
+    the detecting contact's.
+
+    Parameters
+    ----------
+    recording : spikeinterface BaseRecording
+        With channel locations; one segment.
+    threshold : float
+        The pass's detection threshold in noise SDs (the Motion step's ``threshold``).
+    **options
+        `dspk.Pipeline.from_options` keywords or SpikeInterface's names of them (no
+        ``detect`` or ``motion``: the pass is the Motion step's).
+
+    Returns
+    -------
+    (peaks, peak_locations)
+        `dspk.detect.PEAK_DTYPE` (``sample_index`` of the trough, ``channel_index`` of the
+        detecting channel, ``amplitude`` the waveform's amplitude in noise SDs,
+        ``segment_index`` 0), ordered by sample; and SpikeInterface's ``localize_peaks``
+        dtype for ``center_of_mass``/``grid_convolution`` (``x``, ``y`` float64, µm; x is
+        the detecting channel's).
+
+    Raises
+    ------
+    TypeError
+        A recording that is not SpikeInterface's, an unknown option.
+    dspk.pipeline.PipelineError
+        Several segments, no channel locations, ``detect``/``motion`` in ``options``, a
+        recording shorter than two of the Motion step's time bins.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import spikeinterface.core as si
+    >>> from dspk.spikeinterface import dspk_motion_peaks
+    >>> rec, _ = si.generate_ground_truth_recording(durations=[6.0], num_channels=16,
+    ...                                              num_units=5, seed=0)
+    >>> peaks, locations = dspk_motion_peaks(rec, mode="global")
+    >>> peaks.dtype.names, locations.dtype.names
+    (('sample_index', 'channel_index', 'amplitude', 'segment_index'), ('x', 'y'))
+    >>> bool(len(peaks) > 0 and (np.diff(peaks["sample_index"]) >= 0).all())
+    True
+    """
+    recording = _si_recording(recording)
+    if recording.get_num_segments() != 1:
+        raise PipelineError(f"recording: expected one segment (SpikeInterface's motion "
+                            f"estimate is per segment), got {recording.get_num_segments()}; "
+                            f"select one with recording.select_segments([k])")
+    for name in ("detect", "motion"):
+        if name in options:
+            raise PipelineError(f"{name}: dspk_motion_peaks runs the Motion step's own pass; "
+                                f"leave {name}= out")
+    p = Pipeline.from_options(**spikeinterface_options(recording, **options))
+    p = Pipeline(list(p.steps) + [_MotionPeaks("rigid", threshold=float(threshold))],
+                 backend=p.backend, dtype=p.dtype)
+    rec = SpikeInterfaceRecording(recording, segment=0)
+    p.fit(rec)
+    found = p.states[-1]
+    t = np.rint(np.asarray(found["time_s"]) * rec.fs).astype(np.int64)
+    order = np.argsort(t, kind="stable")
+    peaks = np.zeros(len(t), dtype=PEAK_DTYPE)
+    peaks["sample_index"] = t[order]
+    peaks["channel_index"] = np.asarray(found["channel_index"], np.int64)[order]
+    peaks["amplitude"] = np.asarray(found["amplitude"])[order]
+    peaks["segment_index"] = 0
+    locations = np.zeros(len(t), dtype=PEAK_LOCATION_DTYPE)
+    locations["x"] = np.asarray(found["x"])[order]
+    locations["y"] = np.asarray(found["y"])[order]
+    return peaks, locations

@@ -2,7 +2,7 @@
 """Writes notebooks/*.ipynb from the cells below and executes them (nbclient) so that the
 committed notebooks show their outputs and figures. The test suite executes them again.
 
-    python scripts/make_notebooks.py [--no-execute]
+    python scripts/make_notebooks.py [--no-execute] [NAME.ipynb ...]   (those named, else all)
 """
 
 # ruff: noqa: E501  (the cells' lines are notebook code, not this module's)
@@ -277,7 +277,10 @@ preprocessing again. Runs on the CPU; the sort itself runs where a GPU and Kilos
 outputs back as SpikeInterface recordings. `dspk_preprocess(recording, **options)` takes the
 options of `dspk preprocess` (`highpass`, `reference`, `whiten`, `preset`, `backend`, ...),
 fits the pipeline on the recording now and computes traces only when SpikeInterface asks for
-them, chunk by chunk (`Pipeline.block`, with the filters' halo on each side)."""),
+them, chunk by chunk (`Pipeline.block`, with the filters' halo on each side). SpikeInterface's
+own names are taken too: `freq_min`/`freq_max` (its `highpass_filter`/`bandpass_filter`),
+`reference="global"` with `operator="median"|"average"` (`common_reference`), `mode`,
+`radius_um`, `int_scale` and `dtype="int16"` (`whiten`)."""),
     ("code", '''import spikeinterface.core as si
 from dspk.spikeinterface import dspk_detect_peaks, dspk_preprocess, read_dspk
 
@@ -310,7 +313,26 @@ chunk = pre.get_traces(start_frame=123_456, end_frame=129_000)
 print("largest difference, one chunk:", float(np.abs(chunk - whole[123_456:129_000]).max()))
 saved = pre.save(format="binary", folder=folder / "binary", n_jobs=2, chunk_duration="0.5s",
                  progress_bar=False)       # two worker processes, the same fitted W
-print("largest difference, n_jobs=2:", float(np.abs(saved.get_traces() - whole).max()))'''),
+print("largest difference, n_jobs=2:", float(np.abs(saved.get_traces() - whole).max()))
+# `saved` is what a sorter gets: run_sorter("kilosort4", saved, ...) reads its binary in
+# place, while the lazy `pre` would be computed and written again by the sorter's wrapper
+assert saved.binary_compatible_with(time_axis=0, file_paths_length=1)
+assert not pre.binary_compatible_with(time_axis=0, file_paths_length=1)'''),
+    ("md", """An int16 copy, half the bytes: `dtype="int16"` stores the traces at 200 steps per noise SD
+(Kilosort4's factor; SpikeInterface's `int_scale` sets another), and the recording's gains say
+so — whitened traces have no µV gain, so SpikeInterface's `SortingAnalyzer` keeps them in
+these units instead of taking them for µV. (Saving the float32 `pre` with
+`save(dtype="int16")` would cast noise SDs to a few integer levels.) Here with SpikeInterface's
+option names:"""),
+    ("code", '''pre16 = dspk_preprocess(rec, freq_min=300, reference="global", operator="median",
+                        mode="local", n_neighbors=16, dtype="int16")
+assert pre16.pipeline.options() == pre.pipeline.options()     # the same steps as `pre`
+saved16 = pre16.save(format="binary", folder=folder / "int16", progress_bar=False)
+step = float(saved16.get_property("gain_to_physical_unit")[0])     # noise SDs per step
+err = np.sqrt(np.mean((saved16.get_traces() * step - whole) ** 2)) / np.sqrt(np.mean(whole ** 2))
+print(saved16.get_dtype(), f"1 step = {step} noise SD; relative RMS error {err:.1e};",
+      "µV gains:", "yes" if saved16.has_scaleable_traces() else "none")
+assert err < 2e-3'''),
     ("code", '''fig, ax = plt.subplots(figsize=(9, 3))
 t = np.arange(120_000, 123_000) / rec.sampling_frequency
 ax.plot(t, whole[120_000:123_000, 10], lw=0.8, label="dspk preprocess (read_dspk)")
@@ -335,6 +357,17 @@ on the command line: `peaks.npy`, `peak_locations.npy`.)"""),
 print(len(peaks), "peaks;", peaks.dtype)
 sorting = si.NumpySorting.from_peaks(peaks, written.sampling_frequency, written.channel_ids)
 print(sorting)'''),
+    ("md", """For a motion estimate, `dspk_motion_peaks` gives the spikes dspk's own drift correction
+(`motion="rigid"|"nonrigid"`) registers, each placed between the contacts
+(`dspk.motion.localize`), in `localize_peaks`' dtype: ready for SpikeInterface's
+`estimate_motion(recording, peaks, peak_locations, ...)` (the detecting contact's position,
+`dspk_detect_peaks`' locations, makes a coarser estimate)."""),
+    ("code", '''from dspk.spikeinterface import dspk_motion_peaks
+
+motion_peaks, motion_locations = dspk_motion_peaks(rec, whiten="global")
+on_contacts = np.isin(motion_locations["y"], rec.get_channel_locations()[:, 1]).mean()
+print(len(motion_peaks), "peaks;", motion_locations.dtype,
+      f"| {on_contacts:.0%} at a contact's depth")'''),
     ("md", """## From a SpikeInterface recording to Kilosort4, preprocessed once
 
 Kilosort4 high-pass filters and whitens the data again on every run, in every one of its
@@ -367,6 +400,8 @@ traces are stored at 200 steps per noise SD, the factor Kilosort4 itself uses wh
 whitened data."""),
     ("code", '''about = json.loads((ks_in / "dspk.json").read_text())
 print({k: about[k] for k in ("dtype", "n_channels", "n_samples", "fs", "scale", "units")})
+ks_settings = json.loads((ks_in / "kilosort_settings.json").read_text())   # Kilosort4's own
+print(json.dumps(ks_settings))                 # as the file holds it
 print((ks_in / "params.py").read_text())
 traces = np.fromfile(ks_in / "traces.bin", dtype=about["dtype"]).reshape(-1, about["n_channels"])
 white = traces.T * about["scale"]            # back to noise SDs, [channels, samples]
@@ -393,16 +428,20 @@ except ImportError:
 SpikeInterface's Kilosort4 wrapper reads the binary in place. Kilosort4's preprocessing is
 skipped (`skip_kilosort_preprocessing=True`), its common reference too (`do_CAR=False`: dspk
 referenced the traces), and its `scale` setting turns the int16 steps back into noise SDs,
-the units its thresholds are in. Without a GPU (or without Kilosort4) the cell shows the call
-instead of running it."""),
+the units its thresholds are in; `kilosort_settings.json` holds these values. Kilosort4 alone
+takes the same file: `run_kilosort(settings=ks_settings["settings"],
+probe=load_probe(ks_in / ks_settings["probe"]), data_dir=ks_in,
+data_dtype=ks_settings["data_dtype"], do_CAR=ks_settings["do_CAR"])`. Without a GPU (or
+without Kilosort4) the cell shows the call instead of running it."""),
     ("code", '''import spikeinterface as si
 from spikeinterface.sorters import installed_sorters, run_sorter
 
 ks_rec = si.read_binary(ks_in / "traces.bin", sampling_frequency=about["fs"], time_axis=0,
                         num_channels=about["n_channels"], dtype=about["dtype"])
 ks_rec.set_probegroup(probeinterface.read_probeinterface(ks_in / "probe.json"))
-options = dict(skip_kilosort_preprocessing=about["whitened"], do_CAR=False,
-               scale=about["scale"] if about["dtype"] == "int16" else None, nblocks=0)
+options = dict(skip_kilosort_preprocessing=ks_settings["skip_kilosort_preprocessing"],
+               do_CAR=ks_settings["do_CAR"], scale=ks_settings["settings"].get("scale"),
+               nblocks=0)                    # 8 s hold no drift to estimate
 try:
     import torch
     gpu = torch.cuda.is_available()
@@ -483,7 +522,10 @@ def main(argv: list[str]) -> int:
 
     out = ROOT / "notebooks"
     out.mkdir(exist_ok=True)
+    only = [a for a in argv if a.endswith(".ipynb")]     # those named, else all
     for name, cells in NOTEBOOKS.items():
+        if only and name not in only:
+            continue
         nb = build(cells)
         if "--no-execute" not in argv:
             NotebookClient(nb, timeout=600, kernel_name="python3",

@@ -57,3 +57,18 @@ def test_a_shifted_copy_of_the_truth_is_detected_within_the_window(shift, seed):
     assert fate["unit_detected"] == [1.0 if inside else 0.0] * 4
     assert fate["unit_lag"] == ([float(shift)] * 4 if abs(shift) <= bench_sorting.LAG_SAMPLES
                                 else [None] * 4)
+
+
+def test_a_steps_chain_is_labelled_by_what_it_changes():
+    """Two `--dspk-steps` chains of the same steps are two variants (their rows are kept apart
+    by --resume): the label names each option set away from the step's default."""
+    base = [{"step": "HighPass", "cutoff_hz": 300.0},
+            {"step": "Whiten", "mode": "local", "n_neighbors": 32, "eps": None,
+             "groups": "none"},
+            {"step": "Motion", "mode": "nonrigid", "white": False}]
+    white = [dict(s) for s in base]
+    white[-1]["white"] = True
+    label = [">".join(bench_sorting._step_label(s) for s in chain) for chain in (base, white)]
+    assert label == ["HighPass>Whiten>Motion", "HighPass>Whiten>Motion(white=True)"]
+    assert bench_sorting._step_label({"step": "HighPass", "cutoff_hz": 150.0}) == \
+        "HighPass(cutoff_hz=150.0)"

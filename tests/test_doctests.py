@@ -38,7 +38,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.finite", "dspk.linalg.view", "
            "dspk.pipeline.outputs.partial", "dspk.pipeline.outputs.raw",
            "dspk.pipeline.outputs.hdf5", "dspk.pipeline.outputs.kilosort",
            "dspk.pipeline.outputs.nwb", "dspk.pipeline.outputs.span",
-           "dspk.pipeline.outputs.peaks",
+           "dspk.pipeline.outputs.peaks", "dspk.pipeline.outputs.zarr",
            "dspk.motion", "dspk.motion.motion", "dspk.motion.registration",
            "dspk.motion.estimation", "dspk.motion.localization", "dspk.motion.correction"]
 

@@ -4,19 +4,27 @@ refused with a clear message naming the argument, before any work).
 Each row of `CASES` is (id, call, expected exception type, a fragment of the message that
 names the argument): ``call(tmp_path)`` must raise that type with that fragment (checked
 with ``in``, not as a regular expression). Add rows here for new refusals; the count is
-what the issue's bar (>= 150 misuse cases over the whole work) counts. The command line's
-cases live with the CLI's tests.
+what the issue's bar (>= 150 misuse cases over the whole work) counts.
+
+`CLI_CASES` are the command line's (the files a job reads given as OUT, a lock held, a
+tampered resume, a bad ``--gpu-memory``): (id, prepare(tmp_path) -> argv, exit status, a
+fragment of what the command says — its error, or the log line of a resume that redid its
+work — and the files that must come out unchanged).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import dspk
+from dspk import cli
+from dspk.pipeline.lock import OutputLock
 from dspk.detect import detect_spikes, learn_templates, spike_features, template_noise
 from dspk.io import RecordingError, open_recording, read_probe
 from dspk.ops import (PCA, CovarianceAccumulator, SpatialFilter, bandpass_taps, blank_saturation,
@@ -70,6 +78,28 @@ def prb(tmp_path, text: str) -> str:
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def side(tmp_path, name="side.json", text="{}") -> str:
+    path = os.path.join(tmp_path, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run(tmp_path, out="o.h5", lock_dir=False, artifacts=None, **options):
+    """A small job into ``tmp_path/out`` (a folder where its lock goes, with ``lock_dir``)."""
+    if lock_dir:
+        os.mkdir(os.path.join(tmp_path, out + ".lock"))
+    rec = open_recording(traces(4, 6000).T.copy(), fs=FS)
+    extra = {} if artifacts is None else {"artifacts": artifacts}
+    p = dspk.Pipeline.from_options(whiten="global", backend="cpu", **extra)
+    return p.run(rec, os.path.join(tmp_path, out), progress=False, **options)
+
+
+def run_locked(tmp_path):
+    with OutputLock(os.path.join(tmp_path, "o.h5.lock")):
+        return run(tmp_path)
 
 
 I16 = np.zeros((3000, 4), np.int16)
@@ -317,6 +347,33 @@ CASES = [
     ("spike_features-geometry", lambda t: spike_features(X, np.zeros(0, dspk.detect.SPIKE_DTYPE),
                                                          geom(3), FS), V,
      "geometry: expected [8, 2]"),
+    # -- jobs: the files they read, their lock, device memory (issue 45, items 1, 2, 6) --------
+    ("run-inputs-not-paths", lambda t: run(t, inputs={"sidecar": [3]}), V,
+     "inputs: expected paths"),
+    ("run-inputs-mapping-of-junk", lambda t: run(t, inputs={"sidecar": 3}), V,
+     "inputs: expected paths by option"),
+    ("run-sidecar-as-out", lambda t: run(t, "side.json", inputs={"sidecar": side(t)},
+                                         overwrite=True), V, "sidecar: "),
+    ("run-input-list-as-out", lambda t: run(t, "side.json", inputs=[side(t)], overwrite=True),
+     V, "inputs: "),
+    ("run-sidecar-as-progress", lambda t: run(t, inputs={"meta": side(t, "o.h5.progress.json")}),
+     V, "meta: "),
+    ("run-sidecar-as-lock", lambda t: run(t, inputs={"meta": side(t, "o.h5.lock")}), V,
+     "o.h5.lock beside OUT"),
+    ("run-step-file-as-out", lambda t: run(t, "stim.csv", overwrite=True,
+                                           artifacts=side(t, "stim.csv", "3000\n")),
+     V, "RemoveArtifacts.source: "),
+    ("run-lock-held", lambda t: run_locked(t), V, "another job is writing it (pid"),
+    ("run-lock-is-a-folder", lambda t: run(t, lock_dir=True), V, "is not a regular file"),
+    ("run-gpu-memory-0", lambda t: run(t, gpu_memory=0), V, "gpu_memory: expected a positive"),
+    ("run-gpu-memory-negative", lambda t: run(t, gpu_memory=-1), V,
+     "gpu_memory: expected a positive"),
+    ("run-gpu-memory-float", lambda t: run(t, gpu_memory=8e8), V,
+     "gpu_memory: expected a positive number of bytes"),
+    ("run-gpu-memory-str", lambda t: run(t, gpu_memory="800M"), V,
+     "gpu_memory: expected a positive number of bytes"),
+    ("run-gpu-memory-bool", lambda t: run(t, gpu_memory=True), V,
+     "gpu_memory: expected a positive number of bytes"),
 ]
 
 
@@ -337,3 +394,191 @@ def test_negative_gain_allowed_when_said():
     rec = open_recording(I16 + 10, fs=FS, gain_to_uv=-0.5, allow_negative_gain=True)
     np.testing.assert_array_equal(rec.read(0, 3, scaled=True), np.full((4, 3), -5.0,
                                                                         np.float32))
+
+
+# -- the command line ----------------------------------------------------------------------------
+RAW_C, RAW_N = 8, 12000
+
+
+def raw(t) -> str:
+    path = os.path.join(t, "raw.bin")
+    if not os.path.exists(path):
+        (np.random.default_rng(0).standard_normal((RAW_N, RAW_C)) * 30).astype(
+            np.int16).tofile(path)
+    return path
+
+
+def probe(t, name="probe.csv", kind="csv") -> str:
+    path = os.path.join(t, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pos = [[0.0, 20.0 * i] for i in range(RAW_C)]
+    with open(path, "w") as f:
+        if kind == "json":
+            json.dump({"specification": "probeinterface", "probes": [{
+                "ndim": 2, "si_units": "um", "contact_positions": pos}]}, f)
+        elif kind == "prb":
+            f.write("channel_groups = {0: {'channels': %r, 'geometry': {%s}}}\n" % (
+                list(range(RAW_C)), ", ".join(f"{i}: ({x}, {y})" for i, (x, y) in
+                                              enumerate(pos))))
+        else:
+            f.write("".join(f"{x},{y}\n" for x, y in pos))
+    return path
+
+
+BIN = ["--fs", "30000", "--n-channels", str(RAW_C), "--backend", "cpu"]
+
+
+def pre(t, out, *extra) -> list:
+    return ["preprocess", raw(t), os.path.join(t, out), *BIN, "--quiet", *extra]
+
+
+def partial(t, edit=None) -> list:
+    """A job stopped after two chunks (its partial kept), then ``edit(t)`` done to it; the
+    argv that resumes it."""
+    rec = open_recording(raw(t), fs=30000.0, n_channels=RAW_C)
+
+    def stop(done):
+        if done >= 6000:
+            raise KeyboardInterrupt
+
+    try:
+        dspk.Pipeline.from_options(whiten="global", backend="cpu").run(
+            rec, os.path.join(t, "o.h5"), chunk_s=0.1, progress=False, on_chunk=stop)
+    except KeyboardInterrupt:
+        pass
+    rec.close()
+    if edit is not None:
+        edit(t)
+    return pre(t, "o.h5", "--whiten", "global", "--chunk", "0.1", "--resume")
+
+
+def edit_record(t) -> None:
+    path = os.path.join(t, "o.h5.progress.json")
+    record = json.loads(Path(path).read_text())
+    record["done"] = RAW_N
+    Path(path).write_text(json.dumps(record))
+
+
+def damage_partial(t) -> None:
+    import h5py
+    from dspk.io.rawio import raw_offset
+    path = os.path.join(t, "o.h5.partial")
+    with h5py.File(path, "r") as f:
+        at = raw_offset(f["traces"]) + 4000 * RAW_C * 4
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"\0" * 16)
+
+
+def truncate_partial(t) -> None:
+    path = os.path.join(t, "o.h5.partial")
+    os.truncate(path, os.path.getsize(path) // 3)
+
+
+def lock_held(t) -> list:
+    """The argv of a job on o.h5 while this process holds its lock (released by the test)."""
+    LOCKS.append(OutputLock(os.path.join(t, "o.h5.lock")).acquire())
+    return pre(t, "o.h5", "--whiten", "global")
+
+
+LOCKS: list = []
+
+# (id, argv(tmp_path), exit status, fragment of stderr or the log, files kept unchanged)
+CLI_CASES = [
+    ("cli-probe-csv-as-out", lambda t: pre(t, "probe.csv", "--probe", probe(t), "--overwrite"),
+     2, "--probe: ", ["probe.csv"]),
+    ("cli-probe-json-as-out",
+     lambda t: pre(t, "p.json", "--probe", probe(t, "p.json", "json"), "--overwrite"),
+     2, "--probe: ", ["p.json"]),
+    ("cli-probe-prb-as-out",
+     lambda t: pre(t, "p.prb", "--probe", probe(t, "p.prb", "prb"), "--overwrite"),
+     2, "--probe: ", ["p.prb"]),
+    ("cli-probe-as-out-without-overwrite", lambda t: pre(t, "probe.csv", "--probe", probe(t)),
+     2, "never written", ["probe.csv"]),
+    ("cli-probe-as-progress-record",
+     lambda t: pre(t, "o.h5", "--probe", probe(t, "o.h5.progress.json", "json")),
+     2, "o.h5.progress.json beside OUT", ["o.h5.progress.json"]),
+    ("cli-probe-inside-kilosort-out",
+     lambda t: pre(t, "ks", "--format", "kilosort", "--probe", probe(t, "ks/probe.csv"),
+                   "--overwrite"), 2, "--probe: ", ["ks/probe.csv"]),
+    ("cli-probe-inside-detect-outdir",
+     lambda t: ["detect", raw(t), os.path.join(t, "pk"), *BIN, "--probe",
+                probe(t, "pk/probe.csv"), "--overwrite"], 2, "--probe: ", ["pk/probe.csv"]),
+    ("cli-artifacts-file-as-out",
+     lambda t: pre(t, "stim.csv", "--artifacts", side(t, "stim.csv", "3000\n"),
+                   "--overwrite"), 2, "--artifacts: ", ["stim.csv"]),
+    ("cli-input-as-out", lambda t: pre(t, "raw.bin", "--overwrite", "--whiten", "global"),
+     2, "is the input", ["raw.bin"]),
+    ("cli-lock-held", lock_held, 2, f"another job is writing it (pid {os.getpid()}", []),
+    ("cli-lock-is-a-folder",
+     lambda t: (os.mkdir(os.path.join(t, "o.h5.lock")), pre(t, "o.h5", "--whiten", "global"))[1],
+     2,
+     "o.h5.lock: is not a regular file", []),
+    ("cli-resume-record-edited", lambda t: partial(t, edit_record), 0,
+     "checksum does not match", []),
+    ("cli-resume-partial-damaged", lambda t: partial(t, damage_partial), 0,
+     "samples 3000 to 6000 do not match their checksum", []),
+    ("cli-resume-partial-truncated", lambda t: partial(t, truncate_partial), 0,
+     "starting over", []),
+    ("cli-resume-other-options",
+     lambda t: partial(t) + ["--highpass", "500"], 0,
+     "other parameters (the steps' options or fitted state differ)", []),
+    ("cli-resume-other-chunk", lambda t: partial(t) + ["--chunk", "0.2"], 0,
+     "other parameters (chunk differ)", []),
+    ("cli-resume-record-gone",
+     lambda t: partial(t, lambda t: os.remove(os.path.join(t, "o.h5.progress.json"))), 0,
+     "no progress record next to it; starting over", []),
+    ("cli-gpu-memory-zero", lambda t: pre(t, "o.h5", "--gpu-memory", "0"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-negative", lambda t: pre(t, "o.h5", "--gpu-memory=-1G"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-word", lambda t: pre(t, "o.h5", "--gpu-memory", "lots"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-unit", lambda t: pre(t, "o.h5", "--gpu-memory", "8XB"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-nan", lambda t: pre(t, "o.h5", "--gpu-memory", "nan"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-inf", lambda t: pre(t, "o.h5", "--gpu-memory", "inf"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+    ("cli-gpu-memory-fraction", lambda t: pre(t, "o.h5", "--gpu-memory", "0.5"), 2,
+     "--gpu-memory: expected a positive number of bytes", []),
+]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_cli_misuse_is_refused_or_redone_clearly(case, tmp_path, capsys, caplog):
+    name, argv, status, fragment, kept = case
+    t = str(tmp_path)
+    args = argv(t)
+    before = {k: Path(t, k).read_bytes() for k in kept}
+    try:
+        with caplog.at_level(logging.INFO, "dspk"):
+            try:
+                rc = cli.main(args)
+            except SystemExit as exc:      # argparse's own refusals
+                rc = exc.code
+    finally:
+        while LOCKS:
+            LOCKS.pop().release()
+    said = capsys.readouterr().err + caplog.text
+    assert rc == status, said
+    assert fragment in said, said
+    assert "Traceback" not in said
+    for k, data in before.items():
+        assert Path(t, k).read_bytes() == data, k
+    if status == 0 and "--resume" in args:      # redone: the bytes of a job that never stopped
+        import h5py
+        ref = open_recording(raw(t), fs=30000.0, n_channels=RAW_C)
+        extra = ({"highpass": 500.0} if "500" in args else {})
+        chunk = 0.2 if "0.2" in args else 0.1
+        whole = dspk.Pipeline.from_options(whiten="global", backend="cpu", **extra).run(
+            ref, os.path.join(t, "whole.h5"), chunk_s=chunk, progress=False)
+        ref.close()
+        with h5py.File(os.path.join(t, "o.h5"), "r") as a, h5py.File(whole, "r") as b:
+            np.testing.assert_array_equal(a["traces"][:], b["traces"][:])
+
+
+def test_cli_cases_have_unique_ids_and_the_bar_is_reached():
+    ids = [c[0] for c in CLI_CASES]
+    assert len(ids) == len(set(ids))
+    assert len(CASES) + len(CLI_CASES) >= 150

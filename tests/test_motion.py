@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import dspk
 from dspk.backend import to_numpy
-from dspk.motion import (Correction, Motion, MotionError, correct, estimate, kriging_matrix,
+from dspk.motion import (Correction, Motion, MotionError, correct, estimate, keep_white,
+                         kriging_matrix,
                          localize, pairwise_displacement, shank_labels, spatial_windows,
                          to_spikeinterface)
 from dspk.pipeline import PipelineError
@@ -379,6 +380,81 @@ def test_kriging_without_motion_is_the_identity_and_zeros_beyond_the_probe():
     w = kriging_matrix(two, np.full(6, 5.0))
     assert not w[:3, 3:].any() and not w[3:, :3].any()        # shanks kept apart
 
+
+
+def np1(n: int) -> np.ndarray:
+    """NP1.0's staggered columns: 2 contacts per 20-µm row at x 16/48 and 0/32 alternately."""
+    row = np.arange(n) // 2
+    return np.c_[np.where(row % 2 == 0, 16.0, 0.0) + 32.0 * (np.arange(n) % 2), 20.0 * row]
+
+
+@pytest.mark.parametrize("geom", [column(24), np1(48), np.r_[column(12), column(12, x=250.0)]],
+                         ids=["column", "np1", "two-shanks"])
+@given(shift=st.floats(-45.0, 45.0), sigma=st.sampled_from([(20.0, 1.0), (MOTION_SIGMA_UM,
+                                                                           MOTION_P)]))
+@settings(max_examples=25, deadline=None)
+def test_keep_white_keeps_white_noise_white_at_any_drift(geom, shift, sigma):
+    """W·Wᵀ (the noise covariance a correction after whitening feeds on) is the identity on
+    the rows that read inside the probe, whatever the drift's fraction of the pitch; rows
+    beyond stay zero and the shanks apart; at a whole number of rows W itself (a permutation)."""
+    n = len(geom)
+    w = kriging_matrix(geom, np.full(n, shift), *sigma)
+    u = keep_white(w)
+    inside = np.abs(w).sum(axis=1) > 0
+    assert not u[~inside].any()
+    np.testing.assert_allclose((u @ u.T)[np.ix_(inside, inside)], np.eye(inside.sum()),
+                               atol=1e-6)
+    if len(np.unique(geom[:, 0] // 200)) > 1:
+        half = n // 2
+        assert not u[:half, half:].any() and not u[half:, :half].any()
+
+
+def test_keep_white_at_a_whole_pitch_is_the_kriging_itself():
+    geom = column(16)
+    w = kriging_matrix(geom, np.full(16, 40.0), MOTION_SIGMA_UM, MOTION_P)
+    np.testing.assert_allclose(keep_white(w), w, atol=1e-5)
+
+
+def test_a_white_correction_keeps_the_noise_sd_where_kriging_lowers_it():
+    """White noise corrected halfway between contacts: kriging halves its variance on a
+    column (SD 0.71, measured), the white form keeps SD 1; a unit put back moves alike."""
+    rng = np.random.default_rng(3)
+    geom = column(24)
+    x = rng.standard_normal((24, 60000)).astype(np.float32)
+    m = Motion([0.0, 1.0, 2.0], [240.0], [[10.0], [10.0]], geometry=geom)
+    plain = correct(x, geom, m, 0.0, FS, sigma_um=20.0, p=1.0)
+    white = correct(x, geom, m, 0.0, FS, sigma_um=20.0, p=1.0, white=True)
+    inner = slice(2, 20)
+    np.testing.assert_allclose(plain[inner].std(axis=1), np.sqrt(0.5), atol=0.01)
+    np.testing.assert_allclose(white[inner].std(axis=1), 1.0, atol=0.01)
+    unit = unit_traces(geom, lambda t: 10.0, depth=140.0)
+    back_plain = correct(unit, geom, m, 0.0, FS, sigma_um=20.0, p=1.0)
+    back_white = correct(unit, geom, m, 0.0, FS, sigma_um=20.0, p=1.0, white=True)
+    assert np.argmin(back_plain.min(axis=1)) == np.argmin(back_white.min(axis=1)) == 7
+
+
+def test_the_white_option_is_checked_and_reaches_the_step():
+    geom = column(4)
+    m = Motion([0.0, 1.0], [30.0], [[0.0]], geometry=geom)
+    with pytest.raises(TypeError, match="white: expected True or False"):
+        correct(np.zeros((4, 10), np.float32), geom, m, 0.0, FS, white="yes")
+    with pytest.raises(PipelineError, match="motion white: expected True or False"):
+        dspk.pipeline.Motion("rigid", white=1)
+    from dspk.pipeline import registry
+
+    spec = dspk.Pipeline([dspk.pipeline.Motion("rigid", white=True)]).options()[-1]
+    assert spec["white"] is True
+    assert registry.stage_class(spec.pop("step"))(**spec).white is True
+
+
+@pytest.mark.gpu
+def test_keep_white_on_the_gpu_is_the_hosts():
+    import cupy as cp
+
+    geom = np1(96)
+    w = kriging_matrix(geom, np.linspace(-30.0, 30.0, 96), MOTION_SIGMA_UM, MOTION_P)
+    np.testing.assert_allclose(cp.asnumpy(keep_white(cp.asarray(w))), keep_white(w),
+                               atol=1e-9)
 
 # -- the Motion object -----------------------------------------------------------------------
 def test_motion_file_round_trip_and_another_probe_refused(tmp_path):

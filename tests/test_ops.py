@@ -261,9 +261,14 @@ def test_gpu_direct_distances(dtype, n, m, d):
 def test_gpu_direct_distances_propagate_nan():
     import cupy as cp
 
+    from dspk.finite import checked
+
     a = np.arange(12, dtype=np.float32).reshape(4, 3)
     a[2, 1] = np.nan
-    got = cp.asnumpy(dspk.pairwise_sqdist(cp.asarray(a), cp.asarray(a)))
+    # The public call refuses NaN (tests/test_nan_policy.py); inside a `checked` block the
+    # direct kernel runs, and a NaN row must poison its own row and column, nothing else.
+    with checked():
+        got = cp.asnumpy(dspk.pairwise_sqdist(cp.asarray(a), cp.asarray(a)))
     assert np.isnan(got[2]).all() and np.isnan(got[:, 2]).all()
     keep = [0, 1, 3]
     assert np.isfinite(got[np.ix_(keep, keep)]).all()

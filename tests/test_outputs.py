@@ -94,7 +94,7 @@ def h5_traces(path):
 # -- the registry ----------------------------------------------------------------------------------
 def test_the_registry_lists_the_formats_and_the_command_line_offers_the_listed_ones(flat):
     assert formats()[:5] == ("hdf5", "kilosort", "nwb", "span", "peaks")
-    assert formats(listed=True) == ("hdf5", "kilosort", "nwb", "flat-test")
+    assert formats(listed=True) == ("hdf5", "kilosort", "nwb", "zarr", "flat-test")
     assert [output_class(f) for f in ("hdf5", "kilosort", "nwb", "span", "peaks")] == \
         [HDF5Output, KilosortOutput, NWBOutput, SpanOutput, PeaksOutput]
     assert (HDF5Output.resumes, KilosortOutput.resumes, NWBOutput.resumes) == (True, True, False)
@@ -102,7 +102,8 @@ def test_the_registry_lists_the_formats_and_the_command_line_offers_the_listed_o
                    .choices["preprocess"]._actions if a.dest == "format")
     assert tuple(choices) == formats(listed=True)
     with pytest.raises(PipelineError, match="format: expected one of 'hdf5', 'kilosort', "
-                                            "'nwb', 'span', 'peaks', 'flat-test', got 'phy'"):
+                                            "'nwb', 'span', 'peaks', 'zarr', 'flat-test', "
+                                            "got 'phy'"):
         output_class("phy")
     with pytest.raises(PipelineError, match="a format named 'flat-test' is registered"):
         register_output(FlatFolder)
@@ -130,7 +131,7 @@ def test_a_format_of_ones_own_is_written_by_the_command_line(flat, tmp_path, cap
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli.main(["preprocess", "--help"])
-    assert "flat-test: a flat float32 folder" in capsys.readouterr().out
+    assert "flat-test: a flat float32 folder" in " ".join(capsys.readouterr().out.split())
 
 
 # -- one lifecycle, for an output the runner never heard of ----------------------------------------

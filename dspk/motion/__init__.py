@@ -29,7 +29,7 @@ Spikes that move up 10 µm after 30 s; the estimate, then the traces corrected:
 (32, 3000)
 """
 
-from .correction import BORDERS, Correction, correct, kriging_matrix
+from .correction import BORDERS, Correction, correct, keep_white, kriging_matrix
 from .estimation import MIN_SPIKES_PER_BIN, estimate, window_scale
 from .localization import localize
 from .spikes import SpikeSurvey, pass_margin
@@ -40,7 +40,7 @@ from .registration import (activity_raster, pairwise_displacement, registration_
 # the public names' home (tracebacks print "dspk.motion.MotionError")
 MotionError.__module__ = "dspk.motion"
 
-__all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "kriging_matrix",
+__all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "kriging_matrix", "keep_white",
            "localize", "shank_labels", "to_spikeinterface", "activity_raster",
            "spatial_windows", "pairwise_displacement", "registration_weights",
            "solve_displacement", "SpikeSurvey", "pass_margin", "BORDERS",

@@ -35,7 +35,8 @@ from ..caches import LRU
 from ..ops import spatial_filter
 from .motion import Motion, MotionError, positions, shank_labels
 
-__all__ = ["correct", "Correction", "kriging_matrix", "BORDERS", "KRIGING_RIDGE"]
+__all__ = ["correct", "Correction", "kriging_matrix", "keep_white", "BORDERS", "KRIGING_RIDGE",
+           "WHITE_FLOOR"]
 
 #: what a channel moved beyond the probe's extent gets: zeros, or the kriging's extrapolation
 BORDERS = ("zeros", "extrapolate")
@@ -43,12 +44,68 @@ BORDERS = ("zeros", "extrapolate")
 KRIGING_RIDGE = 1e-6
 #: matrices kept by a `Correction` (the bins of a chunk and the next)
 CACHED_MATRICES = 16
+#: `keep_white`: eigenvalues of W·Wᵀ are floored at this fraction of the largest, so that the
+#: directions the kriging all but annihilates (the pitch's Nyquist pattern, at half a pitch of
+#: drift) are passed with a gain below 1 instead of being blown up from rounding
+WHITE_FLOOR = 1e-3
 
 
 def _kernel(a: Any, b: Any, sigma_um: float, p: float) -> Any:
     xp = array_module(a)
     d = xp.sqrt((a[:, None, 0] - b[None, :, 0]) ** 2 + (a[:, None, 1] - b[None, :, 1]) ** 2)
     return xp.exp(-((d / sigma_um) ** p))
+
+
+def keep_white(w: Any) -> Any:
+    """The interpolation matrix W [channels, channels] made to keep white noise white: its
+    polar factor ``(W·Wᵀ)^(−1/2)·W`` over the rows that read anything (zero rows stay zero).
+
+    Why: a correction that follows whitening (Kilosort4's order, and `--preset kilosort`'s)
+    feeds the sorter noise of covariance W·Wᵀ, and a kriging row that reads between contacts
+    averages them — by an amount that changes with the drift's fraction of the pitch. On
+    SpikeInterface's drifting ground truth (NP1.0, 64 channels x 120 s, ±20 µm zig-zag,
+    corrected by the true motion after `--preset kilosort`'s whitening) the median noise SD of
+    6-s bins moved between 0.74 and 0.95 (Kilosort4's own kernel; 0.48–0.95 with
+    SpikeInterface's 20 µm, p=1), so the sorter's fixed thresholds meant 20–50 % more noise
+    SDs half the time. The polar factor is the orthogonal matrix nearest W (for a shift of a
+    uniform line of contacts: the all-pass fractional shift): it moves the traces as W does
+    and keeps the noise white, of unit variance, at every drift (measured 0.950–0.958 on the
+    same data); units' peak amplitude over 12-s bins varied by 12.0 % (median CV) against
+    13.8 %. (`benchmarks/profiles/profile_keep_white.py`.) Not Kilosort's or SpikeInterface's:
+    dspk's own; only meaningful on whitened traces.
+
+    Parameters
+    ----------
+    w : array
+        [channels, channels] float64 (NumPy or CuPy), a row per output channel.
+
+    Returns
+    -------
+    array
+        The same shape, type and module.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.motion import keep_white, kriging_matrix
+    >>> geom = np.c_[np.zeros(6), 20.0 * np.arange(6)]
+    >>> w = kriging_matrix(geom, np.full(6, 10.0))          # halfway between contacts
+    >>> round(float((w @ w.T)[2, 2]), 3)                    # white noise's variance: halved
+    0.5
+    >>> u = keep_white(w)
+    >>> round(float((u @ u.T)[2, 2]), 3), bool((u[5] == 0).all())   # kept; beyond: zeros
+    (1.0, True)
+    """
+    xp = array_module(w)
+    rows = xp.flatnonzero(xp.abs(w).sum(axis=1) > 0)
+    if len(rows) == 0:
+        return w
+    wr = w[rows]
+    ev, v = xp.linalg.eigh(wr @ wr.T)
+    ev = xp.maximum(ev, WHITE_FLOOR * ev.max())
+    out = xp.zeros_like(w)
+    out[rows] = (v * ev ** -0.5) @ (v.T @ wr)
+    return out
 
 
 def kriging_matrix(geometry: Any, displacement_um: Any, sigma_um: float = 20.0,
@@ -114,6 +171,9 @@ class Correction:
     time_bin_s : float, optional
         Interpolate in bins of this length (their displacement linearly interpolated from the
         motion's), starting at time 0; default: the motion's own bins.
+    white : bool
+        Each bin's matrix made to keep whitened noise white (`keep_white`): for traces that
+        were whitened before the correction.
 
     Examples
     --------
@@ -132,8 +192,11 @@ class Correction:
 
     def __init__(self, geometry: Any, motion: Motion | None = None, sigma_um: float = 20.0,
                  p: float = 1.0, border: str = "zeros", shank_ids: Any = None,
-                 time_bin_s: float | None = None) -> None:
+                 time_bin_s: float | None = None, white: bool = False) -> None:
         self.geometry = positions(geometry)
+        if not isinstance(white, (bool, np.bool_)):
+            raise TypeError(f"white: expected True or False, got {white!r}")
+        self.white = bool(white)
         if not (math.isfinite(sigma_um) and sigma_um > 0):
             raise ValueError(f"sigma_um: expected a positive kernel scale in µm, got "
                              f"{sigma_um!r}")
@@ -208,7 +271,7 @@ class Correction:
             if self.border == "zeros":
                 k = xp.where(inside[:, None], k, 0.0)
             w[idx[:, None], idx[None, :]] = k
-        return w
+        return keep_white(w) if self.white else w
 
     def _groups_on(self, xp: Any) -> list:
         """Each shank's (channels, positions, pseudo-inverse, extent) in ``xp``'s arrays."""
@@ -301,7 +364,7 @@ class Correction:
 
 def correct(x: Any, geometry: Any, motion: Motion, t0: float, fs: float, *,
             sigma_um: float = 20.0, p: float = 1.0, border: str = "zeros",
-            time_bin_s: float | None = None, shank_ids: Any = None) -> Any:
+            time_bin_s: float | None = None, shank_ids: Any = None, white: bool = False) -> Any:
     """Traces corrected for motion: each channel re-sampled, sample by sample, at its position
     moved by the drift of its time bin, by kriging from the probe's channels (SpikeInterface's
     ``interpolate_motion`` with method "kriging"; see the module's notes for what differs). One
@@ -331,6 +394,8 @@ def correct(x: Any, geometry: Any, motion: Motion, t0: float, fs: float, *,
         interpolated linearly); default: the motion's bins (SpikeInterface's default).
     shank_ids : array-like, optional
         Each channel's shank (default: the motion's, from the x gaps of the geometry).
+    white : bool
+        Keep whitened noise white (`keep_white`): for x whitened before the correction.
 
     Returns
     -------
@@ -357,4 +422,5 @@ def correct(x: Any, geometry: Any, motion: Motion, t0: float, fs: float, *,
     if not isinstance(motion, Motion):
         raise TypeError(f"motion: expected a dspk.motion.Motion (dspk.motion.estimate, "
                         f"Motion.load), got {type(motion).__name__}")
-    return Correction(geometry, motion, sigma_um, p, border, shank_ids, time_bin_s)(x, t0, fs)
+    return Correction(geometry, motion, sigma_um, p, border, shank_ids, time_bin_s,
+                      white)(x, t0, fs)

@@ -32,24 +32,30 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 
 from ..argnames import arg
 from ..io import Recording, open_recording
 from .errors import PipelineError
+from .lock import OutputLock
 from .outputs import (HDF5Output, Output, PartialOutput, SpanOutput, check_output_options,
                       chunk_samples, int16_scale)
+from .outputs.base import read_files
 from .prepared import PreparedPipeline
 from .record import UNITS_UV, UNITS_WHITENED, job_record
 from .stage import Context
-from .stream import ChunkStream, Staging, ahead, output_block, raw_transfer, read_block
+from .stream import (ChunkStream, GpuMemory, Staging, ahead, output_block, raw_transfer,
+                     read_block)
 
 # Job and JobInterrupted are documented where they are imported from: dspk.pipeline
 # (PartialOutput is importable here as before: its home is dspk.pipeline.outputs)
-__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk"]
+__all__ = ["opened", "raw_transfer", "resumable", "progress_bar", "OnChunk", "step_files",
+           "fsync_default"]
 
 log = logging.getLogger("dspk.pipeline")
 
@@ -86,6 +92,52 @@ def opened(recording: Recording | str | os.PathLike,
         return
     with open_recording(recording, **open_options) as rec:
         yield rec
+
+
+def fsync_default() -> bool:
+    """Whether a job flushes its output to the disk before naming it when not told
+    (``fsync=None``): yes, unless ``DSPK_FSYNC`` is ``0``, ``off``, ``false`` or ``no`` (a
+    test suite's scratch outputs, say).
+
+    Examples
+    --------
+    >>> import os
+    >>> from dspk.pipeline.job import fsync_default
+    >>> fsync_default() == (os.environ.get("DSPK_FSYNC", "on").lower()
+    ...                     not in ("0", "off", "false", "no"))
+    True
+    """
+    return os.environ.get("DSPK_FSYNC", "on").strip().lower() not in ("0", "off", "false",
+                                                                        "no")
+
+
+def step_files(pipeline: Any) -> dict:
+    """The files the pipeline's steps read, by the step field that names them
+    (``{"RemoveArtifacts.triggers": ["stim.csv"]}``): a field whose value is a path to an
+    existing file. A job's output is never one of them.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+
+    Examples
+    --------
+    >>> import dspk
+    >>> from dspk.pipeline.job import step_files
+    >>> step_files(dspk.Pipeline.from_options(whiten="global"))
+    {}
+    """
+    found: dict = {}
+    for step in getattr(pipeline, "steps", ()):
+        fields = getattr(step, "__dataclass_fields__", None)
+        for name in fields or ():
+            value = getattr(step, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            paths = [v for v in values if isinstance(v, os.PathLike) or
+                     (isinstance(v, str) and 0 < len(v) < 4096 and os.path.isfile(v))]
+            if paths:
+                found[f"{type(step).__name__}.{name}"] = paths
+    return found
 
 
 def resumable(exc: BaseException) -> bool:
@@ -179,6 +231,18 @@ class Job:
     compression : None, "gzip" or "lzf"
     overwrite : bool
         Replace an existing output given as a path (never a file of the input).
+    inputs : mapping or sequence of paths, optional
+        Other files the job reads — a probe file, a sidecar, a file named by an option —
+        that OUT may never be, with ``overwrite`` or without: ``{"--probe": "p.json"}``
+        names each by its option in the message (`dspk.pipeline.outputs.base.read_files`).
+    fsync : bool, optional
+        Flush the output (and its folder) to the disk before it is named OUT; False skips
+        it (scratch outputs, a disk whose loss does not matter). Default: on, unless the
+        environment sets ``DSPK_FSYNC=off`` (`fsync_default`).
+    gpu_memory : int, optional
+        The most bytes of device memory the job's chunks may use (a GPU job; default: the
+        free device memory). The chunk is sized to fit it, and halved when the device runs
+        out of memory (`dspk.pipeline.stream.GpuMemory`).
 
     Attributes
     ----------
@@ -203,14 +267,16 @@ class Job:
                  out: str | os.PathLike | Output | None = None, *, chunk_s: float = 1.0,
                  output_dtype: Any = None, output_scale: float | None = None,
                  layout: str = "samples_channels", compression: str | None = None,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, inputs: Any = None, fsync: bool | None = None,
+                 gpu_memory: int | None = None) -> None:
         output = out if out is None or isinstance(out, Output) else \
             HDF5Output(out, overwrite=overwrite)
         recording = pipeline.source(recording)   # a Decimate: the job runs at its rate
         # every check before any work: nothing fitted, no file created when one fails
         if output is not None:
             output.check_options(pipeline, layout, compression, resume=False)
-            output.check(recording)
+            output.check(recording, {**read_files(inputs), **step_files(pipeline)})
+            output.fsync = fsync_default() if fsync is None else bool(fsync)
         kind = type(output) if output is not None else HDF5Output
         self.out_dtype = check_output_options(
             kind.default_dtype if output_dtype is None else output_dtype, layout, compression,
@@ -222,7 +288,12 @@ class Job:
                                  kind.whitened_step)
         self.units = UNITS_WHITENED if pipeline.whitens else UNITS_UV
         self.chunk = chunk_samples(chunk_s, recording.fs)
+        # the job's record keeps the chunk asked for: a GPU job's own (sized to the device's
+        # memory, halved when it runs out) never changes the output
+        self.requested_chunk = self.chunk
         self.xp = pipeline.xp
+        self.gpu = GpuMemory(self.xp, gpu_memory, recording.n_channels,
+                             pipeline.margin(recording.fs), recording.fs)
         # integer samples move to the device as stored when traces are written; detection
         # alone reads on the host, as it always has (the same peaks, bit for bit)
         self.staged = raw_transfer(recording, self.xp) and (output is None or output.traces)
@@ -240,7 +311,7 @@ class Job:
     # -- what the job is -----------------------------------------------------------------------
     def record(self, states: list) -> dict:
         """The job's record with these fitted states (`dspk.pipeline.record.job_record`)."""
-        return job_record(self.pipeline.fingerprint(states), self.rec, self.chunk,
+        return job_record(self.pipeline.fingerprint(states), self.rec, self.requested_chunk,
                           self.out_dtype, self.scale, self.layout, self.compression)
 
     def fitted_states(self) -> list:
@@ -298,11 +369,26 @@ class Job:
         pathlib.Path or None
             The completed output (None for one kept in memory).
         """
-        output, rec, n = self.output, self.rec, self.rec.n_samples
+        output = self.output
         if output is None:
             raise PipelineError("run: the job has no output (give out=)")
+        # one job per output: the lock is taken before any work (a second job is refused
+        # at once, naming this one) and held until the output is committed or given up
+        lock = None if output.files is None else OutputLock(output.files.lock, output.out)
+        if lock is not None:
+            lock.acquire()
+        try:
+            with self.gpu.capped():
+                return self._run(resume, progress, on_chunk, elsewhere)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _run(self, resume: bool, progress: bool, on_chunk: OnChunk | None,
+             elsewhere: Callable[[Output], Any] | None) -> Path | None:
+        output, rec, n = self.output, self.rec, self.rec.n_samples
         start, stop = output.samples(n)
-        done, rows = self._resume_point(start) if resume else (start, {})
+        done, rows, blocks = self._resume_point(start) if resume else (start, {}, None)
         if not resume and output.has_partial():
             hint = (" (resume=True, --resume on the command line, continues it instead)"
                     if output.resumes else "")
@@ -311,6 +397,9 @@ class Job:
         self._prepare()
         if done == start:
             output.discard()
+            blocks = None
+        output.blocks = {"ends": [], "crc": [], "rows": [], "order": ""} if blocks is None \
+            else {k: blocks[k][:] for k in ("ends", "crc", "rows", "order")}
         self.done = done
         decompress0 = rec.decompress_s
         bar = None
@@ -322,12 +411,14 @@ class Job:
         try:
             with output.writing(keep=lambda exc: resumable(exc) and output.has_progress()):
                 self.done = done = output.begin(self, done, rows)
+                if blocks is not None and done > start:
+                    self.done = done = self._verified(start, done, blocks)
                 if elsewhere is not None:
                     output.close()
                     elsewhere(output)
                 else:
                     bar = progress_bar(progress, stop - start, done - start, rec.fs)
-                    self._chunks(range(done, stop, self.chunk), stop, start, bar, on_chunk)
+                    self._loop(stop, start, bar, on_chunk)
                 self.events(output)
         except KeyboardInterrupt as exc:
             raise JobInterrupted(output.out or Path(output.format), self.done, n, rec.fs,
@@ -359,38 +450,119 @@ class Job:
         if table is not None:
             hook(table, rec.fs, rec.source)
 
+    def _loop(self, stop: int, origin: int, bar: Any, on_chunk: OnChunk | None) -> None:
+        """The chunks from `done` to ``stop``; a GPU job whose device runs out of memory
+        frees its pools and goes on from the last committed chunk with half the chunk
+        (`GpuMemory.smaller`: the output does not depend on it), down to a floor."""
+        self.chunk = self.gpu.fit_chunk(self.chunk)
+        while True:
+            try:
+                self._chunks(range(self.done, stop, self.chunk), stop, origin, bar, on_chunk)
+                return
+            except Exception as exc:
+                smaller = self.gpu.smaller(self.chunk, exc)
+                if smaller is None:
+                    raise
+            # out of the except block: the failed chunk's arrays (held by the error's
+            # frames) are gone, and the pools can give their memory back
+            self.gpu.free()
+            self.chunk = smaller
+
+    @property
+    def block_order(self) -> str:
+        """The order of the samples of a block as the job hands it to the output (what its
+        crc32 is computed over): the file's layout when the device transposed it, else
+        [channels, samples]."""
+        return "samples_channels" if self.staged and self.layout == "samples_channels" \
+            else "channels_samples"
+
+    def _verified(self, start: int, done: int, blocks: dict) -> int:
+        """The sample to continue from after checking the committed blocks of the partial
+        output against their record (the files' sizes, each block's crc32, read back): the
+        first damaged block and all after it are written again (said in the log); the
+        output is reopened there when it is one."""
+        output, partial = self.output, self.output.files.partial
+        sizes = dict(blocks.get("sizes") or {})
+        found = output.files.sizes()
+        short = [f"{name} ({found.get(name, 0)} < {size} bytes)" for name, size in
+                 sizes.items() if found.get(name, 0) < size]
+        if short:
+            log.warning("%s: shorter than its resume record says: %s; its blocks are checked",
+                        partial, ", ".join(short))
+        ends, crcs = blocks["ends"], blocks["crc"]
+        s0, bad, why = start, None, ""
+        for k, (s1, crc) in enumerate(zip(ends, crcs)):
+            if crc is None:
+                s0 = s1
+                continue
+            try:
+                stored = output.read_back(s0, s1)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                bad, why = k, f"cannot be read back ({exc})"
+                break
+            if stored is None:
+                if short:
+                    bad, why = 0, "cannot be checked in a damaged file"
+                    s0 = start
+                break
+            if blocks["order"][k] != self.layout[0]:
+                stored = stored.T
+            if _crc(stored) != crc:
+                bad, why = k, "do not match their checksum"
+                break
+            s0 = s1
+        if bad is None:
+            return done
+        redo = start if bad == 0 else ends[bad - 1]
+        log.warning("%s: samples %d to %d %s: damaged; the job writes them again from "
+                    "sample %d", partial, redo, ends[bad], why, redo)
+        rows = blocks["rows"][bad - 1] if bad > 0 else {}
+        output.close()
+        if redo == start:               # nothing kept: a new partial output, as a new job's
+            output.discard()
+        output.blocks = {"ends": ends[:bad], "crc": crcs[:bad], "rows": blocks["rows"][:bad],
+                         "order": blocks["order"][:bad]}
+        return output.begin(self, redo, dict(rows))
+
     def _resume_point(self, start: int) -> tuple:
-        """(sample to continue from, rows written per table) of the partial output that this
-        job continues, its fitted state adopted by an unfitted pipeline; or (``start``, {})
-        to start over (said in the log). The partial job's record, fingerprint included,
+        """(sample to continue from, rows written per table, the committed blocks to verify)
+        of the partial output that this job continues, its fitted state adopted by an
+        unfitted pipeline; or (``start``, {}, None) to start over (said in the log). The
+        partial job's record must be intact (its own checksum), its blocks must tile the
+        samples it says are done, and its job record, the options' fingerprint included,
         must be the one this job makes with that fitted state."""
         output, p = self.output, self.pipeline
         partial = None if output.files is None else output.files.partial
+        over = start, {}, None
         if not output.has_partial():
             log.warning("%s: nothing to resume (no partial output of an earlier job); the "
                         "job starts from the beginning", partial)
-            return start, {}
+            return over
         if not output.has_progress():
             log.warning("%s: no progress record next to it; starting over", partial)
-            return start, {}
+            return over
         try:
             record, stored = output.stored(None if p.is_fitted else p.steps)
             states = p.states if stored is None else stored
             job = self.record(states)
-            if {k: record.get(k) for k in job} != job or \
-                    not all(s.is_fitted(st) for s, st in zip(p.steps, states)):
-                log.warning("%s: a partial job with other parameters; starting over", partial)
-                return start, {}
+            other = sorted(k for k in job if record.get(k) != job[k])
+            if other or not all(s.is_fitted(st) for s, st in zip(p.steps, states)):
+                said = ", ".join("the steps' options or fitted state" if k == "fingerprint"
+                                 else k for k in other) or "an unfitted step"
+                log.warning("%s: a partial job with other parameters (%s differ); starting "
+                            "over", partial, said)
+                return over
             done, rows = int(record["done"]), dict(record.get("rows", {}))
+            blocks = _checked_blocks(record, start, done)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s: unreadable partial job (%s); starting over", partial, exc)
-            return start, {}
+            return over
         if stored is not None:
             for k, st in enumerate(stored):       # the fit the partial output was made with
                 p.set_fitted(k, st)
             log.info("%s: resuming at sample %d with the fitted state stored there", partial,
                      done)
-        return done, rows
+        return done, rows, blocks
 
     # -- spans ---------------------------------------------------------------------------------
     def allocate(self) -> int:
@@ -512,12 +684,16 @@ class Job:
             rows = output.rows_of(run, full, s0, s1, m)
             y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype,
                              self.scale) if output.traces else None
-            return y, rows
+            # the block's checksum here, while the writer thread writes the one before
+            return y, rows, None if y is None else _crc(y)
+
+        order = self.block_order
 
         def write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
-            output.write(s0, s1, *result)
-            output.committed(self.job_record, s1)    # a resume starts after s1
+            y, rows, crc = result
+            output.write(s0, s1, y, rows)
+            output.committed(self.job_record, s1, crc, order)   # a resume starts after s1
             self.done = s1
             if on_chunk is not None:
                 on_chunk(s1 - origin)
@@ -536,6 +712,31 @@ class Job:
         dt = time.perf_counter() - t0
         self.timing.update(decompress_s=decompress_s, wall_s=dt, samples=samples,
                            x_real_time=samples / self.rec.fs / max(dt, 1e-9))
+
+
+def _checked_blocks(record: dict, start: int, done: int) -> dict:
+    """The committed blocks of a resume record, with the partial output's recorded sizes;
+    ValueError when they do not tile [start, done) (a record edited, or of an older dspk)."""
+    blocks = record.get("blocks")
+    if not isinstance(blocks, dict):
+        raise ValueError("it records no checksums of its blocks")
+    ends, crcs, rows, order = (blocks.get(k) for k in ("ends", "crc", "rows", "order"))
+    if not (isinstance(ends, list) and isinstance(crcs, list) and isinstance(rows, list)
+            and isinstance(order, str) and len(ends) == len(crcs) == len(rows) == len(order)
+            and set(order) <= {"c", "s"}):
+        raise ValueError("its blocks are malformed")
+    if any(not isinstance(e, int) for e in ends) or \
+            [e for e in ends if e <= start] or sorted(set(ends)) != ends or \
+            (ends and ends[-1] != done) or (not ends and done != start):
+        raise ValueError(f"its blocks do not reach sample {done} in order")
+    return {"ends": ends, "crc": crcs, "rows": rows, "order": order,
+            "sizes": record.get("sizes") or {}}
+
+
+def _crc(block: Any) -> int:
+    """crc32 of a block's samples in its own (C) order (zlib, outside the GIL)."""
+    a = np.ascontiguousarray(block)
+    return zlib.crc32(a.reshape(-1).view(np.uint8))
 
 
 # -- progress ------------------------------------------------------------------------------------

@@ -695,7 +695,8 @@ class Pipeline:
             chunk_s: float = 1.0, output_dtype: Any = None, output_scale: float | None = None,
             layout: str = "samples_channels", compression: str | None = None,
             overwrite: bool = False, resume: bool = False, progress: bool = True,
-            on_chunk: OnChunk | None = None, format: str = "hdf5", **options: Any
+            on_chunk: OnChunk | None = None, format: str = "hdf5", inputs: Any = None,
+            fsync: bool | None = None, gpu_memory: int | None = None, **options: Any
             ) -> Path | None:
         """Process a recording chunk by chunk into an HDF5 file, a Kilosort folder, an NWB
         file or any registered format (``format``: `dspk.pipeline.outputs`), by a
@@ -737,7 +738,10 @@ class Pipeline:
             Continue a killed job from its partial file, with the fitted state stored there
             (no refit), when the partial job is this one (steps, recording, chunk, output
             type); otherwise (and when there is nothing to resume: said in the log) start
-            over. Without ``resume`` a partial file found is discarded (logged).
+            over. The committed blocks are verified first (the record's own checksum, the
+            partial files' sizes, each block's crc32 read back): from the first damaged
+            block on, the job writes them again (said in the log). Without ``resume`` a
+            partial file found is discarded (logged).
         progress : bool
             A tqdm progress bar with × real time (when tqdm is installed).
         on_chunk : callable, optional
@@ -753,6 +757,17 @@ class Pipeline:
             ElectricalSeries (needs pynwb; not resumable). Both hold the traces only
             [samples, channels], uncompressed (`dspk.pipeline.outputs.kilosort`,
             `dspk.pipeline.outputs.nwb`). ``"peaks"``: ``dspk detect``'s folder of peaks.
+        inputs : mapping or sequence of paths, optional
+            Other files the job reads (a probe file, a sidecar): the output is never one of
+            them, with ``overwrite`` or without (``{"--probe": path}`` names the option in
+            the message).
+        fsync : bool, optional
+            Flush the output and its folder to the disk before it is named OUT; False skips
+            it. Default: on, unless the environment sets ``DSPK_FSYNC=off``.
+        gpu_memory : int, optional
+            The most bytes of device memory a GPU job's chunks may use: the chunk is sized
+            to fit it (default: to the free device memory) and halved when the device runs
+            out of memory all the same, down to a floor (the output does not depend on it).
         **options
             The format's own options (its `dspk.pipeline.outputs.Output` class's keywords).
 
@@ -765,7 +780,8 @@ class Pipeline:
         ------
         PipelineError
             A refused output or option, or a recording the stages cannot process (before any
-            work).
+            work); `dspk.pipeline.lock.LockedError` when another job is writing the same
+            output (its lock ``OUT.lock``, taken before any work, names it).
         dspk.pipeline.JobInterrupted
             Ctrl-C (a `KeyboardInterrupt`): the message says where the job stopped; the
             partial file is kept for ``resume=True`` when a chunk was committed.
@@ -794,7 +810,8 @@ class Pipeline:
         output.check_options(self, layout, compression, resume)   # before the input opens
         with opened(recording) as rec:
             job = Job(self, rec, output, chunk_s=chunk_s, output_dtype=output_dtype,
-                      output_scale=output_scale, layout=layout, compression=compression)
+                      output_scale=output_scale, layout=layout, compression=compression,
+                      inputs=inputs, fsync=fsync, gpu_memory=gpu_memory)
             out = job.run(resume=resume, progress=progress, on_chunk=on_chunk)
             self.last_run = job.timing
             return out

@@ -15,10 +15,13 @@ Examples
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -27,7 +30,21 @@ from ..backend import array_module, pinned_empty, to_numpy
 from ..io import Recording, to_uv
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_ahead", "read_block", "quantize",
-           "output_block", "raw_transfer", "device_read_ahead", "Staging", "ChunkStream"]
+           "output_block", "raw_transfer", "device_read_ahead", "Staging", "ChunkStream",
+           "GpuMemory", "out_of_memory", "GPU_BYTES_PER_SAMPLE", "GPU_MEMORY_SHARE",
+           "MIN_GPU_CHUNK_S"]
+
+log = logging.getLogger("dspk.pipeline")
+
+#: device bytes a chunk takes per channel and sample, its halo included (the raw block, its
+#: float copy, the filtered, referenced and whitened traces, the detector's buffers and the
+#: output block, with room for the libraries' workspaces): an estimate on the safe side
+GPU_BYTES_PER_SAMPLE = 64
+#: the share of the free device memory (or of ``gpu_memory``) a job's chunks are sized to
+GPU_MEMORY_SHARE = 0.5
+#: the shortest chunk, in seconds, that a job whose device runs out of memory goes down to
+#: (never shorter than the pipeline's halo)
+MIN_GPU_CHUNK_S = 0.02
 
 #: chunks read ahead of the one being computed; more for compressed sources, whose chunks
 #: are inflated in a thread pool (a 1-s read holds only a few chunks: several reads in flight
@@ -415,3 +432,170 @@ class ChunkStream:
             if pending is not None:
                 pending.result()
         self.timing["loop_s"] = time.perf_counter() - self._t0
+
+
+# -- device memory ---------------------------------------------------------------------------------
+_OOM_WORDS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed")
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the device ran out of memory:
+    CuPy's ``OutOfMemoryError``, or a CUDA, cuBLAS or cuFFT allocation failure.
+
+    Parameters
+    ----------
+    exc : BaseException or None
+
+    Examples
+    --------
+    >>> from dspk.pipeline.stream import out_of_memory
+    >>> class OutOfMemoryError(MemoryError):
+    ...     pass
+    >>> out_of_memory(OutOfMemoryError("2 GiB")), out_of_memory(ValueError("a NaN"))
+    (True, False)
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(t.__name__ == "OutOfMemoryError" for t in type(exc).__mro__):
+            return True
+        if not isinstance(exc, (ValueError, KeyError, TypeError)) and \
+                any(w in str(exc).lower() for w in _OOM_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class GpuMemory:
+    """The device memory a GPU job's chunks may use: the chunk sized to fit it before the
+    loop (`fit_chunk`), halved when the device runs out of memory all the same (`smaller`,
+    after the memory pools are freed), down to a floor; ``gpu_memory`` caps CuPy's pool for
+    the job's duration (`capped`). Nothing is done for a CPU job.
+
+    Parameters
+    ----------
+    xp : module
+        The job's array module (``cupy`` for a GPU job).
+    cap : int, optional
+        The most bytes of device memory the job may use (``--gpu-memory``); None: the free
+        device memory.
+    n_channels : int
+    margin : int
+        The pipeline's halo in samples (the floor is never shorter).
+    fs : float
+        The sampling rate in Hz.
+    enabled : bool, optional
+        Default: whether ``xp`` is CuPy (a test may enable it on the CPU).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.pipeline.stream import GpuMemory
+    >>> gm = GpuMemory(np, None, 384, 100, 30000.0, enabled=True)
+    >>> gm.floor, gm.fit_chunk(30000, budget=400_000_000)
+    (600, 7938)
+    >>> class OutOfMemoryError(MemoryError):
+    ...     pass
+    >>> gm.smaller(7938, OutOfMemoryError())
+    3969
+    """
+
+    def __init__(self, xp: Any, cap: int | None, n_channels: int, margin: int, fs: float,
+                 enabled: bool | None = None) -> None:
+        if cap is not None:
+            ok = isinstance(cap, (int, np.integer)) and not isinstance(cap, bool) and cap > 0
+            if not ok:
+                raise ValueError(f"gpu_memory: expected a positive number of bytes, got "
+                                 f"{cap!r}")
+        self.xp, self.cap = xp, None if cap is None else int(cap)
+        self.enabled = getattr(xp, "__name__", "") == "cupy" if enabled is None else enabled
+        self.n_channels, self.margin, self.fs = int(n_channels), int(margin), float(fs)
+        self.floor = max(int(round(MIN_GPU_CHUNK_S * fs)), self.margin, 1)
+
+    def budget(self) -> int | None:
+        """Bytes the job may still take on the device: the free device memory and what
+        CuPy's pool holds unused, within the pool's limit (``CUPY_GPU_MEMORY_LIMIT``) and
+        ``cap``; None for a CPU job."""
+        if not self.enabled:
+            return None
+        if getattr(self.xp, "__name__", "") != "cupy":
+            return self.cap
+        pool = self.xp.get_default_memory_pool()
+        free = int(self.xp.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes())
+        for limit in (int(pool.get_limit()), self.cap or 0):
+            if limit:
+                free = min(free, limit - int(pool.used_bytes()))
+        return max(free, 0)
+
+    def fit_chunk(self, chunk: int, budget: int | None = None) -> int:
+        """The chunk (samples), shortened so that it and its halo fit `GPU_MEMORY_SHARE` of
+        ``budget`` (default: `budget`), never below `floor`; said in the log when
+        shortened.
+
+        Parameters
+        ----------
+        chunk : int
+        budget : int, optional
+        """
+        if not self.enabled:
+            return chunk
+        budget = self.budget() if budget is None else budget
+        if budget is None:
+            return chunk
+        fits = int(GPU_MEMORY_SHARE * budget) // (GPU_BYTES_PER_SAMPLE * self.n_channels)
+        fits = max(self.floor, fits - 2 * self.margin)
+        if fits >= chunk:
+            return chunk
+        log.warning("chunks of %d samples (%.3f s) instead of %d: what fits %.0f MB of free "
+                    "device memory%s (the output does not depend on it)", fits, fits / self.fs,
+                    chunk, budget / 1e6, " (gpu_memory, --gpu-memory)" if self.cap else "")
+        return fits
+
+    def smaller(self, chunk: int, exc: BaseException) -> int | None:
+        """After ``exc`` stopped the chunk loop: half the chunk (not below `floor`) when
+        ``exc`` says the device ran out of memory (said in the log; the caller frees the
+        pools with `free` once the failed chunk's arrays are gone); None when it did not, or
+        the chunk is at the floor already (the error goes on).
+
+        Parameters
+        ----------
+        chunk : int
+        exc : BaseException
+        """
+        if not self.enabled or not out_of_memory(exc):
+            return None
+        if chunk <= self.floor:
+            log.error("the device ran out of memory with chunks of %d samples (%.3f s), the "
+                      "shortest a job takes: free device memory (other processes), or give "
+                      "the job more (gpu_memory, --gpu-memory)", chunk, chunk / self.fs)
+            return None
+        new = max(self.floor, chunk // 2)
+        log.warning("the device ran out of memory with chunks of %d samples (%s); its pools "
+                    "freed, the job goes on from its last written chunk with chunks of %d "
+                    "samples (%.3f s; the output does not depend on it)", chunk,
+                    str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__, new,
+                    new / self.fs)
+        return new
+
+    def free(self) -> None:
+        """Give CuPy's unused pooled device and pinned memory back (a GPU job), after a
+        garbage collection (arrays held by reference cycles go first)."""
+        if getattr(self.xp, "__name__", "") == "cupy":
+            gc.collect()
+            self.xp.get_default_memory_pool().free_all_blocks()
+            self.xp.get_default_pinned_memory_pool().free_all_blocks()
+
+    @contextmanager
+    def capped(self) -> Iterator[None]:
+        """A block in which CuPy's memory pool is limited to ``cap`` (when given, and lower
+        than its limit), restored at the end."""
+        if not (self.enabled and self.cap and getattr(self.xp, "__name__", "") == "cupy"):
+            yield
+            return
+        pool = self.xp.get_default_memory_pool()
+        before = int(pool.get_limit())
+        pool.set_limit(size=min(before, self.cap) if before else self.cap)
+        try:
+            yield
+        finally:
+            pool.set_limit(size=before)

@@ -14,7 +14,7 @@ Examples
 --------
 >>> from dspk.pipeline.outputs import formats, output_class
 >>> formats(listed=True)
-('hdf5', 'kilosort', 'nwb')
+('hdf5', 'kilosort', 'nwb', 'zarr')
 >>> output_class("kilosort").resumes, output_class("nwb").resumes
 (True, False)
 """
@@ -37,7 +37,8 @@ from ..record import read_fitted
 from .partial import FolderOutput, PartialOutput
 
 __all__ = ["Output", "register_output", "unregister_output", "output_class", "formats",
-           "OUTPUT_DTYPES", "LAYOUTS", "check_output_options", "int16_scale", "chunk_samples"]
+           "OUTPUT_DTYPES", "LAYOUTS", "check_output_options", "int16_scale", "chunk_samples",
+           "read_files"]
 
 #: the sample types a job writes
 OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.int16))
@@ -161,6 +162,13 @@ class Output:
         Its partial file or folder and resume record (None when `target` is None).
     rows : dict
         Each table's rows written so far (what `committed` records).
+    blocks : dict
+        The committed chunks (what `committed` records and a resume verifies): ``ends``,
+        ``crc`` (crc32 of each chunk's traces as written), ``rows`` (each table's rows
+        after it) and ``order`` (one letter a chunk: "s" when its crc32 was computed over
+        [samples, channels], "c" over [channels, samples]).
+    fsync : bool
+        Whether `commit` flushes the output to the disk before naming it OUT (default).
 
     Examples
     --------
@@ -235,6 +243,10 @@ class Output:
         kind = FolderOutput if self.target == "folder" else PartialOutput
         self.files = None if self.target is None or out is None else kind(out)
         self.rows: dict = {}
+        #: flush the output to the disk before it is named OUT (`dspk.pipeline.Job`'s fsync)
+        self.fsync = True
+        #: the committed blocks (`committed`): each one's end, crc32 and tables' rows after it
+        self.blocks: dict = {"ends": [], "crc": [], "rows": [], "order": ""}
 
     # -- before any work ---------------------------------------------------------------------------
     def said(self) -> str:
@@ -280,9 +292,10 @@ class Output:
             raise PipelineError(f"resume: {said} is written in one go and cannot be resumed; "
                                 f"leave {arg('resume')} out")
 
-    def check(self, rec: Recording | None) -> None:
+    def check(self, rec: Recording | None, inputs: Any = None) -> None:
         """Refuse OUT before any work: any file of the input (any spelling, a symbolic or
-        hard link; a folder holding one), whether ``overwrite`` is set or not; a file where a
+        hard link; a folder holding one) or any other file the job reads (``inputs``: a
+        probe file, a sidecar), whether ``overwrite`` is set or not; a file where a
         folder is written or anything but a regular file where a file is (OUT and the job's
         own files beside it); an existing output without ``overwrite``; a folder holding
         files the output does not write, or a partial folder holding them; a missing or
@@ -292,6 +305,9 @@ class Output:
         ----------
         rec : Recording, optional
             The input (`Recording.files` lists its files; None: not known yet).
+        inputs : mapping or sequence of paths, optional
+            Other files the job reads (`read_files`): ``{"--probe": "probe.json"}`` names
+            each by its option in the message; a sequence names them "an input".
 
         Raises
         ------
@@ -302,6 +318,7 @@ class Output:
         if self.files is not None:
             folder = self.target == "folder"
             self._check_inputs(rec, folder)
+            self._check_read_files(read_files(inputs), folder)
             (self._check_folder if folder else self._check_file)()
             out = self.out
             # a folder "." has no name of its own: its parent is the absolute one's
@@ -317,8 +334,8 @@ class Output:
 
     def _check_inputs(self, rec: Recording | None, folder: bool) -> None:
         files = self.files
-        own = (files.out, files.partial) if folder else (files.out, files.partial,
-                                                         files.progress)
+        own = (files.out, files.partial, files.lock) if folder else \
+            (files.out, files.partial, files.progress, files.lock)
         for f in (() if rec is None else rec.files()):
             for path in own:
                 if folder and _inside(f, path):
@@ -330,6 +347,24 @@ class Output:
                         f"the input ({path.name} beside it)"
                     raise PipelineError(f"{files.out}: is {what} ({f}); the input's files are "
                                         f"never written, with --overwrite or without")
+
+    def _check_read_files(self, named: dict, folder: bool) -> None:
+        files = self.files
+        own = (files.out, files.partial, files.lock) if folder else \
+            (files.out, files.partial, files.progress, files.lock)
+        for option, paths in named.items():
+            for f in paths:
+                for path in own:
+                    if (_inside(f, path) if folder else _same_file(f, path)):
+                        what = "OUT" if path == files.out else f"{path.name} beside OUT"
+                        raise PipelineError(
+                            f"{option}: {f} is {'in ' if folder else ''}{what} ({path}); the "
+                            f"files a job reads are never written, with "
+                            f"{arg('overwrite', True)} or without: name another output")
+        if files.lock.exists() and _not_regular(files.lock) is not None:
+            raise PipelineError(f"{files.lock}: is not a regular file ("
+                                f"{_not_regular(files.lock)}); a job keeps its lock there: "
+                                f"remove it or name another output")
 
     def _check_file(self) -> None:
         files = self.files
@@ -458,28 +493,51 @@ class Output:
         rows : list
         """
 
-    def committed(self, record: dict, done: int) -> None:
+    def committed(self, record: dict, done: int, crc: int | None = None,
+                  order: str = "channels_samples") -> None:
         """The chunks before ``done`` are stored: a resumable output records it with the
-        job's ``record`` and the rows written (after their data, so a resume never starts
-        past what is written).
+        job's ``record``, the rows written and the committed blocks (`blocks`: the last one
+        ends at ``done``, its traces' checksum ``crc``) — after their data, so a resume never
+        starts past what is written.
 
         Parameters
         ----------
         record : dict
             The job's record (`dspk.pipeline.record.job_record`).
         done : int
+        crc : int, optional
+            crc32 of the chunk's traces as written (None: not checked on a resume).
+        order : {"channels_samples", "samples_channels"}
+            The order of the samples ``crc`` was computed over.
         """
+        blocks = self.blocks
+        blocks["ends"].append(int(done))
+        blocks["crc"].append(crc)
+        blocks["rows"].append(dict(self.rows))
+        blocks["order"] += order[0]
         if self.resumes:
-            self.files.record(record, done, self.rows)
+            self.files.record({**record, "blocks": blocks}, done, self.rows)
+
+    def read_back(self, s0: int, s1: int) -> Any:
+        """The traces of samples [s0, s1) as stored in the open output, in the file's layout
+        (after `begin`; a resume checks them against their recorded crc32), or None where the
+        output cannot read them back (the blocks are then not verified).
+
+        Parameters
+        ----------
+        s0, s1 : int
+        """
+        return None
 
     def close(self) -> None:
         """Close what `begin` opened, whether the job completes or stops — also when `begin`
         itself failed, and again harmlessly."""
 
     def commit(self) -> None:
-        """Complete the output: rename the partial output to OUT."""
+        """Complete the output: rename the partial output to OUT (flushed to the disk first
+        unless `fsync` is False)."""
         if self.files is not None:
-            self.files.commit()
+            self.files.commit(fsync=self.fsync)
 
     def discard(self) -> None:
         """Delete what a job left of this output (its partial output and record)."""
@@ -507,6 +565,48 @@ class Output:
             if keep is None or not keep(exc):
                 self.discard()
             raise
+
+
+def read_files(inputs: Any) -> dict:
+    """``inputs`` (other files a job reads) as {what names them: [paths]}: a mapping's keys
+    are its options (``"--probe"``, ``"geometry"``); a path or a sequence of paths are "an
+    input"; None values are left out.
+
+    Parameters
+    ----------
+    inputs : mapping, path, sequence of paths or None
+
+    Examples
+    --------
+    >>> from dspk.pipeline.outputs.base import read_files
+    >>> read_files({"--probe": "p.json", "--events": None})
+    {'--probe': ['p.json']}
+    >>> read_files(["a.csv"])
+    {'inputs': ['a.csv']}
+    """
+    if inputs is None:
+        return {}
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if not hasattr(inputs, "items"):
+        inputs = {"inputs": list(inputs)}
+    named: dict = {}
+    for option, paths in inputs.items():
+        if paths is None:
+            continue
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        try:
+            listed = [p for p in paths if p is not None]
+        except TypeError:
+            raise PipelineError(f"inputs: expected paths by option, got {option}={paths!r}"
+                                ) from None
+        for p in listed:
+            if not isinstance(p, (str, os.PathLike)):
+                raise PipelineError(f"inputs: expected paths, got {option}={p!r}")
+        if listed:
+            named[str(option)] = listed
+    return named
 
 
 def _inside(path: Any, folder: Path) -> bool:

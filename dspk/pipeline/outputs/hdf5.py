@@ -212,6 +212,12 @@ class HDF5Output(Output):
         self.rows = dict(rows)
         return done
 
+    def read_back(self, s0: int, s1: int) -> Any:
+        """Samples [s0, s1) of ``/traces`` as stored, in the file's layout (see
+        `Output.read_back`)."""
+        t = self._traces.traces
+        return t[s0:s1] if self._traces.layout == "samples_channels" else t[:, s0:s1]
+
     def write(self, s0: int, s1: int, block: Any, rows: list) -> None:
         """Chunk [s0, s1): its traces and its rows of each table, flushed to the file before
         `committed` records them."""

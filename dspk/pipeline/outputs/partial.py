@@ -21,11 +21,59 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["PartialOutput", "FolderOutput"]
+__all__ = ["PartialOutput", "FolderOutput", "fsync_path", "record_check"]
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file, or a folder's entries, to the disk (``os.fsync``): after it, a power cut
+    cannot lose what was written to it (or the names made in it).
+
+    Parameters
+    ----------
+    path : path
+        A file or a folder.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from dspk.pipeline.outputs.partial import fsync_path
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     fsync_path(d)
+    """
+    folder = os.path.isdir(path)
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if folder else 0))
+    try:
+        os.fsync(fd)
+    except OSError:               # a folder some file systems cannot fsync: nothing to do
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
+def record_check(record: dict) -> int:
+    """The checksum of a resume record (crc32 of its JSON, keys sorted, without its own
+    ``check``): a record edited by hand or damaged no longer matches it.
+
+    Parameters
+    ----------
+    record : dict
+
+    Examples
+    --------
+    >>> from dspk.pipeline.outputs.partial import record_check
+    >>> record_check({"done": 3000}) == record_check({"done": 3000, "check": 1})
+    True
+    >>> record_check({"done": 3000}) == record_check({"done": 6000})
+    False
+    """
+    body = {k: v for k, v in record.items() if k != "check"}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode("utf-8"))
 
 
 class PartialOutput:
@@ -40,8 +88,9 @@ class PartialOutput:
 
     Attributes
     ----------
-    out, partial, progress : pathlib.Path
-        The output, its partial file and its resume record.
+    out, partial, progress, lock : pathlib.Path
+        The output, its partial file, its resume record and the lock of the job writing it
+        (`dspk.pipeline.lock.OutputLock`).
 
     Examples
     --------
@@ -66,17 +115,39 @@ class PartialOutput:
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.progress = self.out.with_name(self.out.name + ".progress.json")
+        self.lock = self.out.with_name(self.out.name + ".lock")
 
     def discard(self) -> None:
         """Delete the partial file and the resume record (those that exist)."""
         for p in (self.partial, self.progress):
             p.unlink(missing_ok=True)
 
-    def commit(self) -> Path:
-        """Rename the partial file to the output (atomically) and drop the resume record."""
+    def commit(self, fsync: bool = True) -> Path:
+        """Rename the partial file to the output (atomically) and drop the resume record;
+        with ``fsync``, the partial file and its folder are flushed to the disk first, and
+        the folder again after the rename, so that a power cut never leaves an output that
+        looks complete and is not (nor loses the rename).
+
+        Parameters
+        ----------
+        fsync : bool
+        """
+        if fsync:
+            fsync_path(self.partial)
+            fsync_path(self.out.absolute().parent)
         self.partial.replace(self.out)
         self.progress.unlink(missing_ok=True)
+        if fsync:
+            fsync_path(self.out.absolute().parent)
         return self.out
+
+    def sizes(self) -> dict:
+        """The sizes in bytes of the partial output's files (by name; a resume checks that
+        none is shorter than its record says)."""
+        try:
+            return {self.partial.name: self.partial.stat().st_size}
+        except OSError:
+            return {}
 
     @contextmanager
     def writing(self, keep: Callable[[BaseException], bool] | None = None) -> Iterator[Path]:
@@ -115,15 +186,35 @@ class PartialOutput:
         self.commit()
 
     def record(self, job: dict, done: int, rows: dict) -> None:
-        """Write the resume record: the job, how far its committed chunks reach and the rows
-        of each table written by then (atomically: the old record or the new one)."""
+        """Write the resume record: the job (with the committed ``blocks`` an output keeps
+        there: each one's end, crc32 and the tables' rows after it, which
+        `dspk.pipeline.Job` verifies on a resume), how far its committed chunks reach, the
+        rows of each table written by then, the sizes of the partial output's files and the
+        record's own checksum (`record_check`) — atomically: the old record or the new one.
+
+        Parameters
+        ----------
+        job : dict
+        done : int
+        rows : dict
+        """
+        record = {**job, "done": done, "rows": rows, "sizes": self.sizes()}
+        record["check"] = record_check(record)
         tmp = self.progress.with_name(self.progress.name + ".tmp")
-        tmp.write_text(json.dumps({**job, "done": done, "rows": rows}))
+        tmp.write_text(json.dumps(record))
         os.replace(tmp, self.progress)
 
     def read_record(self) -> dict:
-        """The resume record (`OSError` when there is none, `ValueError` when unreadable)."""
-        return json.loads(self.progress.read_text())
+        """The resume record (`OSError` when there is none, `ValueError` when unreadable or
+        when its checksum says it was edited or damaged)."""
+        record = json.loads(self.progress.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a resume record")
+        if "check" not in record:
+            raise ValueError("it has no checksum (a record of an older dspk, or edited)")
+        if record.get("check") != record_check(record):
+            raise ValueError("its checksum does not match: the record was edited or damaged")
+        return record
 
 
 class FolderOutput(PartialOutput):
@@ -163,18 +254,43 @@ class FolderOutput(PartialOutput):
         if self.partial.is_dir():
             shutil.rmtree(self.partial)
 
-    def commit(self) -> Path:
+    def commit(self, fsync: bool = True) -> Path:
         """Drop the resume record and rename the partial folder to the output: in place of
-        an empty folder, or of an earlier dspk output (moved aside, then deleted)."""
+        an empty folder, or of an earlier dspk output (moved aside, then deleted). With
+        ``fsync``, every file of the partial folder, the folder itself and its parent are
+        flushed to the disk first, and the parent again after the rename.
+
+        Parameters
+        ----------
+        fsync : bool
+        """
         self.progress.unlink(missing_ok=True)
+        if fsync:
+            for root, _, names in os.walk(self.partial):
+                for name in names:
+                    fsync_path(os.path.join(root, name))
+                fsync_path(root)
+            fsync_path(self.out.absolute().parent)
         out = self.out
         if out.is_dir() and any(out.iterdir()):
             aside = Path(tempfile.mkdtemp(prefix=out.name + ".replaced-", dir=out.parent))
             out.rename(aside / out.name)
             self.partial.rename(out)
             shutil.rmtree(aside)
-            return out
-        if out.is_dir():
-            out.rmdir()
-        self.partial.rename(out)
+        else:
+            if out.is_dir():
+                out.rmdir()
+            self.partial.rename(out)
+        if fsync:
+            fsync_path(out.absolute().parent)
         return out
+
+    def sizes(self) -> dict:
+        """The sizes in bytes of the partial folder's files, by name (the resume record's
+        own left out)."""
+        found = {}
+        if self.partial.is_dir():
+            for p in self.partial.iterdir():
+                if p.is_file() and not p.name.startswith(self.PROGRESS):
+                    found[p.name] = p.stat().st_size
+        return found

@@ -87,6 +87,7 @@ class RawTracesOutput(Output):
                  ) -> None:
         super().__init__(out, overwrite=overwrite)
         self._raw: RawDatasetWriter | None = None
+        self._path: str | None = None
         self._layout, self._transposed = "samples_channels", False
 
     def open_traces(self, job: Any, path: str | os.PathLike, offset: int) -> None:
@@ -101,9 +102,31 @@ class RawTracesOutput(Output):
         """
         n, c = job.rec.n_samples, job.rec.n_channels
         self._layout, self._transposed = job.layout, job.staged
+        self._path = str(path)
         self._raw = RawDatasetWriter(str(path), offset=offset,
                                      shape=(n, c) if job.layout == "samples_channels"
                                      else (c, n), dtype=job.out_dtype)
+
+    def read_back(self, s0: int, s1: int) -> Any:
+        """Samples [s0, s1) of the traces as stored, in the job's layout (see
+        `Output.read_back`); short or missing bytes read as a block that fails its check."""
+        raw = self._raw
+        if raw is None or self._path is None:
+            return None
+        n, c = raw.shape if self._layout == "samples_channels" else raw.shape[::-1]
+        item = raw.dtype.itemsize
+        with open(self._path, "rb") as f:
+            if self._layout == "samples_channels":
+                f.seek(raw.offset + s0 * c * item)
+                data = np.frombuffer(f.read((s1 - s0) * c * item), raw.dtype)
+                return data if data.size != (s1 - s0) * c else data.reshape(s1 - s0, c)
+            rows = []
+            for ch in range(c):
+                f.seek(raw.offset + (ch * n + s0) * item)
+                rows.append(np.frombuffer(f.read((s1 - s0) * item), raw.dtype))
+            if any(r.size != s1 - s0 for r in rows):
+                return np.concatenate(rows)
+            return np.stack(rows)
 
     def write(self, s0: int, s1: int, block: Any, rows: list) -> None:
         """Chunk [s0, s1) of the traces at its place (see `Output.write`)."""

@@ -72,6 +72,10 @@ class Motion(Step):
     sigma_um, p : float
         The interpolation's kernel ``exp(−(d/sigma_um)^p)`` (`dspk.motion.correct`); by
         default Kilosort4's Gaussian (`MOTION_SIGMA_UM`, `MOTION_P`: why there).
+    white : bool
+        Keep whitened noise white through the correction (`dspk.motion.keep_white`: each
+        bin's matrix replaced by its polar factor), for a step after `Whiten`; default off
+        (Kilosort4's own correction does not).
 
     Examples
     --------
@@ -88,6 +92,7 @@ class Motion(Step):
     border: str = "zeros"
     sigma_um: float = MOTION_SIGMA_UM
     p: float = MOTION_P
+    white: bool = False
 
     fitted = ("time_edges_s", "depths_um", "displacement", "bin_shanks", "geometry",
               "channel_shanks")
@@ -110,6 +115,8 @@ class Motion(Step):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 raise PipelineError(f"motion {name}: expected a positive number, got {v!r}")
+        if not isinstance(self.white, (bool, np.bool_)):
+            raise PipelineError(f"motion white: expected True or False, got {self.white!r}")
 
     def describe(self) -> str:
         """``motion='<mode>'``."""
@@ -186,7 +193,7 @@ class Motion(Step):
             if geometry is None:     # an array transformed: the probe the motion was fitted on
                 geometry, shanks = motion.geometry, motion.channel_shanks
             return Correction(np.asarray(geometry, np.float64), motion, sigma_um=self.sigma_um,
-                              p=self.p, border=self.border, shank_ids=shanks)
+                              p=self.p, border=self.border, shank_ids=shanks, white=self.white)
         except MotionError as exc:
             raise PipelineError(f"{self.describe()}: {exc}") from None
 
