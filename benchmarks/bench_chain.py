@@ -5,7 +5,9 @@ noise plus a common-mode stripe): saturation blanking, the ADC phase shift, bad-
 detection (one 0.3 s chunk, the reference's per-chunk function), bad-channel interpolation and
 the spatial high-pass (destriping, with and without its AGC), dspk against SpikeInterface's
 `blank_saturation`, `phase_shift`, `detect_bad_channels_ibl`, `interpolate_bad_channels` and
-`highpass_spatial_filter`, and IBL's `destripe` where ibl-neuropixel imports. With
+`highpass_spatial_filter`, and IBL's `destripe` where ibl-neuropixel imports; the LFP steps
+(issue 47: the decimation to 2.5 kHz against SciPy's, IBL's LFP band-pass against SciPy's
+``sosfiltfilt`` and IBL's ``destripe_lfp`` chain, on 20 s at 2.5 kHz: `lfp_rows`). With
 ``--backend gpu`` dspk runs on CuPy arrays (timed to the device's completion), the references
 on the CPU as users run them, and IBL's `destripe_gpu` where it imports.
 
@@ -198,6 +200,84 @@ def ibl_rows(x: np.ndarray, geom: np.ndarray, backend: str, repeats: int, notes:
                  rel=None)]
 
 
+#: the LFP rows' batch (`lfp_rows`): seconds at 2.5 kHz, longer than IBL's band-pass (12.4 s)
+LFP_SECONDS = 20.0
+LFP_FS = 2500.0
+
+
+def lfp_rows(x: np.ndarray, geom: np.ndarray, backend: str, repeats: int, notes: list,
+             xp=np, sync=lambda: None) -> list:
+    """The LFP steps (issue 47): the decimation 30 kHz -> 2.5 kHz of the batch against
+    ``scipy.signal.decimate(ftype="fir")``; on a 384-channel batch of `LFP_SECONDS` at 2.5 kHz
+    (the band-pass is 12.4 s long), IBL's Butterworth 0.5-300 Hz run forward and backward
+    (dspk's zero-phase FIR, `ButterBandPass`) against ``scipy.signal.sosfiltfilt``, and IBL's
+    ``destripe_lfp`` chain (its band-pass, NP1.0 ADC shift, median across channels; no
+    bad-channel detection, its default) against dspk's ops in the same order. Differences
+    in the interior (``sosfiltfilt`` pads the ends by odd extension)."""
+    import dspk.ops as ops
+    from scipy import signal
+
+    rows = []
+    notes.append("LFP rows (decimate, Butterworth, destripe_lfp): the difference column is "
+                 "against SciPy's or IBL's result, in the interior where marked")
+    xd = xp.asarray(x)
+    ref = signal.decimate(x, 12, ftype="fir", axis=1)
+    first, med = timed(lambda: signal.decimate(x, 12, ftype="fir", axis=1), repeats)
+    case = "decimate by 12 (30 kHz -> 2.5 kHz)"
+    rows.append(dict(case=case, impl="scipy.signal.decimate(ftype='fir') (cpu)",
+                     first_ms=first, median_ms=med, rel=None, peer=True))
+    first, med = timed(lambda: ops.decimate(xd, 12), repeats, sync)
+    y = ops.decimate(xd, 12)
+    y = y.get() if hasattr(y, "get") else y
+    rows.append(dict(case=case, impl=f"dspk ({backend})", first_ms=first, median_ms=med,
+                     rel=float(np.abs(y - ref).max() / np.abs(ref).max())))
+    n = int(LFP_SECONDS * LFP_FS)
+    rng = np.random.default_rng(1)
+    t = np.arange(n) / LFP_FS
+    lf = (80 * np.sin(2 * np.pi * 6 * t)[None] + signal.lfilter(
+        [1.0], [1.0, -0.98], rng.normal(0, 8, (len(geom), n)), axis=1)).astype(np.float32)
+    lfd = xp.asarray(lf)
+    inner = slice(16000, n - 16000)
+    sos = signal.butter(3, [0.5, 300.0], btype="bandpass", fs=LFP_FS, output="sos")
+    case = "Butterworth 0.5-300 Hz forward-backward (384 x 20 s at 2.5 kHz)"
+    first, med = timed(lambda: signal.sosfiltfilt(sos, lf, axis=1), repeats)
+    ref = signal.sosfiltfilt(sos, lf.astype(np.float64), axis=1)
+    rows.append(dict(case=case, impl="scipy.signal.sosfiltfilt (cpu)", first_ms=first,
+                     median_ms=med, rel=None, peer=True, seconds=LFP_SECONDS))
+    first, med = timed(lambda: ops.butter_zero_phase(lfd, LFP_FS, 0.5, 300.0), repeats, sync)
+    y = ops.butter_zero_phase(lfd, LFP_FS, 0.5, 300.0)
+    y = y.get() if hasattr(y, "get") else y
+    rows.append(dict(case=case, impl=f"dspk ({backend})", first_ms=first, median_ms=med,
+                     rel=float(np.abs(y - ref)[:, inner].max() / np.abs(ref[:, inner]).max()),
+                     seconds=LFP_SECONDS, interior=True))
+    try:
+        from ibldsp.voltage import destripe_lfp  # noqa: PLC0415
+    except ImportError as e:
+        notes.append(f"IBL destripe_lfp (ibl-neuropixel) missing on this machine: {e}")
+        return rows
+    shifts = ((np.arange(len(geom)) % 24) // 2) / 13.0
+    h = {"x": geom[:, 0], "y": geom[:, 1], "sample_shift": shifts,
+         "shank": np.zeros(len(geom), np.int64)}
+    case = "IBL destripe_lfp's chain (band-pass, phase shift, median), 20 s at 2.5 kHz"
+    first, med = timed(lambda: destripe_lfp(lf, fs=LFP_FS, h=h), repeats)
+    ref = destripe_lfp(lf.astype(np.float64), fs=LFP_FS, h=h)
+    rows.append(dict(case=case, impl=f"ibl-neuropixel destripe_lfp (cpu)", first_ms=first,
+                     median_ms=med, rel=None, peer=True, seconds=LFP_SECONDS))
+
+    def ours():
+        y = ops.phase_shift(lfd, shifts)
+        y = ops.butter_zero_phase(y, LFP_FS, 0.5, 300.0)
+        return ops.common_reference(y, "median")
+
+    first, med = timed(ours, repeats, sync)
+    y = ours()
+    y = y.get() if hasattr(y, "get") else y
+    rows.append(dict(case=case, impl=f"dspk ({backend})", first_ms=first, median_ms=med,
+                     rel=float(np.abs(y - ref)[:, inner].max() / np.abs(ref[:, inner]).max()),
+                     seconds=LFP_SECONDS, interior=True))
+    return rows
+
+
 def main(argv=None) -> None:
     global spre
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -247,6 +327,7 @@ def main(argv=None) -> None:
         rows.append(dict(case=case, impl=f"dspk ({args.backend})", first_ms=first,
                          median_ms=med, rel=rel))
     rows += ibl_rows(x, geom, args.backend, args.repeats, notes, xp, sync)
+    rows += lfp_rows(x, geom, args.backend, args.repeats, notes, xp, sync)
     notes.append("The phase shift's difference from SpikeInterface's FFT shift is the "
                  "windowed-sinc FIR's design error near Nyquist: this batch's noise is white "
                  "up to 15 kHz; on 300-6000 Hz signals, and on a SpikeGLX file, the two agree "
@@ -277,8 +358,10 @@ def main(argv=None) -> None:
         elif r["case"].startswith("bad channels,"):
             rel = f"{r['rel']:.0f} labels differ"
         else:
-            rel = f"{r['rel']:.1e} rel. max" + (" (interior)" if "phase" in r["case"] else "")
-        seconds = 0.3 if r["case"].startswith("bad channels,") else args.seconds
+            rel = f"{r['rel']:.1e} rel. max" + (" (interior)" if "phase" in r["case"] or
+                                                r.get("interior") else "")
+        seconds = 0.3 if r["case"].startswith("bad channels,") else \
+            r.get("seconds", args.seconds)
         xrt = f"{seconds * 1e3 / r['median_ms']:.1f}"
         lines.append(f"| {r['case']} | {r['impl']} | {r['first_ms']:.1f} | "
                      f"{r['median_ms']:.1f} | {xrt} | {speed} | {rel} |")

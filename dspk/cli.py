@@ -3,7 +3,8 @@
 commands:
   dspk info                       backend, devices and the tuner cache
   dspk info IN                    what a recording or output file holds (series, datasets,
-                                  shape, rate, units, geometry)
+                                  shape, rate, units, geometry, sync bits and their edges)
+  dspk events IN OUT.csv          the sync bits' / TTL lines' edges (bit, edge, sample, s)
   dspk preprocess IN OUT          filter, reference, whiten (and detect) into an HDF5 file;
                                   --format kilosort: a folder Kilosort4 and Phy read as it
                                   is; --format nwb: an NWB file
@@ -270,6 +271,46 @@ def _info_file(args: argparse.Namespace) -> int:
             else:
                 lo, hi = rec.geometry.min(axis=0), rec.geometry.max(axis=0)
                 print(f"  geometry: x {lo[0]:g}..{hi[0]:g} µm, y {lo[1]:g}..{hi[1]:g} µm")
+            _info_events(rec)
+    return 0
+
+
+def _info_events(rec: Any) -> None:
+    """``dspk info``'s lines on the recording's sync bits / TTL lines and their edges."""
+    from .io.events import edge_counts, recording_events  # noqa: PLC0415
+
+    table = recording_events(rec)
+    if table is None:
+        return
+    counts = edge_counts(table)
+    words = int(getattr(rec, "n_sync_words", 0) or 0)
+    what = f"{words} sync word(s)" if words else "TTL events"
+    if not counts:
+        print(f"  events: {what}, no edges")
+    for bit, (up, down) in counts.items():
+        print(f"  events: bit {bit}: {up} rising, {down} falling edges")
+
+
+def _events(args: argparse.Namespace) -> int:
+    """``dspk events IN OUT.csv``: every edge of IN's sync bits / TTL lines."""
+    from .io.events import recording_events, write_events_csv  # noqa: PLC0415
+
+    bits = None
+    if args.bits is not None:
+        try:
+            bits = parse_channels(args.bits)
+        except (ValueError, RecordingError):
+            raise RecordingError(f"--bits: expected bit numbers and ranges (e.g. 0,6 or "
+                                 f"0-7), got {args.bits!r}") from None
+    with _open(args) as rec:
+        table = recording_events(rec, bits)
+        if table is None:
+            raise RecordingError(f"{rec.source}: keeps no events (a SpikeGLX .bin/.cbin's "
+                                 f"sync channel or an Open Ephys recording's TTL events are "
+                                 f"read)")
+        write_events_csv(args.output, table, rec.fs)
+        print(f"{args.output}: {len(table)} edges of {len(set(table['bit'].tolist()))} "
+              f"bit(s)")
     return 0
 
 
@@ -512,7 +553,10 @@ def _pipeline_args(p: argparse.ArgumentParser, implied: tuple = (),
     defaults = defaults or {}
     p.add_argument("--preset", default=None, choices=sorted(registry.PRESETS),
                    help="the options of a known chain: ibl (phase shift, high-pass, bad "
-                        "channels, spatial high-pass: IBL's destripe), kilosort (high-pass, "
+                        "channels, spatial high-pass: IBL's destripe), ibl-lfp (decimation "
+                        "to 2.5 kHz where the input is faster, phase shift, Butterworth "
+                        "0.5-300 Hz band-pass, bad channels, median per shank: IBL's "
+                        "destripe_lfp), kilosort (high-pass, "
                         "median reference, local whitening: Kilosort4's); options given win")
     groups: dict = {}
     for o in registry.options():
@@ -581,6 +625,19 @@ def parser() -> argparse.ArgumentParser:
                         help="a recording or a dspk output")
     _input_options(p_info)
     p_info.set_defaults(func=_info)
+    p_ev = command("events", "export the sync bits' / TTL lines' edges to a CSV file",
+                   "Every rising and falling edge of IN's sync channel (a SpikeGLX .bin/.cbin: "
+                   "the imec SY word, the NI-DAQ digital words; bit 16*word + b for the "
+                   "NI-DAQ's second word and beyond) or Open Ephys TTL lines (line L is bit "
+                   "L-1), as CatGT extracts them: the sample where the bit changes. OUT.csv: "
+                   "bit,edge,sample,seconds, one row per edge, by sample.")
+    p_ev.add_argument("input", metavar="IN", help="the recording (see dspk --help)")
+    p_ev.add_argument("output", metavar="OUT.csv", help="the CSV file written")
+    p_ev.add_argument("--bits", default=None, metavar="BITS",
+                      help="only these bits: numbers and inclusive ranges, e.g. 0,6 or 0-7")
+    _input_options(p_ev)
+    _subset_args(p_ev)
+    p_ev.set_defaults(func=_events)
     p_pre = command("preprocess", "filter, reference and whiten a recording into an HDF5 file",
                     "High-pass (or band-pass) FIR, common reference and whitening, chunk by "
                     "chunk into OUT (/traces, and /spikes and /features with --detect), "

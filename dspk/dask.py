@@ -189,6 +189,10 @@ def apply(pipeline: Pipeline, darray: Any, fs: float | None = None) -> Any:
     if pipeline.sinks:
         raise PipelineError("apply: the Detect step writes spikes, not traces; run "
                             "preprocess_many (Pipeline.run) for detection")
+    if pipeline.steps and getattr(pipeline.steps[0], "front_end", False):
+        raise PipelineError(f"apply: {pipeline.steps[0].describe()} changes the number of "
+                            f"samples, which map_overlap keeps; run preprocess_many "
+                            f"(Pipeline.run) or run_split")
     if not pipeline.is_fitted:
         raise PipelineError("the pipeline's whitening is not fitted (Pipeline.fit or "
                             "dspk.dask.fit first)")
@@ -412,7 +416,7 @@ def _run_split(pipeline: Pipeline, rec: Recording, out_path: str, client: Any,
         # threads, not on a global default client
         with dask.config.set(scheduler="threads") if client is None else nullcontext():
             fit(pipeline, rec, client=client)
-    n, chunk = rec.n_samples, job.chunk
+    n, chunk = job.rec.n_samples, job.chunk      # (the job's: a Decimate's rate)
     if spans is None:
         spans = len(client.scheduler_info()["workers"]) if client is not None else 1
     n_chunks = -(-n // chunk)

@@ -410,6 +410,11 @@ class DspkRecording(BasePreprocessor):
         if p.sinks:
             raise PipelineError("detect: a DspkRecording serves traces; detect peaks with "
                                 "dspk.spikeinterface.dspk_detect_peaks (or `dspk detect`)")
+        if p.steps and getattr(p.steps[0], "front_end", False):
+            raise PipelineError(f"{p.steps[0].describe()}: a DspkRecording serves its parent's "
+                                f"samples at its rate; decimate before it "
+                                f"(spikeinterface.preprocessing.decimate), or write the "
+                                f"decimated output with dspk preprocess")
         fs = float(recording.get_sampling_frequency())
         if p.fs is not None and p.is_fitted and p.fs != fs:
             raise PipelineError(f"pipeline: fitted at {p.fs:g} Hz; the recording is {fs:g} "

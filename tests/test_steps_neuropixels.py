@@ -390,7 +390,7 @@ def test_presets():
     mine = Pipeline.from_options(preset="ibl", reference="median", bad_channels="none")
     assert [type(s).__name__ for s in mine.steps] == ["PhaseShift", "HighPass",
                                                       "SpatialHighpass", "Reference"]
-    with pytest.raises(PipelineError, match="preset=: expected one of ibl, kilosort, got 'ks'"):
+    with pytest.raises(PipelineError, match="preset=: expected one of ibl, ibl-lfp, kilosort, got 'ks'"):
         Pipeline.from_options(preset="ks")
 
 

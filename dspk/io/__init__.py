@@ -27,6 +27,7 @@ from .spikeinterface_recording import SpikeInterfaceRecording
 from .spikeglx import SpikeGLXRecording, meta_path
 from .subset import SubsetRecording
 from .sync import sync_edges, sync_events
+from .events import recording_events, write_events_csv
 from .cbin import CbinReader
 
 __all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "RecordingWarning",
@@ -34,6 +35,7 @@ __all__ = ["open_recording", "read_probe", "Recording", "RecordingError", "Recor
            "BinaryRecording", "SpikeGLXRecording", "OpenEphysRecording",
            "SpikeInterfaceRecording", "HDF5Recording", "SubsetRecording", "electrical_series",
            "to_channels_first", "to_uv", "recording_formats", "sync_edges", "sync_events",
+           "recording_events", "write_events_csv",
            "CbinReader",
            "MAX_CHANNELS", "MAX_READ_BYTES", "BINARY_SUFFIXES"]
 

@@ -352,6 +352,10 @@ class CbinReader:
         self._fd: int | None = os.open(self.path, os.O_RDONLY)
         self._last_chunk = -2
         self.seconds = 0.0
+        #: stored channels whose edges every decode keeps (`kept_edges`): SpikeGLX's sync
+        #: words, so that a job's pass over the file gives them without a second decode
+        self.keep_rows: np.ndarray | None = None
+        self._kept: dict = {}
 
     def __repr__(self) -> str:
         return (f"CbinReader({self.path!r}, {self.n_channels} channels x {self.n_samples} "
@@ -414,9 +418,55 @@ class CbinReader:
                                  f"{int(self.chunk_bounds[i])}..{int(self.chunk_bounds[i + 1]) - 1}"
                                  f", bytes {a}..{b - 1}) cannot be decompressed ({exc}): the "
                                  f"file is damaged") from exc
+        if self.keep_rows is not None and len(self.keep_rows):
+            from .sync import sync_edges  # noqa: PLC0415
+
+            rows = out[self.keep_rows]
+            summary = (rows[:, 0].copy(), rows[:, -1].copy(),
+                       sync_edges(rows, start=int(self.chunk_bounds[i])))
+            with self._lock:
+                self._kept[i] = summary
         with self._lock:
             self.seconds += time.perf_counter() - t
         return out
+
+    def kept_edges(self) -> np.ndarray | None:
+        """Every edge of the `keep_rows` words (16·word + bit, as `dspk.io.sync.sync_edges`
+        numbers them; ``time`` NaN) when every chunk has been decoded since they were set —
+        a job's pass over the whole file —, else None.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from dspk.io.cbin import CbinReader, write_cbin
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> x = np.zeros((10, 2), np.int16)
+        >>> x[3:7, 1] = 64
+        >>> with CbinReader(write_cbin(os.path.join(tmp.name, "x.cbin"), x, 1e3, 4)) as r:
+        ...     r.keep_rows = np.array([1])
+        ...     before = r.kept_edges()
+        ...     _ = r.read(0, 10)
+        ...     before, r.kept_edges()[["sample", "polarity"]].tolist()
+        (None, [(3, 1), (7, -1)])
+        >>> tmp.cleanup()
+        """
+        from .sync import sync_edges  # noqa: PLC0415
+
+        n = len(self.chunk_bounds) - 1
+        with self._lock:
+            kept = dict(self._kept)
+        if self.keep_rows is None or len(kept) < n:
+            return None
+        parts, last = [], None
+        for i in range(n):
+            first, end, edges = kept[i]
+            if last is not None:       # the edge between chunks: chunk i's first sample
+                parts.append(sync_edges(first[:, None], start=int(self.chunk_bounds[i]),
+                                        previous=last))
+            parts.append(edges)
+            last = end
+        return np.concatenate(parts)
 
     def _acquire(self, i: int, pin: bool) -> "_Entry":
         """Chunk i's entry (its decode submitted now unless kept), pinned when ``pin``: a

@@ -344,6 +344,8 @@ class SpikeGLXRecording(BinaryRecording):
             self.compressed = True
         self.saved_channels = ids
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
+        if self._cbin is not None:          # the sync words' edges kept as chunks decode
+            self._cbin.keep_rows = self.excluded_columns
         if self.stream == "imec":
             self.sample_shifts = self._imec_sample_shifts(ids)
             self.shank_ids = self._imec_shanks(len(cols)) if probe is None else \
@@ -384,6 +386,12 @@ class SpikeGLXRecording(BinaryRecording):
         """The stored words that are not channels: the imec SY word(s), the NI-DAQ digital
         words (XD), whose bits `read_sync` gives."""
         return len(self.excluded_columns)
+
+    def decoded_sync_edges(self) -> np.ndarray | None:
+        """Every edge of the sync words, from a .cbin's chunks as they were decoded (a job's
+        pass over the whole file: no second decode, `dspk.io.cbin.CbinReader.kept_edges`);
+        None for a .bin or when some chunk has not been decoded (`read_sync` then)."""
+        return None if self._cbin is None else self._cbin.kept_edges()
 
     def read_sync(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """The sync words of samples ``start:stop`` (imec: the SY word, bit 6 the sync pulse;

@@ -198,6 +198,20 @@ def sync_events(recording: Any, bits: Any = None, start: int = 0, stop: int | No
                                  f"keep one: the imec SY word, the NI-DAQ digital words)")
         stop = rec.n_samples if stop is None else int(stop)
         start = int(start)
+        decoded = getattr(rec, "decoded_sync_edges", None)
+        ev = decoded() if decoded is not None and (start, stop) == (0, rec.n_samples) \
+            else None
+        if ev is not None:                  # a .cbin whose every chunk a job decoded
+            if bits is not None:
+                wanted = np.atleast_1d(np.asarray(bits))
+                if wanted.dtype.kind not in "iu" or wanted.min() < 0 or \
+                        wanted.max() >= 16 * rec.n_sync_words:
+                    raise ValueError(f"bits: expected bit numbers in "
+                                     f"0..{16 * rec.n_sync_words - 1}, got {bits!r}")
+                ev = ev[np.isin(ev["bit"], wanted)]
+            ev = ev.copy()
+            ev["time"] = ev["sample"] / float(rec.fs)
+            return ev
         if not 0 <= start <= stop <= rec.n_samples:
             raise RecordingError(f"start, stop: expected 0 <= start <= stop <= "
                                  f"{rec.n_samples}, got {start}, {stop}")

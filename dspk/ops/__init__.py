@@ -8,6 +8,7 @@ from .artifacts import (ARTIFACT_MODES, artifact_reach, artifact_templates, arti
 from .bad_channels import BadChannels, detect_bad_channels
 from .covariance import CovarianceAccumulator, covariance
 from .decimate import decimate, decimate_taps
+from .butter import butter_zero_phase, butter_zero_phase_taps
 from .demux import adc_groups, demux_reference
 from .delay import fractional_delay_taps, phase_shift
 from .destripe import agc_window, highpass_spatial_filter, highpass_spatial_matrix
@@ -28,4 +29,5 @@ __all__ = ["covariance", "CovarianceAccumulator", "whitening_matrix", "spatial_f
            "interpolation_matrix",
            "highpass_spatial_filter", "highpass_spatial_matrix", "agc_window",
            "remove_artifacts", "artifact_templates", "artifact_window", "artifact_reach",
-           "ARTIFACT_MODES", "decimate", "decimate_taps", "adc_groups", "demux_reference"]
+           "ARTIFACT_MODES", "decimate", "decimate_taps", "butter_zero_phase",
+           "butter_zero_phase_taps", "adc_groups", "demux_reference"]

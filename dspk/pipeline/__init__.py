@@ -58,14 +58,15 @@ from .peaks import detect_peaks
 from .registry import Option, register
 from .sinks import Detect
 from .stage import NEEDS, Context, FitBlocks, Need, Sink, Stage, Step, Table, check_needs
-from .steps import (BadChannels, BandPass, HighPass, Motion, PhaseShift, Reference,
-                    RemoveArtifacts, Saturation, SpatialHighpass, Whiten)
+from .steps import (BadChannels, BandPass, ButterBandPass, Decimate, HighPass, Motion,
+                    PhaseShift, Reference, RemoveArtifacts, Saturation, SpatialHighpass,
+                    Whiten)
 
 #: the registered stage classes by name (the names stored in saved pipelines and outputs); a
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
 STEP_TYPES = registry.stage_classes()
 
-__all__ = ["Pipeline", "Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass",
+__all__ = ["Pipeline", "Decimate", "ButterBandPass", "Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass",
            "BadChannels",
            "SpatialHighpass", "Reference",
            "Whiten", "Motion", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted",

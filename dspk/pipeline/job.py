@@ -271,6 +271,7 @@ class Job:
                  gpu_memory: int | None = None) -> None:
         output = out if out is None or isinstance(out, Output) else \
             HDF5Output(out, overwrite=overwrite)
+        recording = pipeline.source(recording)   # a Decimate: the job runs at its rate
         # every check before any work: nothing fitted, no file created when one fails
         if output is not None:
             output.check_options(pipeline, layout, compression, resume=False)
@@ -330,7 +331,7 @@ class Job:
         if not p.is_fitted:
             p.fit(self.rec)
         elif p.fs is None:
-            p.fs = float(self.rec.fs)
+            p.fs = float(getattr(self.rec, "input_fs", self.rec.fs))
         return [dict(st) for st in p.states]
 
     def _prepare(self) -> None:
@@ -418,6 +419,7 @@ class Job:
                 else:
                     bar = progress_bar(progress, stop - start, done - start, rec.fs)
                     self._loop(stop, start, bar, on_chunk)
+                self.events(output)
         except KeyboardInterrupt as exc:
             raise JobInterrupted(output.out or Path(output.format), self.done, n, rec.fs,
                                  output.has_partial(), output.resumes) from exc
@@ -432,6 +434,21 @@ class Job:
                      self.timing["read_s"], self.timing["compute_s"],
                      self.timing["write_s"])
         return output.out
+
+    def events(self, output: Output) -> None:
+        """The recording's edges (`dspk.io.events.recording_events`: its sync bits or Open
+        Ephys TTL lines) handed to an output that keeps them — one with an ``events(table,
+        fs, source)`` method — once its traces are written; nothing for a recording
+        without any."""
+        hook = getattr(output, "events", None)
+        if hook is None:
+            return
+        from ..io.events import recording_events  # noqa: PLC0415
+
+        rec = getattr(self.rec, "input_recording", self.rec)  # (decimated: the input's)
+        table = recording_events(rec)
+        if table is not None:
+            hook(table, rec.fs, rec.source)
 
     def _loop(self, stop: int, origin: int, bar: Any, on_chunk: OnChunk | None) -> None:
         """The chunks from `done` to ``stop``; a GPU job whose device runs out of memory

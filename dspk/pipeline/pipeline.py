@@ -151,6 +151,11 @@ class Pipeline:
             if not isinstance(s, Stage):
                 raise PipelineError(f"steps: {s!r} is not a pipeline step "
                                     f"({', '.join(registry.stage_classes())})")
+        fronts = [k for k, s in enumerate(self.steps) if getattr(s, "front_end", False)]
+        if fronts and fronts != [0]:
+            raise PipelineError(f"steps: {self.steps[fronts[-1]].describe()} must be the first "
+                                f"step (it changes the recording the other steps read), and "
+                                f"the only one of its kind")
         kinds = [isinstance(s, Sink) for s in self.steps]
         if kinds != sorted(kinds):
             raise PipelineError("steps: Detect must be the last step (sinks after every step)")
@@ -172,9 +177,10 @@ class Pipeline:
         ----------
         backend : {"auto", "cpu", "gpu"}
         dtype : float32 or float64
-        preset : {"ibl", "kilosort"}, optional
+        preset : {"ibl", "ibl-lfp", "kilosort"}, optional
             The option values of a known chain (`dspk.pipeline.registry.PRESETS`: IBL's
-            destripe, Kilosort4's preprocessing); ``options`` given win.
+            destripe, IBL's LFP destripe, Kilosort4's preprocessing); ``options`` given
+            win.
         **options
             ``highpass`` (Hz, default 300; None or 0: none), ``bandpass`` ((low, high) Hz,
             replaces the high-pass), ``reference`` ("median", "mean", "none"), ``whiten``
@@ -415,7 +421,13 @@ class Pipeline:
         if fs is None:
             raise PipelineError("fs: unknown (fit the pipeline on a recording or pass fs=)")
         y = x.astype(self.dtype, copy=True)
-        return self.apply(y, fs, 0, x.shape[1])
+        if self.steps and getattr(self.steps[0], "front_end", False):   # Decimate: first
+            front = self.steps[0]
+            ctx = Context(fs=float(fs), n_channels=x.shape[0], xp=array_module(y),
+                          dtype=self.dtype)
+            q = front.prepare(ctx, self.states[0])
+            y, fs = front.apply(y, ctx, q), fs / q
+        return self.apply(y, fs, 0, y.shape[1])
 
     def block(self, recording: Recording, s0: int, s1: int, upto: int | None = None,
               halo: int = 0, xp: Any = None) -> Any:
@@ -451,6 +463,7 @@ class Pipeline:
         >>> bool(np.allclose(y, p.transform(x, 30000.0)[:, :3000], atol=1e-5))
         True
         """
+        recording = self.source(recording)
         m = sum(s.margin(recording.fs) for s in self.steps[:upto])
         if not 0 <= halo <= m:
             raise ValueError(f"halo: expected 0..{m} (the steps' margin), got {halo}")
@@ -493,11 +506,38 @@ class Pipeline:
         ((4, 4), 30000.0)
         """
         self.check(recording)
+        fs = float(getattr(recording, "input_fs", recording.fs))     # the rate given
+        recording = self.source(recording)
         spans = fit_spans(recording.n_samples, recording.fs, seed, n_chunks, chunk_s)
         ctx = Context.of(recording, self.xp, self.dtype)
         self.states = fitted_states(self.steps, self.states, ctx, spans)
-        self.fs = float(recording.fs)
+        self.fs = fs
         return self
+
+    def source(self, recording: Recording) -> Recording:
+        """The recording the steps read: ``recording`` itself, or, when the first step is a
+        front end (`Decimate`), what it makes of it (`dspk.pipeline.steps.decimate.
+        DecimatedRecording`: the steps, the fit, the sinks and the output at the new rate).
+
+        Parameters
+        ----------
+        recording : Recording
+
+        Returns
+        -------
+        Recording
+
+        Examples
+        --------
+        >>> import numpy as np, dspk
+        >>> from dspk.pipeline import Decimate, Pipeline, Reference
+        >>> rec = dspk.open_recording(np.zeros((30000, 2), np.int16), fs=30000.0)
+        >>> Pipeline([Decimate(12), Reference("mean")]).source(rec).fs
+        2500.0
+        """
+        if self.steps and getattr(self.steps[0], "front_end", False):
+            return self.steps[0].source(recording, self.xp)
+        return recording
 
     def set_fitted(self, k: int, state: dict) -> None:
         """Replace stage k's fitted state with ``state`` (what its ``fit`` returned).
@@ -584,7 +624,12 @@ class Pipeline:
         ...
         dspk.pipeline.PipelineError: reference='median': the recording has 1 channel; ...
         """
+        if self.steps and getattr(self.steps[0], "front_end", False):
+            self.steps[0].check(getattr(recording, "input_recording", recording))
+            recording = self.source(recording)
         for stage in self.steps:
+            if getattr(stage, "front_end", False):
+                continue
             stage.check(recording)
             check_needs(stage, recording)
 

@@ -55,7 +55,9 @@ class PreparedPipeline:
                  upto: int | None = None) -> None:
         self.ctx = ctx
         pairs = list(zip(stages, states))[:upto]
-        self.steps = [(s, s.prepare(ctx, st)) for s, st in pairs if isinstance(s, Step)]
+        # a front end (`Decimate`) changed the recording the blocks come from: not applied
+        self.steps = [(s, s.prepare(ctx, st)) for s, st in pairs
+                      if isinstance(s, Step) and not getattr(s, "front_end", False)]
         self.sinks = [(s, s.prepare(ctx, st), st) for s, st in pairs if isinstance(s, Sink)]
 
     def apply(self, x: Any, start: int, n_total: int) -> Any:

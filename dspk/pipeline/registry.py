@@ -11,7 +11,7 @@ Examples
 --------
 >>> from dspk.pipeline import registry
 >>> [o.name for o in registry.options()][:4]
-['saturation', 'artifacts', 'artifact_window', 'artifact_mode']
+['decimate', 'decimate_to', 'saturation', 'artifacts']
 >>> registry.stages(highpass=300.0, reference="none", whiten="global")
 ... # doctest: +NORMALIZE_WHITESPACE
 [HighPass(cutoff_hz=300.0), Whiten(mode='global', n_neighbors=32, eps=None, groups='none')]
@@ -230,8 +230,9 @@ def options() -> list:
     --------
     >>> from dspk.pipeline import registry
     >>> [o.flag for o in registry.options()]           # doctest: +NORMALIZE_WHITESPACE
-    ['--saturation', '--artifacts', '--artifact-window', '--artifact-mode', '--phase-shift',
-     '--highpass', '--bandpass', '--bad-channels',
+    ['--decimate', '--decimate-to', '--saturation', '--artifacts', '--artifact-window',
+     '--artifact-mode', '--phase-shift', '--highpass', '--bandpass', '--bad-channels',
+     '--butter-bandpass',
      '--spatial-highpass', '--reference', '--reference-groups', '--whiten', '--neighbors',
      '--whiten-groups', '--motion', '--detect', '--threshold']
     """
@@ -245,8 +246,8 @@ def stage_classes() -> dict:
     --------
     >>> from dspk.pipeline import registry
     >>> sorted(registry.stage_classes())      # doctest: +NORMALIZE_WHITESPACE
-    ['BadChannels', 'BandPass', 'Detect', 'HighPass', 'Motion', 'PhaseShift', 'Reference',
-     'RemoveArtifacts', 'Saturation', 'SpatialHighpass', 'Whiten']
+    ['BadChannels', 'BandPass', 'ButterBandPass', 'Decimate', 'Detect', 'HighPass', 'Motion',
+     'PhaseShift', 'Reference', 'RemoveArtifacts', 'Saturation', 'SpatialHighpass', 'Whiten']
     """
     return {e.cls.__name__: e.cls for e in list(_REGISTRY.entries)}
 
@@ -334,6 +335,15 @@ PRESETS = {
     # Kilosort4's: high-pass, median across channels, local whitening on 32 channels (KS4
     # takes its median before its high-pass; here the high-pass comes first)
     "kilosort": dict(highpass=300.0, reference="median", whiten="local", n_neighbors=32),
+    # IBL's LFP destripe (ibldsp.voltage.destripe_lfp): a wideband stream decimated to 2.5 kHz
+    # first (an LFP stream at 2.5 kHz is left as it is), the ADC shift correction, its
+    # Butterworth band-pass 0.5-300 Hz (order 3, forward and backward), bad channels with
+    # the LFP noise threshold, and its spatial filter: k_filter=False, the median across
+    # each shank's channels
+    "ibl-lfp": dict(decimate_to=2500.0, phase_shift="auto", highpass=0.0,
+                    butter_bandpass=(0.5, 300.0), bad_channels="detect",
+                    spatial_highpass=False, reference="median", reference_groups="shank",
+                    whiten="none"),
 }
 
 

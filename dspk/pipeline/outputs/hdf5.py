@@ -225,6 +225,18 @@ class HDF5Output(Output):
         self.rows.update(self._traces.append(rows))
         self._f.flush()
 
+    def events(self, table: Any, fs: float, source: str = "") -> None:
+        """The recording's edges as ``/events`` (`dspk.io.events.write_events_hdf5`): the
+        `~dspk.pipeline.Job`'s hook, called once the traces are written."""
+        from ...io.events import write_events_hdf5  # noqa: PLC0415
+
+        if self._f is not None:
+            write_events_hdf5(self._f, table, fs, source)
+            self._f.flush()
+            return
+        with h5py_module().File(self.files.partial, "a") as f:    # spans written elsewhere
+            write_events_hdf5(f, table, fs, source)
+
     def close(self) -> None:
         """Close the traces' descriptor, then the file."""
         if self._traces is not None:

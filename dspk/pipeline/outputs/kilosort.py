@@ -196,7 +196,7 @@ class KilosortOutput(RawTracesOutput):
     default_dtype = np.int16
     whitened_step = 1.0 / KILOSORT_STEPS_PER_SD
     fitted_name = "fitted.h5"
-    owned = KILOSORT_FILES
+    owned = KILOSORT_FILES + ("events.csv",)       # events.csv: where the input keeps events
     marker = "dspk.json"
     what = "the dspk Kilosort output"
 
@@ -214,6 +214,13 @@ class KilosortOutput(RawTracesOutput):
         self.open_traces(job, binary, 0)
         self._job = job
         return done
+
+    def events(self, table: Any, fs: float, source: str = "") -> None:
+        """The recording's edges as ``events.csv`` (`dspk.io.events.write_events_csv`:
+        bit, edge, sample, seconds): the `~dspk.pipeline.Job`'s hook."""
+        from ...io.events import write_events_csv  # noqa: PLC0415
+
+        write_events_csv(self.files.partial / "events.csv", table, fs)
 
     def commit(self) -> None:
         """The probe (three forms), Phy's params.py, Kilosort4's settings and dspk.json

@@ -103,4 +103,16 @@ class NWBOutput(RawTracesOutput):
             starting_time=start / rec.fs, session_description=f"{rec.source}, processed by dspk",
             **input_metadata(rec.files()))
         self.open_traces(job, self.files.partial, offset)
+        self._duration, self._t0 = rec.n_samples / rec.fs, start / rec.fs
         return done
+
+    def events(self, table: Any, fs: float, source: str = "") -> None:
+        """The recording's sync bits / TTL lines as the ``TimeIntervals`` table
+        ``/intervals/events`` (`dspk.io.events.write_events_nwb`: each bit's high periods):
+        the `~dspk.pipeline.Job`'s hook, once the traces are written."""
+        from ...io.events import write_events_nwb  # noqa: PLC0415
+
+        self.close()                      # the traces' descriptor: pynwb appends to the file
+        table = table.copy()
+        table["time"] = table["sample"] / float(fs) + self._t0   # the series' clock
+        write_events_nwb(self.files.partial, table, self._t0 + self._duration)

@@ -17,6 +17,11 @@ from ..stage import Context, FitBlocks, Step
 from .common import _not_fitted, log
 
 
+#: IBL's noise threshold on the power above 0.8 of Nyquist (µV²/Hz) for the LFP band, used at
+#: rates up to `LFP_MAX_FS` (ibldsp's ``detect_bad_channels``: 0.02 above, 1.4 at or below)
+LFP_PSD_HF_THRESHOLD = 1.4
+LFP_MAX_FS = 2600.0
+
 #: `BadChannels`' labels as stored (its fitted ``"labels"``): index = code
 BAD_CHANNEL_LABELS = ("good", "dead", "noise", "out", "given")
 
@@ -24,7 +29,8 @@ BAD_CHANNEL_LABELS = ("good", "dead", "noise", "out", "given")
 @dataclass
 class BadChannels(Step):
     """Bad channels replaced by a kriging of their good neighbours: detected on the fit
-    chunks as SpikeInterface's ``detect_bad_channels(method="coherence+psd")`` (IBL's:
+    chunks as SpikeInterface's ``detect_bad_channels(method="coherence+psd")`` (IBL's, with
+    IBL's LFP noise threshold, 1.4 µV²/Hz, at rates up to 2.6 kHz:
     `dspk.ops.detect_bad_channels` on each fit chunk, after the steps before this one — a
     high-pass —, each channel's most frequent label), or given by index; then
     ``spatial_filter(interpolation_matrix(geometry, bad), x)``, SpikeInterface's
@@ -83,8 +89,10 @@ class BadChannels(Step):
             codes = {name: i for i, name in enumerate(BAD_CHANNEL_LABELS)}
             votes = np.zeros((n, 4), dtype=np.int64)
             for x in blocks.inner():
+                lfp = {"psd_hf_threshold": LFP_PSD_HF_THRESHOLD} if ctx.fs <= LFP_MAX_FS \
+                    else {}                       # IBL's LFP threshold at LFP rates
                 found = detect_bad_channels(x, ctx.geometry, ctx.fs,
-                                            num_random_chunks=None)
+                                            num_random_chunks=None, **lfp)
                 votes[np.arange(n), [codes[v] for v in found.labels]] += 1
             if not votes.any():
                 raise PipelineError(f"{self.describe()}: no fit chunk to detect on")
