@@ -2,4 +2,4 @@
 the tuner cache's stamp and the outputs' provenance all take it from this module, which imports
 nothing (so no module needs the package root to be imported first)."""
 
-__version__ = "0.8.4"
+__version__ = "0.8.5"
