@@ -19,8 +19,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	DSPK_BACKEND=$${DSPK_BACKEND:-auto} $(PY) scripts/demo.py
 
+# The suite in one worker per core, at most 4 (pytest-xdist; `make test TEST_JOBS=0` runs it
+# in this process): its longest tests compile CUDA sources with nvcc or start processes, and
+# one process leaves CI's second core idle while they wait. Each worker has its own tuner
+# cache (tests/conftest.py), so no test sees another's choices.
+TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not sorting"
+	$(PY) -m pytest -q -m "not sorting" -n $(TEST_JOBS)
 
 # The tests whose results could depend on the BLAS thread count (marked blas_threads: the
 # engine's thread-count checks, jobs compared with Dask workers' bits) again with BLAS on 1
@@ -61,7 +66,7 @@ test-sorting: $(STAMP) kilosort-wheels
 # The suite without the tests marked slow (notebooks, the docs build, a wheel, Dask clusters,
 # jobs stopped by signals): what a developer runs between changes. CI runs them all.
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not sorting" -n $(TEST_JOBS)
 
 # The API reference from the docstrings (Sphinx), warnings as errors: docs/_build/html/index.html
 docs: $(STAMP)
