@@ -255,3 +255,14 @@ def test_toeplitz_bank_bits_at_detection_sizes(dtype):
     wins = tb.windows(x, rows_, starts, 8)
     want = np.stack([ref[r, :, s:s + 8] for r, s in zip(rows_, starts)])
     np.testing.assert_array_equal(wins, want)
+
+
+def test_long_filters_leave_the_toeplitz_products_out():
+    """Beyond TOEPLITZ_MAX_TAPS the Toeplitz products (C·n·taps) are not even timed: a
+    31 000-tap band-pass's first call spent ~40 s on them."""
+    from dspk.ops.fir import TOEPLITZ_MAX_TAPS, bank_implementations
+
+    x = np.zeros((2, 4 * TOEPLITZ_MAX_TAPS), np.float32)
+    assert "toeplitz_gemm" in bank_implementations(np, x, np.ones((1, TOEPLITZ_MAX_TAPS)))
+    assert list(bank_implementations(np, x, np.ones((1, TOEPLITZ_MAX_TAPS + 1)))) == \
+        ["oaconvolve", "rfft_rows"]

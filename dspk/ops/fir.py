@@ -249,6 +249,13 @@ def _correlate_same(xp: Any, x: Any, kernel: Any) -> Any:
     return blocks(rows, x.shape[0], x.size, axis=0)
 
 
+#: the blocked Toeplitz products (C·n·taps multiply-adds per filter) are a CPU candidate up to
+#: this many taps: on 2 cores (64 x 30 000 float32, one filter) they took 11 ms at 255 taps
+#: against 17 for whole-row FFTs, 49 against 15 at 1023 and 266 against 19 at 4095; timing
+#: them on a first call of a 31 000-tap band-pass (`--preset ibl-lfp`) took ~40 s
+TOEPLITZ_MAX_TAPS = 1024
+
+
 def bank_implementations(xp: Any, x: Any, weights: np.ndarray) -> dict:
     """The ways `fir_bank` can compute ``[C, k, n]``, every row of x correlated with every row
     of ``weights`` [k, taps] (float64 host array), Σ_j weights[i, j]·x[t + j − taps//2], zero
@@ -298,7 +305,8 @@ def bank_implementations(xp: Any, x: Any, weights: np.ndarray) -> dict:
     impls = {"oaconvolve": fft}
     if xp is np:
         impls["rfft_rows"] = lambda: _rfft_bank(x, weights)
-        impls["toeplitz_gemm"] = lambda: toeplitz_correlate(x, weights)
+        if taps <= TOEPLITZ_MAX_TAPS:
+            impls["toeplitz_gemm"] = lambda: toeplitz_correlate(x, weights)
     elif fir_reason(x, k, taps) is None:
         impls["direct"] = lambda: fir_direct(x, weights, taps // 2)
     return impls
