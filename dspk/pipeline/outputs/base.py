@@ -243,9 +243,9 @@ class Output:
         kind = FolderOutput if self.target == "folder" else PartialOutput
         self.files = None if self.target is None or out is None else kind(out)
         self.rows: dict = {}
-        #: flush the output to the disk before it is named OUT (`dspk.pipeline.Job`'s fsync)
+        # flush the output to the disk before it is named OUT (`dspk.pipeline.Job`'s fsync)
         self.fsync = True
-        #: the committed blocks (`committed`): each one's end, crc32 and tables' rows after it
+        # the committed blocks (`committed`): each one's end, crc32 and tables' rows after it
         self.blocks: dict = {"ends": [], "crc": [], "rows": [], "order": ""}
 
     # -- before any work ---------------------------------------------------------------------------
