@@ -11,12 +11,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..linalg import matmul
 from ..linalg.threads import blas_threads, parallel_blocks
-from ..ops.fir_cpu import ToeplitzBank
-from .noise import (MAD_TO_SD, NOISE_BLOCK_BYTES, NOISE_SAMPLES, _abs_median_rows,
-                    _inverse_noise, _noise_samples)
+from ..ops.fir_cpu import ToeplitzBank, gemm
+from .noise import MAD_TO_SD, _inverse_noise, _noise_samples
 
 
 #: the CPU path tests its bound and computes scores in windows of this many samples
@@ -26,8 +26,6 @@ BOUND_WINDOW = 8
 BOUND_MARGIN = 1e-3
 #: below this threshold the CPU path scores every window (squares of the bound could underflow)
 BOUND_MIN_THRESHOLD = 1e-12
-#: channels per block of the bound's pass over the bank output (a block stays in cache)
-BOUND_ROWS = 4
 #: time samples per block of the bound's neighbour sums
 BOUND_BLOCK = 4096
 #: windows of one position per product member, at least (more when the product would be
@@ -40,67 +38,154 @@ WINDOWS_PER_PRODUCT = 4096
 MEMBERS_PER_CALL = 256
 
 
-class _BankBlocks:
-    """The bank output of NumPy input channel block by channel block, each block reduced
-    while it is in cache (`_cpu_spikes`, `_cpu_noise`): the products of
-    `dspk.ops.fir_cpu.ToeplitzBank` into per-thread buffers that are reused, so the
-    [C, k, n] output is never written (on 2 cores: 276 MB of new pages and three passes over
-    them for 384 x 30 000 float32). Detection calls these products directly rather than
-    `dspk.fir_bank`: what is timed here is a product fused with its reduction, not one the
-    tuner could time against the bank's other implementations; `toeplitz_gemm` is the bank's
-    fastest on the CPU at detection's sizes (6 x 61 taps), and where the tuner chose it the
-    bits are those of `dspk.fir_bank`."""
+#: output blocks (of `ToeplitzBank.length` samples) per product of the first pass: the
+#: windows' copy, the product and its reductions stay in a core's L2 (2 MiB on the Xeon
+#: measured): 512 blocks of 16 samples, 6 templates, float32 = 197 KiB of product
+CHUNK_BLOCKS = 512
 
-    def __init__(self, x: np.ndarray, bank: np.ndarray):
+
+class _RowBank:
+    """The bank output of NumPy input one channel at a time, in chunks of `CHUNK_BLOCKS`
+    output blocks reduced while they are in cache (`_cpu_spikes`, `_cpu_noise`): each chunk's
+    overlapping input windows copied to a contiguous per-thread buffer (a plain BLAS operand:
+    numpy's matmul of the strided windows spends ~20 % more) and multiplied by
+    `dspk.ops.fir_cpu.ToeplitzBank`'s stacked Toeplitz matrix into another, so the [C, k, n]
+    output is never written. The interior blocks start at ``s0``, the first multiple of
+    ``win`` at or after the bank's half length, so that every window of ``win`` samples of
+    the bound lies within one block; the outputs before ``s0`` and from ``stop`` on (whose
+    windows reach outside the row) come from zero-padded copies of every row's ends, the
+    products of `ToeplitzBank.span` (``head``, ``tail``, computed once for all channels).
+    Every output is the same sum of the same T products in the order of the taps, whatever
+    the block it falls in (the zeros of the band add nothing: `ToeplitzBank`), so the bits
+    are those of `ToeplitzBank` and `toeplitz_correlate`. Detection calls these products
+    directly rather than `dspk.fir_bank`: what is timed here is a product fused with its
+    reductions, not one the tuner could time against the bank's other implementations;
+    `toeplitz_gemm` is the bank's fastest on the CPU at detection's sizes (6 x 61 taps), and
+    where the tuner chose it the bits are those of `dspk.fir_bank`."""
+
+    def __init__(self, x: np.ndarray, bank: np.ndarray, win: int):
         self.x = x
         self.c, self.n = x.shape
-        self.tb = ToeplitzBank(bank, self.n, x.dtype)
+        tb = self.tb = ToeplitzBank(bank, self.n, x.dtype)
+        self.k, self.taps, self.half, self.win = tb.k, tb.taps, tb.half, int(win)
+        length = tb.length
+        if length % self.win:
+            length = self.win * max(1, length // self.win)
+        self.length = length
+        self.h = tb.stacked_matrix(length)                  # [L + T − 1, k·L]
+        self.s0 = -(-self.half // self.win) * self.win
+        self.blocks = max(0, (self.n - self.half - self.s0) // length)
+        if self.blocks == 0:
+            self.s0 = self.n                                # every output from the head
+        self.stop = self.s0 + self.blocks * length
+        self.chunks = [(b0, min(self.blocks, b0 + CHUNK_BLOCKS))
+                       for b0 in range(0, self.blocks, CHUNK_BLOCKS)]
         self.local = threading.local()
-        tb = self.tb
-        # where the noise samples sit in a block's pieces (interior, head, tail)
-        idx = _noise_samples(self.n, tb.taps)
-        mid = (idx >= tb.half) & (idx < tb.stop)
-        q, r = np.divmod(idx[mid] - tb.half, tb.length)
-        self.noise_mid = ((q * tb.k * tb.length + r)[None, :] +
-                          (np.arange(tb.k) * tb.length)[:, None]).ravel()   # [k·m_mid] flat
-        self.noise_head = idx[idx < tb.half]
-        self.noise_tail = idx[idx >= tb.stop] - tb.stop
+        self.head = tb.span(x, 0, self.s0)                  # [C, k, s0]
+        self.tail = tb.span(x, self.stop, self.n)           # [C, k, n − stop]
+        # the noise samples (`_noise_samples`): per chunk, their flat offsets in the product
+        # ([k, m_chunk]: template, then sample), and those of the head and the tail
+        idx = _noise_samples(self.n, self.taps)
+        self.noise_m = len(idx)
+        self.noise_head = idx[idx < self.s0]
+        self.noise_tail = idx[idx >= self.stop] - self.stop
+        kl = self.k * length
+        self.noise_chunk = []
+        for b0, b1 in self.chunks:
+            t0, t1 = self.s0 + b0 * length, self.s0 + b1 * length
+            q, r = np.divmod(idx[(idx >= t0) & (idx < t1)] - t0, length)
+            self.noise_chunk.append(((q * kl + r)[None, :] +
+                                     (np.arange(self.k) * length)[:, None]))
 
-    def block(self, c0: int, c1: int) -> tuple:
-        """(interior [rows, blocks, k, L] in this thread's buffer, head [rows, k, half], tail
-        [rows, k, n − stop]) of channels [c0, c1)."""
-        tb = self.tb
+    def buffers(self) -> tuple:
+        """(windows, product, window maxima) of this thread, reused."""
         buf = getattr(self.local, "buf", None)
-        if buf is None or buf.shape[0] < c1 - c0:
-            buf = np.empty((c1 - c0, max(tb.blocks, 1), tb.k * tb.length), dtype=self.x.dtype)
+        if buf is None:
+            rows = min(CHUNK_BLOCKS, max(1, self.blocks))
+            kk = self.length + self.taps - 1
+            dt = self.x.dtype
+            buf = (np.empty((rows, kk), dtype=dt), np.empty((rows, self.k * self.length), dtype=dt),
+                   np.empty((rows, self.k, self.length // self.win), dtype=dt))
             self.local.buf = buf
-        for i in range(c1 - c0):
-            tb.interior(self.x, c0 + i, buf[i, :tb.blocks])
-        inner = buf[:c1 - c0, :tb.blocks].reshape(c1 - c0, tb.blocks, tb.k, tb.length)
-        rows = self.x[c0:c1]
-        return inner, tb.span(rows, 0, tb.half), tb.span(rows, tb.stop, self.n)
+        return buf
 
-    def noise(self, inner: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray:
-        """[rows, k] float64 noise SDs of a block (`_template_noise`'s values: the median is
-        of the same outputs at the same samples, in another order)."""
-        rows, k = head.shape[:2]
-        mid = np.take(inner.reshape(rows, -1), self.noise_mid, axis=1)   # (4x faster than
-        v = np.concatenate([mid.reshape(rows, k, -1),                    # a 2-D index)
-                            head[:, :, self.noise_head], tail[:, :, self.noise_tail]], axis=2)
-        sd = _abs_median_rows(v.reshape(rows * k, -1)) if v.shape[2] % 2 else \
-            np.median(np.abs(v), axis=-1)
-        return sd.reshape(rows, k).astype(np.float64) / MAD_TO_SD
+    def row(self, c: int, noise: np.ndarray | None, wmax: np.ndarray | None) -> None:
+        """Channel c: the outputs at the noise samples into ``noise`` [k, m] (unless None;
+        the order of `_noise_samples` within the head, each chunk and the tail) and the
+        largest output of each template in each window of ``win`` samples into ``wmax``
+        [k, windows] (unless None; the last window's maximum over the samples it has)."""
+        k, win, length = self.k, self.win, self.length
+        a, p, o = self.buffers()
+        it = self.x.itemsize
+        kk = length + self.taps - 1
+        nh = len(self.noise_head)
+        col = nh
+        if noise is not None and nh:
+            noise[:, :nh] = self.head[c][:, self.noise_head]
+        per = length // win
+        for (b0, b1), flat in zip(self.chunks, self.noise_chunk):
+            m = b1 - b0
+            src = as_strided(self.x[c, self.s0 - self.half + b0 * length:], shape=(m, kk),
+                             strides=(length * it, it), writeable=False)
+            np.copyto(a[:m], src)
+            if m == 1 or p.shape[1] == 1:                 # (one row or column: `gemm`)
+                p[:m] = gemm(a[:m], self.h)
+            else:
+                np.matmul(a[:m], self.h, out=p[:m])
+            if noise is not None and flat.shape[1]:
+                np.take(p[:m].reshape(-1), flat, out=noise[:, col:col + flat.shape[1]])
+                col += flat.shape[1]
+            if wmax is not None:
+                v = p[:m].reshape(m, k, per, win)         # (a chain of maxima: faster than a
+                om = o[:m]                                # reduction over a short axis)
+                if win == 1:
+                    om[...] = v[..., 0]
+                else:
+                    np.maximum(v[..., 0], v[..., 1], out=om)
+                    for j in range(2, win):
+                        np.maximum(om, v[..., j], out=om)
+                w0 = (self.s0 + b0 * length) // win
+                wmax[:, w0:w0 + m * per] = om.transpose(1, 0, 2).reshape(k, m * per)
+        if noise is not None and len(self.noise_tail):
+            noise[:, col:] = self.tail[c][:, self.noise_tail]
+        if wmax is not None:
+            for part, t0 in ((self.head[c], 0), (self.tail[c], self.stop)):
+                if part.shape[1] == 0:
+                    continue
+                w0 = t0 // win
+                w1 = -(-(t0 + part.shape[1]) // win)
+                pad = np.full((k, (w1 - w0) * win), -np.inf, dtype=part.dtype)
+                pad[:, t0 - w0 * win:t0 - w0 * win + part.shape[1]] = part
+                wmax[:, w0:w1] = pad.reshape(k, w1 - w0, win).max(axis=2)
+
+
+def _row_noise(v: np.ndarray) -> np.ndarray:
+    """[k] float64 noise SDs of a channel's outputs at the noise samples ``v`` [k, m]
+    (`_template_noise`'s values: the median |v| of each row, the middle value by
+    np.partition for odd m, np.median where a row has a NaN or m is even)."""
+    a = np.abs(v)
+    m = a.shape[1]
+    if m % 2 == 0 or np.isnan(a.max()):
+        sd = np.median(a, axis=-1)
+    else:
+        sd = np.partition(a, m // 2, axis=1)[:, m // 2]
+    return sd.astype(np.float64) / MAD_TO_SD
 
 
 def _cpu_noise(x: np.ndarray, bank: np.ndarray) -> np.ndarray:
-    """`_template_noise` of NumPy input: [C, k] noise SDs, the bank computed channel block by
-    channel block (`_BankBlocks`) and never written whole."""
-    bb = _BankBlocks(np.ascontiguousarray(x), bank)
-    rows = max(1, min(BOUND_ROWS, NOISE_BLOCK_BYTES // max(1, bank.shape[0] * x.shape[1]
-                                                            * x.itemsize)))
-    parts = parallel_blocks(lambda c0: bb.noise(*bb.block(c0, min(bb.c, c0 + rows))),
-                            range(0, bb.c, rows))
-    return np.concatenate(parts) if parts else np.zeros((0, bank.shape[0]))
+    """`_template_noise` of NumPy input: [C, k] noise SDs, the bank computed channel by
+    channel (`_RowBank`) and never written whole."""
+    x = np.ascontiguousarray(x)
+    rb = _RowBank(x, bank, min(BOUND_WINDOW, x.shape[1]))
+    out = np.zeros((x.shape[0], bank.shape[0]))
+
+    def one(c: int) -> None:
+        v = np.empty((rb.k, rb.noise_m), dtype=x.dtype)
+        rb.row(c, v, None)
+        out[c] = _row_noise(v)
+
+    parallel_blocks(one, range(rb.c))
+    return out
 
 
 def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
@@ -140,7 +225,6 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     dt = x.dtype
     isz = dt.itemsize
     x = np.ascontiguousarray(x)
-    bb = _BankBlocks(x, bank)
     given = inv_sd is not None
     inv_all = inv_sd.astype(dt) if given else np.empty((c, k), dtype=dt)
     wd = w.astype(dt)
@@ -149,47 +233,36 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     share = max(1, int(memory_bytes) // max(1, blas_threads()))
     limit = dt.type(threshold * threshold * (1 - BOUND_MARGIN))
     prune = threshold >= BOUND_MIN_THRESHOLD
+    rb = _RowBank(x, bank, win)
+    tb = rb.tb
     mw = np.empty((c, n_windows), dtype=dt)        # per channel and window: max(0, bs)²
-    tb = bb.tb
-    half, stop = tb.half, tb.stop
 
-    def peaks(c0: int) -> None:
-        """Channels [c0, c0 + rows): their bank output (`_BankBlocks.block`), its noise
-        (unless given), bs = b·(1 / noise) (as _engine_scores), and the largest max(0, bs) of
-        each window over the templates, squared, into mw."""
-        c1 = min(c, c0 + rows)
-        inner, head, tail = bb.block(c0, c1)
+    def peaks(ch: int) -> None:
+        """Channel ch: its bank output (`_RowBank.row`) reduced to its noise (unless given)
+        and to the largest output of each template in each window; then bs = b·(1 / noise)
+        (as _engine_scores) at those maxima (the products with 1 / noise >= 0 are monotone:
+        the largest product of a window is the product of its largest output, to the bit),
+        the largest over the templates, max(0, ·)², into mw."""
+        wm = getattr(rb.local, "wm", None)
+        if wm is None:
+            wm = rb.local.wm = np.empty((k, n_windows), dtype=dt)
+        v = None
         if not given:
-            inv_all[c0:c1] = _inverse_noise(bb.noise(inner, head, tail), c1 - c0,
-                                            k).astype(dt)    # (raises as before on NaN)
-        inv = inv_all[c0:c1]
-        np.multiply(inner, inv[:, None, :, None], out=inner)
-        np.multiply(head, inv[:, :, None], out=head)
-        np.multiply(tail, inv[:, :, None], out=tail)
-        m = getattr(bb.local, "m", None)
-        if m is None or m.shape[0] < c1 - c0:
-            m = bb.local.m = np.zeros((c1 - c0, n_windows * win), dtype=dt)  # zeros pad
-        m = m[:c1 - c0]                                                      # the last window
-        mi = m[:, half:stop].reshape(c1 - c0, tb.blocks, tb.length)
-        if k == 1:
-            mi[...] = inner[:, :, 0]
-        else:                                      # (a chain of maxima: faster than a
-            np.maximum(inner[:, :, 0], inner[:, :, 1], out=mi)   # reduction over a short
-            for j in range(2, k):                                # middle axis)
-                np.maximum(mi, inner[:, :, j], out=mi)
-        np.max(head, axis=1, out=m[:, :half])
-        np.max(tail, axis=1, out=m[:, stop:n])
-        np.maximum(m, 0, out=m)
-        o = mw[c0:c1]
-        np.maximum(m[:, 0::win], m[:, 1::win] if win > 1 else m[:, 0::win], out=o)
-        for j in range(2, win):                    # (faster than a max over an axis of
-            np.maximum(o, m[:, j::win], out=o)     # `win` elements)
+            v = getattr(rb.local, "noise", None)
+            if v is None:
+                v = rb.local.noise = np.empty((k, rb.noise_m), dtype=dt)
+        rb.row(ch, v, wm)
+        if not given:
+            inv_all[ch] = _inverse_noise(_row_noise(v)[None], 1, k)[0].astype(dt)
+        inv = inv_all[ch]                          # (raises as before on NaN)
+        o = mw[ch]
+        np.multiply(wm[0], inv[0], out=o)
+        for j in range(1, k):
+            np.maximum(o, np.multiply(wm[j], inv[j], out=wm[j]), out=o)
+        np.maximum(o, 0, out=o)
         np.multiply(o, o, out=o)
 
-    # channels in blocks of a few whole rows (their bank output stays in cache)
-    rows = max(1, min(BOUND_ROWS, share // max(1, (k * n + n_windows * win + k * NOISE_SAMPLES)
-                                                  * isz)))
-    parallel_blocks(peaks, range(0, c, rows))
+    parallel_blocks(peaks, range(c))
     block = max(1, min(BOUND_BLOCK // win, share // max(1, 2 * c * isz)))
     active = np.ones((c, n_windows), dtype=bool)   # (position, window) may reach threshold
 
