@@ -1,7 +1,8 @@
 """Detection of NumPy input (`_cpu_spikes`): the scores of `dspk.detect.spikes` computed only
 where they can reach the threshold (a Cauchy–Schwarz bound per window of `BOUND_WINDOW`
-samples), the bank output computed channel block by channel block and reduced while it is in
-cache (`_BankBlocks`: to the noise, `_cpu_noise`, and to the bound), the maxima found among
+samples), the bank output computed channel by channel in chunks that stay in a core's L2 and
+reduced there (`_RowBank`: to the noise, `_cpu_noise`, and to each template's window maxima,
+the bound's input), the maxima found among
 the points above the threshold alone (`_sparse_maxima`). The spikes of the engine path,
 amplitudes to the bit.
 """
@@ -46,117 +47,148 @@ CHUNK_BLOCKS = 512
 
 class _RowBank:
     """The bank output of NumPy input one channel at a time, in chunks of `CHUNK_BLOCKS`
-    output blocks reduced while they are in cache (`_cpu_spikes`, `_cpu_noise`): each chunk's
-    overlapping input windows copied to a contiguous per-thread buffer (a plain BLAS operand:
-    numpy's matmul of the strided windows spends ~20 % more) and multiplied by
-    `dspk.ops.fir_cpu.ToeplitzBank`'s stacked Toeplitz matrix into another, so the [C, k, n]
-    output is never written. The interior blocks start at ``s0``, the first multiple of
-    ``win`` at or after the bank's half length, so that every window of ``win`` samples of
-    the bound lies within one block; the outputs before ``s0`` and from ``stop`` on (whose
-    windows reach outside the row) come from zero-padded copies of every row's ends, the
-    products of `ToeplitzBank.span` (``head``, ``tail``, computed once for all channels).
-    Every output is the same sum of the same T products in the order of the taps, whatever
-    the block it falls in (the zeros of the band add nothing: `ToeplitzBank`), so the bits
-    are those of `ToeplitzBank` and `toeplitz_correlate`. Detection calls these products
-    directly rather than `dspk.fir_bank`: what is timed here is a product fused with its
-    reductions, not one the tuner could time against the bank's other implementations;
-    `toeplitz_gemm` is the bank's fastest on the CPU at detection's sizes (6 x 61 taps), and
-    where the tuner chose it the bits are those of `dspk.fir_bank`."""
+    output blocks reduced while they are in cache (`_cpu_spikes`, `_cpu_noise`): the products
+    of `dspk.ops.fir_cpu.ToeplitzBank` in its own layout (its interior blocks of
+    `ToeplitzBank.length` outputs from ``half`` to ``stop``, its edges by `ToeplitzBank.span`,
+    computed once for all channels), each chunk's overlapping input windows copied to a
+    contiguous per-thread buffer (a plain BLAS operand: numpy's matmul of the strided windows
+    spends ~20 % more) and multiplied by the stacked Toeplitz matrix into another, so the
+    [C, k, n] output is never written and the bits are `ToeplitzBank`'s (and
+    `toeplitz_correlate`'s). Detection calls these products directly rather than
+    `dspk.fir_bank`: what is timed here is a product fused with its reductions, not one the
+    tuner could time against the bank's other implementations; `toeplitz_gemm` is the bank's
+    fastest on the CPU at detection's sizes (6 x 61 taps), and where the tuner chose it the
+    bits are those of `dspk.fir_bank`.
+
+    A chunk is reduced to its outputs at the noise samples and to each template's maxima
+    over the segments of its blocks that the windows of ``win`` samples (from sample 0) cut
+    them into; a window across two blocks (``half`` not a multiple of ``win``) is the larger
+    of its two segments' maxima."""
 
     def __init__(self, x: np.ndarray, bank: np.ndarray, win: int):
         self.x = x
         self.c, self.n = x.shape
         tb = self.tb = ToeplitzBank(bank, self.n, x.dtype)
         self.k, self.taps, self.half, self.win = tb.k, tb.taps, tb.half, int(win)
-        length = tb.length
-        if length % self.win:
-            length = self.win * max(1, length // self.win)
-        self.length = length
-        self.h = tb.stacked_matrix(length)                  # [L + T − 1, k·L]
-        self.s0 = -(-self.half // self.win) * self.win
-        self.blocks = max(0, (self.n - self.half - self.s0) // length)
-        if self.blocks == 0:
-            self.s0 = self.n                                # every output from the head
-        self.stop = self.s0 + self.blocks * length
+        self.length = length = tb.length
+        self.blocks = tb.blocks if length % self.win == 0 else 0
+        if self.blocks == 0:                                # the row in one piece
+            self.stop = self.half
+            self.head = np.concatenate([tb.span(x, 0, tb.half), tb.span(x, tb.half, self.n)],
+                                       axis=2)
+            self.tail = self.head[:, :, :0]
+        else:
+            self.stop = tb.stop
+            self.head = tb.span(x, 0, tb.half)              # [C, k, half]
+            self.tail = tb.span(x, tb.stop, self.n)         # [C, k, n − stop]
+        # a block's segments: [lo, hi) within the block, each inside one window; with
+        # f > 0 the first and the last belong to windows shared with the blocks around
+        per = length // self.win
+        f = (self.win - self.half % self.win) % self.win
+        self.f = f
+        cuts = [0] + [f + j * self.win for j in range(per + 1) if 0 < f + j * self.win < length]
+        self.segments = list(zip(cuts, cuts[1:] + [length]))
         self.chunks = [(b0, min(self.blocks, b0 + CHUNK_BLOCKS))
                        for b0 in range(0, self.blocks, CHUNK_BLOCKS)]
         self.local = threading.local()
-        self.head = tb.span(x, 0, self.s0)                  # [C, k, s0]
-        self.tail = tb.span(x, self.stop, self.n)           # [C, k, n − stop]
         # the noise samples (`_noise_samples`): per chunk, their flat offsets in the product
         # ([k, m_chunk]: template, then sample), and those of the head and the tail
         idx = _noise_samples(self.n, self.taps)
         self.noise_m = len(idx)
-        self.noise_head = idx[idx < self.s0]
-        self.noise_tail = idx[idx >= self.stop] - self.stop
+        head_n = self.head.shape[2]
+        self.noise_head = idx[idx < head_n]
+        self.noise_tail = idx[idx >= max(head_n, self.stop)] - self.stop
         kl = self.k * length
         self.noise_chunk = []
         for b0, b1 in self.chunks:
-            t0, t1 = self.s0 + b0 * length, self.s0 + b1 * length
+            t0, t1 = self.half + b0 * length, self.half + b1 * length
             q, r = np.divmod(idx[(idx >= t0) & (idx < t1)] - t0, length)
             self.noise_chunk.append(((q * kl + r)[None, :] +
                                      (np.arange(self.k) * length)[:, None]))
 
     def buffers(self) -> tuple:
-        """(windows, product, window maxima) of this thread, reused."""
+        """(windows, product, segment maxima) of this thread, reused."""
         buf = getattr(self.local, "buf", None)
         if buf is None:
             rows = min(CHUNK_BLOCKS, max(1, self.blocks))
             kk = self.length + self.taps - 1
             dt = self.x.dtype
-            buf = (np.empty((rows, kk), dtype=dt), np.empty((rows, self.k * self.length), dtype=dt),
-                   np.empty((rows, self.k, self.length // self.win), dtype=dt))
+            buf = (np.empty((rows, kk), dtype=dt),
+                   np.empty((rows, self.k * self.length), dtype=dt),
+                   np.empty((len(self.segments), rows, self.k), dtype=dt))
             self.local.buf = buf
         return buf
+
+    @staticmethod
+    def _pad_max(part: np.ndarray, t0: int, win: int, wmax: np.ndarray) -> None:
+        """The maxima of ``part`` [k, m] (outputs t0 ...) over the windows it touches, into
+        wmax (a window it has only part of: the maximum over that part)."""
+        if part.shape[1] == 0:
+            return
+        k = part.shape[0]
+        w0, w1 = t0 // win, -(-(t0 + part.shape[1]) // win)
+        pad = np.full((k, (w1 - w0) * win), -np.inf, dtype=part.dtype)
+        pad[:, t0 - w0 * win:t0 - w0 * win + part.shape[1]] = part
+        wmax[:, w0:w1] = pad.reshape(k, w1 - w0, win).max(axis=2)
 
     def row(self, c: int, noise: np.ndarray | None, wmax: np.ndarray | None) -> None:
         """Channel c: the outputs at the noise samples into ``noise`` [k, m] (unless None;
         the order of `_noise_samples` within the head, each chunk and the tail) and the
         largest output of each template in each window of ``win`` samples into ``wmax``
         [k, windows] (unless None; the last window's maximum over the samples it has)."""
-        k, win, length = self.k, self.win, self.length
-        a, p, o = self.buffers()
+        k, win, length, half = self.k, self.win, self.length, self.half
+        a, p, sg = self.buffers()
         it = self.x.itemsize
         kk = length + self.taps - 1
         nh = len(self.noise_head)
         col = nh
         if noise is not None and nh:
             noise[:, :nh] = self.head[c][:, self.noise_head]
-        per = length // win
+        if wmax is not None:                       # the head's windows (the last may be
+            self._pad_max(self.head[c], 0, win, wmax)      # completed by the first block)
+        shared = self.f > 0 and self.blocks > 0
         for (b0, b1), flat in zip(self.chunks, self.noise_chunk):
             m = b1 - b0
-            src = as_strided(self.x[c, self.s0 - self.half + b0 * length:], shape=(m, kk),
+            src = as_strided(self.x[c, b0 * length:], shape=(m, kk),
                              strides=(length * it, it), writeable=False)
             np.copyto(a[:m], src)
             if m == 1 or p.shape[1] == 1:                 # (one row or column: `gemm`)
-                p[:m] = gemm(a[:m], self.h)
+                p[:m] = gemm(a[:m], self.tb.stacked)
             else:
-                np.matmul(a[:m], self.h, out=p[:m])
+                np.matmul(a[:m], self.tb.stacked, out=p[:m])
             if noise is not None and flat.shape[1]:
                 np.take(p[:m].reshape(-1), flat, out=noise[:, col:col + flat.shape[1]])
                 col += flat.shape[1]
-            if wmax is not None:
-                v = p[:m].reshape(m, k, per, win)         # (a chain of maxima: faster than a
-                om = o[:m]                                # reduction over a short axis)
-                if win == 1:
-                    om[...] = v[..., 0]
+            if wmax is None:
+                continue
+            v = p[:m].reshape(m, k, length)
+            for s, (lo, hi) in enumerate(self.segments):  # (a chain of maxima: faster
+                o = sg[s, :m]                             # than a reduction over a short
+                if hi - lo == 1:                          # axis)
+                    o[...] = v[:, :, lo]
                 else:
-                    np.maximum(v[..., 0], v[..., 1], out=om)
-                    for j in range(2, win):
-                        np.maximum(om, v[..., j], out=om)
-                w0 = (self.s0 + b0 * length) // win
-                wmax[:, w0:w0 + m * per] = om.transpose(1, 0, 2).reshape(k, m * per)
+                    np.maximum(v[:, :, lo], v[:, :, lo + 1], out=o)
+                    for j in range(lo + 2, hi):
+                        np.maximum(o, v[:, :, j], out=o)
+            t0 = half + b0 * length
+            for s, (lo, hi) in enumerate(self.segments):
+                w = (t0 + lo) // win
+                dst = wmax[:, w:w + (m - 1) * (length // win) + 1:length // win]
+                if shared and s == 0:                     # with the previous block's last
+                    prev = wmax[:, w:w + 1].T if b0 == 0 else carry
+                    np.maximum(sg[0, :m], np.concatenate([prev, sg[-1, :m - 1]]), out=sg[0, :m])
+                if shared and s == len(self.segments) - 1:
+                    carry = sg[-1, m - 1:m].copy()        # (completed by the next block)
+                    continue
+                dst[...] = sg[s, :m].T
+        if wmax is not None:
+            tail = self.tail[c]
+            self._pad_max(tail, self.stop, win, wmax)
+            if shared:                                    # the window across the last block
+                w = self.stop // win                      # and the tail
+                wmax[:, w] = np.maximum(carry[0], wmax[:, w]) if tail.shape[1] else carry[0]
         if noise is not None and len(self.noise_tail):
             noise[:, col:] = self.tail[c][:, self.noise_tail]
-        if wmax is not None:
-            for part, t0 in ((self.head[c], 0), (self.tail[c], self.stop)):
-                if part.shape[1] == 0:
-                    continue
-                w0 = t0 // win
-                w1 = -(-(t0 + part.shape[1]) // win)
-                pad = np.full((k, (w1 - w0) * win), -np.inf, dtype=part.dtype)
-                pad[:, t0 - w0 * win:t0 - w0 * win + part.shape[1]] = part
-                wmax[:, w0:w1] = pad.reshape(k, w1 - w0, win).max(axis=2)
 
 
 def _row_noise(v: np.ndarray) -> np.ndarray:
@@ -208,16 +240,20 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     every score around it), so the maxima are found among the scored points above the
     threshold alone (`_sparse_maxima`).
 
-    The bank output is never written whole (`_BankBlocks`): a first pass computes it channel
-    block by channel block into a buffer that stays in cache and reduces it there to the
-    noise (unless given; `_template_noise`'s values), bs = b·(1 / noise) and the window maxima
-    of m; a second computes again the exact outputs of the (channel, window) pairs a scored
+    The bank output is never written whole (`_RowBank`): a first pass computes it channel by
+    channel, `CHUNK_BLOCKS` output blocks at a time, into a buffer that stays in L2 and
+    reduces it there to the outputs at the noise samples and to each template's largest
+    output per window; at the end of the channel, its noise (unless given;
+    `_template_noise`'s values) and the window maxima of m = max(0, maxₖ b·(1 / noise)) (the
+    scaling is monotone, so it is applied to the window maxima, to the same bits); a second computes again the exact outputs of the (channel, window) pairs a scored
     pair needs (the neighbours of the scored positions: ~10 % of the pairs), the same
     products by `ToeplitzBank.windows`. The channel blocks, the window blocks of the bound
     and the groups of members run on the engine's threads; each score is computed on its
     own, so neither the blocks (the memory budget) nor the thread count change a bit.
-    Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), blocks within
-    ``memory_bytes`` per thread, the needed windows' outputs (k·BOUND_WINDOW values each) and
+    Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), the first pass's
+    buffers (fixed: ~0.6 MiB per thread for float32, one channel's window maxima and noise
+    samples, the rows' edges), blocks of the later passes within ``memory_bytes`` per
+    thread, the needed windows' outputs (k·BOUND_WINDOW values each) and
     the points above the threshold (~28 bytes each)."""
     c, n = x.shape
     k = bank.shape[0]
