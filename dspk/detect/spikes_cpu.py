@@ -91,6 +91,9 @@ class _RowBank:
         self.chunks = [(b0, min(self.blocks, b0 + CHUNK_BLOCKS))
                        for b0 in range(0, self.blocks, CHUNK_BLOCKS)]
         self.local = threading.local()
+        it = x.itemsize                                     # every row's overlapping windows
+        self.windows = as_strided(x, shape=(self.c, self.blocks, length + self.taps - 1),
+                                  strides=(x.strides[0], length * it, it), writeable=False)
         # the noise samples (`_noise_samples`): per chunk, their flat offsets in the product
         # ([k, m_chunk]: template, then sample), and those of the head and the tail
         idx = _noise_samples(self.n, self.taps)
@@ -123,13 +126,12 @@ class _RowBank:
     def _pad_max(part: np.ndarray, t0: int, win: int, wmax: np.ndarray) -> None:
         """The maxima of ``part`` [k, m] (outputs t0 ...) over the windows it touches, into
         wmax (a window it has only part of: the maximum over that part)."""
-        if part.shape[1] == 0:
+        m = part.shape[1]
+        if m == 0:
             return
-        k = part.shape[0]
-        w0, w1 = t0 // win, -(-(t0 + part.shape[1]) // win)
-        pad = np.full((k, (w1 - w0) * win), -np.inf, dtype=part.dtype)
-        pad[:, t0 - w0 * win:t0 - w0 * win + part.shape[1]] = part
-        wmax[:, w0:w1] = pad.reshape(k, w1 - w0, win).max(axis=2)
+        for w in range(t0 // win, -(-(t0 + m) // win)):
+            lo, hi = max(0, w * win - t0), min(m, (w + 1) * win - t0)
+            np.max(part[:, lo:hi], axis=1, out=wmax[:, w])
 
     def row(self, c: int, noise: np.ndarray | None, wmax: np.ndarray | None) -> None:
         """Channel c: the outputs at the noise samples into ``noise`` [k, m] (unless None;
@@ -138,8 +140,6 @@ class _RowBank:
         [k, windows] (unless None; the last window's maximum over the samples it has)."""
         k, win, length, half = self.k, self.win, self.length, self.half
         a, p, sg = self.buffers()
-        it = self.x.itemsize
-        kk = length + self.taps - 1
         nh = len(self.noise_head)
         col = nh
         if noise is not None and nh:
@@ -149,9 +149,7 @@ class _RowBank:
         shared = self.f > 0 and self.blocks > 0
         for (b0, b1), flat in zip(self.chunks, self.noise_chunk):
             m = b1 - b0
-            src = as_strided(self.x[c, b0 * length:], shape=(m, kk),
-                             strides=(length * it, it), writeable=False)
-            np.copyto(a[:m], src)
+            np.copyto(a[:m], self.windows[c, b0:b1])
             if m == 1 or p.shape[1] == 1:                 # (one row or column: `gemm`)
                 p[:m] = gemm(a[:m], self.tb.stacked)
             else:
