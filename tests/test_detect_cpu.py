@@ -333,7 +333,7 @@ def test_row_bank_is_the_toeplitz_bank_to_the_bit(n, taps, dtype, monkeypatch):
     want_max = pad.reshape(3, 4, n_windows, win).max(axis=3)
     for c in range(3):
         v = np.empty((4, rb.noise_m), dtype=dtype)
-        wm = np.empty((4, n_windows), dtype=dtype)
+        wm = np.empty((n_windows, 4), dtype=dtype)
         rb.row(c, v, wm)
         np.testing.assert_array_equal(v, ref[c][:, idx])
-        np.testing.assert_array_equal(wm, want_max[c])
+        np.testing.assert_array_equal(wm, want_max[c].T)

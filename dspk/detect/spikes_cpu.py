@@ -131,13 +131,13 @@ class _RowBank:
             return
         for w in range(t0 // win, -(-(t0 + m) // win)):
             lo, hi = max(0, w * win - t0), min(m, (w + 1) * win - t0)
-            np.max(part[:, lo:hi], axis=1, out=wmax[:, w])
+            np.max(part[:, lo:hi], axis=1, out=wmax[w])
 
     def row(self, c: int, noise: np.ndarray | None, wmax: np.ndarray | None) -> None:
         """Channel c: the outputs at the noise samples into ``noise`` [k, m] (unless None;
         the order of `_noise_samples` within the head, each chunk and the tail) and the
         largest output of each template in each window of ``win`` samples into ``wmax``
-        [k, windows] (unless None; the last window's maximum over the samples it has)."""
+        [windows, k] (unless None; the last window's maximum over the samples it has)."""
         k, win, length, half = self.k, self.win, self.length, self.half
         a, p, sg = self.buffers()
         nh = len(self.noise_head)
@@ -171,20 +171,20 @@ class _RowBank:
             t0 = half + b0 * length
             for s, (lo, hi) in enumerate(self.segments):
                 w = (t0 + lo) // win
-                dst = wmax[:, w:w + (m - 1) * (length // win) + 1:length // win]
+                dst = wmax[w:w + (m - 1) * (length // win) + 1:length // win]
                 if shared and s == 0:                     # with the previous block's last
-                    prev = wmax[:, w:w + 1].T if b0 == 0 else carry
+                    prev = wmax[w:w + 1] if b0 == 0 else carry
                     np.maximum(sg[0, :m], np.concatenate([prev, sg[-1, :m - 1]]), out=sg[0, :m])
                 if shared and s == len(self.segments) - 1:
                     carry = sg[-1, m - 1:m].copy()        # (completed by the next block)
                     continue
-                dst[...] = sg[s, :m].T
+                dst[...] = sg[s, :m]
         if wmax is not None:
             tail = self.tail[c]
             self._pad_max(tail, self.stop, win, wmax)
             if shared:                                    # the window across the last block
                 w = self.stop // win                      # and the tail
-                wmax[:, w] = np.maximum(carry[0], wmax[:, w]) if tail.shape[1] else carry[0]
+                wmax[w] = np.maximum(carry[0], wmax[w]) if tail.shape[1] else carry[0]
         if noise is not None and len(self.noise_tail):
             noise[:, col:] = self.tail[c][:, self.noise_tail]
 
@@ -279,7 +279,9 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
         the largest over the templates, max(0, ·)², into mw."""
         wm = getattr(rb.local, "wm", None)
         if wm is None:
-            wm = rb.local.wm = np.empty((k, n_windows), dtype=dt)
+            wm = rb.local.wm = (np.empty((n_windows, k), dtype=dt),
+                                np.empty((k, n_windows), dtype=dt))
+        wm, wt = wm
         v = None
         if not given:
             v = getattr(rb.local, "noise", None)
@@ -290,9 +292,10 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
             inv_all[ch] = _inverse_noise(_row_noise(v)[None], 1, k)[0].astype(dt)
         inv = inv_all[ch]                          # (raises as before on NaN)
         o = mw[ch]
-        np.multiply(wm[0], inv[0], out=o)
+        np.copyto(wt, wm.T)                        # (one transposed copy: then contiguous)
+        np.multiply(wt[0], inv[0], out=o)
         for j in range(1, k):
-            np.maximum(o, np.multiply(wm[j], inv[j], out=wm[j]), out=o)
+            np.maximum(o, np.multiply(wt[j], inv[j], out=wt[j]), out=o)
         np.maximum(o, 0, out=o)
         np.multiply(o, o, out=o)
 
