@@ -40,9 +40,11 @@ MEMBERS_PER_CALL = 256
 
 
 #: output blocks (of `ToeplitzBank.length` samples) per product of the first pass: the
-#: windows' copy, the product and its reductions stay in a core's L2 (2 MiB on the Xeon
-#: measured): 512 blocks of 16 samples, 6 templates, float32 = 197 KiB of product
-CHUNK_BLOCKS = 512
+#: windows' copy and the product stay in a core's L2 (2 MiB on the Xeon measured: 2048
+#: blocks of 16 samples, 6 templates, float32 = 0.6 + 0.75 MiB). Measured on 2 shared cores
+#: (one thread, 384 x 60 000 float32, the first pass's products and reductions, load ~11):
+#: 256/512/1024/2048/4096 blocks took 554/446/416/403/473 ms of CPU
+CHUNK_BLOCKS = 2048
 
 
 class _RowBank:
@@ -249,8 +251,8 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     and the groups of members run on the engine's threads; each score is computed on its
     own, so neither the blocks (the memory budget) nor the thread count change a bit.
     Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), the first pass's
-    buffers (fixed: ~0.6 MiB per thread for float32, one channel's window maxima and noise
-    samples, the rows' edges), blocks of the later passes within ``memory_bytes`` per
+    buffers (per thread: ~1.4 MiB for float32, and one channel's window maxima twice and
+    noise samples; the rows' edges), blocks of the later passes within ``memory_bytes`` per
     thread, the needed windows' outputs (k·BOUND_WINDOW values each) and
     the points above the threshold (~28 bytes each)."""
     c, n = x.shape
