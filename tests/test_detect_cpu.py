@@ -310,8 +310,8 @@ def test_nan_noise_raises_as_before():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n, taps", [(3000, 61), (1100, 61), (70, 61), (40, 21), (500, 17), (600, 33), (9, 3),
-                                     (5, 1), (4000, 1)])
+@pytest.mark.parametrize("n, taps", [(3000, 61), (1100, 61), (70, 61), (40, 21), (500, 17),
+                                     (600, 33), (9, 3), (5, 1), (4000, 1)])
 def test_row_bank_is_the_toeplitz_bank_to_the_bit(n, taps, dtype, monkeypatch):
     """`_RowBank` (the first pass: chunks of a channel's bank output reduced in cache) gives
     `toeplitz_correlate`'s outputs at the noise samples and each template's window maxima,

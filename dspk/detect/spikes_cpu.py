@@ -149,6 +149,7 @@ class _RowBank:
         if wmax is not None:                       # the head's windows (the last may be
             self._pad_max(self.head[c], 0, win, wmax)      # completed by the first block)
         shared = self.f > 0 and self.blocks > 0
+        carry = None                               # the last segment of the previous block
         for (b0, b1), flat in zip(self.chunks, self.noise_chunk):
             m = b1 - b0
             np.copyto(a[:m], self.windows[c, b0:b1])
@@ -245,10 +246,10 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     reduces it there to the outputs at the noise samples and to each template's largest
     output per window; at the end of the channel, its noise (unless given;
     `_template_noise`'s values) and the window maxima of m = max(0, maxₖ b·(1 / noise)) (the
-    scaling is monotone, so it is applied to the window maxima, to the same bits); a second computes again the exact outputs of the (channel, window) pairs a scored
-    pair needs (the neighbours of the scored positions: ~10 % of the pairs), the same
-    products by `ToeplitzBank.windows`. The channel blocks, the window blocks of the bound
-    and the groups of members run on the engine's threads; each score is computed on its
+    scaling is monotone, so it is applied to the window maxima, to the same bits); a second
+    computes again the exact outputs of the (channel, window) pairs a scored pair needs (the
+    neighbours of the scored positions: ~10 % of the pairs), the same products by
+    `ToeplitzBank.windows`. The channels, the window blocks of the bound and the groups of members run on the engine's threads; each score is computed on its
     own, so neither the blocks (the memory budget) nor the thread count change a bit.
     Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), the first pass's
     buffers (per thread: ~1.4 MiB for float32, and one channel's window maxima twice and
