@@ -249,8 +249,9 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     scaling is monotone, so it is applied to the window maxima, to the same bits); a second
     computes again the exact outputs of the (channel, window) pairs a scored pair needs (the
     neighbours of the scored positions: ~10 % of the pairs), the same products by
-    `ToeplitzBank.windows`. The channels, the window blocks of the bound and the groups of members run on the engine's threads; each score is computed on its
-    own, so neither the blocks (the memory budget) nor the thread count change a bit.
+    `ToeplitzBank.windows`. The channels, the window blocks of the bound and the groups of
+    members run on the engine's threads; each score is computed on its own, so neither the
+    blocks (the memory budget) nor the thread count change a bit.
     Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), the first pass's
     buffers (per thread: ~1.4 MiB for float32, and one channel's window maxima twice and
     noise samples; the rows' edges), blocks of the later passes within ``memory_bytes`` per
