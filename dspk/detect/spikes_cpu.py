@@ -73,6 +73,8 @@ class _RowBank:
         tb = self.tb = ToeplitzBank(bank, self.n, x.dtype)
         self.k, self.taps, self.half, self.win = tb.k, tb.taps, tb.half, int(win)
         self.length = length = tb.length
+        # (a window of `BOUND_WINDOW` samples divides the block of 16 whenever there are
+        # blocks: n >= 16 then; otherwise the row is one piece, a copy only for short rows)
         self.blocks = tb.blocks if length % self.win == 0 else 0
         if self.blocks == 0:                                # the row in one piece
             self.stop = self.half
