@@ -129,8 +129,9 @@ def split(xd, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray, total: float, ca
                 spikes=None, injected=None)
     t_fir = clock.median_ms(lambda: fir_bank(xd, bank), 5)
     if not fused and not clock.gpu:
-        # the CPU detection never calls fir_bank: it computes the bank channel block by
-        # channel block and reduces each block in cache (dspk.ops.fir_cpu.ToeplitzBank)
+        # the CPU detection never calls fir_bank: it computes the bank channel by channel in
+        # chunks and reduces each chunk in L2 (dspk.detect.spikes_cpu._RowBank, the products
+        # of dspk.ops.fir_cpu.ToeplitzBank)
         t_noise = clock.median_ms(lambda: _template_noise(xd, bank.astype(np.float64)), 5)
         return [dict(part, impl="  for comparison: fir_bank, whole batch (not a part of the "
                                 "CPU detection)", ms=t_fir),

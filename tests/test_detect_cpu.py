@@ -307,3 +307,33 @@ def test_nan_noise_raises_as_before():
         _cpu_spikes(x, bank, nbr, w, None, 7.0, 20, 1 << 20)
     sd = _cpu_noise(x, bank)                          # template_noise: NaN, as before
     assert np.all(np.isnan(sd[3])) and np.all(np.isfinite(np.delete(sd, 3, axis=0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, taps", [(3000, 61), (1100, 61), (70, 61), (40, 21), (500, 17),
+                                     (600, 33), (9, 3), (5, 1), (4000, 1)])
+def test_row_bank_is_the_toeplitz_bank_to_the_bit(n, taps, dtype, monkeypatch):
+    """`_RowBank` (the first pass: chunks of a channel's bank output reduced in cache) gives
+    `toeplitz_correlate`'s outputs at the noise samples and each template's window maxima,
+    to the bit, with chunks of every size (the last one short)."""
+    import dspk.detect.spikes_cpu as sc
+    from dspk.detect.noise import _noise_samples
+
+    monkeypatch.setattr(sc, "CHUNK_BLOCKS", 7)
+    rng = np.random.default_rng(n + taps)
+    x = rng.standard_normal((3, n)).astype(dtype)
+    bank = rng.standard_normal((4, taps))
+    ref = toeplitz_correlate(x, bank)                          # [C, k, n]
+    win = min(sc.BOUND_WINDOW, n)
+    rb = sc._RowBank(np.ascontiguousarray(x), bank, win)
+    idx = _noise_samples(n, taps)
+    n_windows = -(-n // win)
+    pad = np.full((3, 4, n_windows * win), -np.inf, dtype=dtype)
+    pad[:, :, :n] = ref
+    want_max = pad.reshape(3, 4, n_windows, win).max(axis=3)
+    for c in range(3):
+        v = np.empty((4, rb.noise_m), dtype=dtype)
+        wm = np.empty((n_windows, 4), dtype=dtype)
+        rb.row(c, v, wm)
+        np.testing.assert_array_equal(v, ref[c][:, idx])
+        np.testing.assert_array_equal(wm, want_max[c].T)

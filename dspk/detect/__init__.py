@@ -39,7 +39,7 @@ the last bits may go either way):
   whitened Neuropixels data with ~750 spikes/s), and only those windows are scored. A spike is
   at least the threshold and every score around it, so its maxima are found among the points
   above the threshold alone. The noise of each output is measured in the same pass over the
-  bank output, channel block by channel block (`template_noise`'s values).
+  bank output, channel by channel in chunks that stay in L2 (`template_noise`'s values).
 - CuPy input: fused kernels (dspk/kernels/detect.cu, `dspk.detect._gpu`). `dspk.fir_bank` runs
   on one time block at a time (with ``taps//2`` samples of real data on each side); one kernel
   combines the neighbours with every width and keeps the best width and template per position

@@ -1,7 +1,8 @@
 """Detection of NumPy input (`_cpu_spikes`): the scores of `dspk.detect.spikes` computed only
 where they can reach the threshold (a Cauchy–Schwarz bound per window of `BOUND_WINDOW`
-samples), the bank output computed channel block by channel block and reduced while it is in
-cache (`_BankBlocks`: to the noise, `_cpu_noise`, and to the bound), the maxima found among
+samples), the bank output computed channel by channel in chunks that stay in a core's L2 and
+reduced there (`_RowBank`: to the noise, `_cpu_noise`, and to each template's window maxima,
+the bound's input), the maxima found among
 the points above the threshold alone (`_sparse_maxima`). The spikes of the engine path,
 amplitudes to the bit.
 """
@@ -11,12 +12,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..linalg import matmul
 from ..linalg.threads import blas_threads, parallel_blocks
-from ..ops.fir_cpu import ToeplitzBank
-from .noise import (MAD_TO_SD, NOISE_BLOCK_BYTES, NOISE_SAMPLES, _abs_median_rows,
-                    _inverse_noise, _noise_samples)
+from ..ops.fir_cpu import ToeplitzBank, gemm
+from .noise import MAD_TO_SD, _inverse_noise, _noise_samples
 
 
 #: the CPU path tests its bound and computes scores in windows of this many samples
@@ -26,8 +27,6 @@ BOUND_WINDOW = 8
 BOUND_MARGIN = 1e-3
 #: below this threshold the CPU path scores every window (squares of the bound could underflow)
 BOUND_MIN_THRESHOLD = 1e-12
-#: channels per block of the bound's pass over the bank output (a block stays in cache)
-BOUND_ROWS = 4
 #: time samples per block of the bound's neighbour sums
 BOUND_BLOCK = 4096
 #: windows of one position per product member, at least (more when the product would be
@@ -40,67 +39,188 @@ WINDOWS_PER_PRODUCT = 4096
 MEMBERS_PER_CALL = 256
 
 
-class _BankBlocks:
-    """The bank output of NumPy input channel block by channel block, each block reduced
-    while it is in cache (`_cpu_spikes`, `_cpu_noise`): the products of
-    `dspk.ops.fir_cpu.ToeplitzBank` into per-thread buffers that are reused, so the
-    [C, k, n] output is never written (on 2 cores: 276 MB of new pages and three passes over
-    them for 384 x 30 000 float32). Detection calls these products directly rather than
-    `dspk.fir_bank`: what is timed here is a product fused with its reduction, not one the
+#: output blocks (of `ToeplitzBank.length` samples) per product of the first pass: the
+#: windows' copy and the product stay in a core's L2 (2 MiB on the Xeon measured: 2048
+#: blocks of 16 samples, 6 templates, float32 = 0.6 + 0.75 MiB). Measured on 2 shared cores
+#: (one thread, 384 x 60 000 float32, the first pass's products and reductions, load ~11):
+#: 256/512/1024/2048/4096 blocks took 554/446/416/403/473 ms of CPU
+CHUNK_BLOCKS = 2048
+
+
+class _RowBank:
+    """The bank output of NumPy input one channel at a time, in chunks of `CHUNK_BLOCKS`
+    output blocks reduced while they are in cache (`_cpu_spikes`, `_cpu_noise`): the products
+    of `dspk.ops.fir_cpu.ToeplitzBank` in its own layout (its interior blocks of
+    `ToeplitzBank.length` outputs from ``half`` to ``stop``, its edges by `ToeplitzBank.span`,
+    computed once for all channels), each chunk's overlapping input windows copied to a
+    contiguous per-thread buffer (a plain BLAS operand: numpy's matmul of the strided windows
+    spends ~20 % more) and multiplied by the stacked Toeplitz matrix into another, so the
+    [C, k, n] output is never written and the bits are `ToeplitzBank`'s (and
+    `toeplitz_correlate`'s). Detection calls these products directly rather than
+    `dspk.fir_bank`: what is timed here is a product fused with its reductions, not one the
     tuner could time against the bank's other implementations; `toeplitz_gemm` is the bank's
     fastest on the CPU at detection's sizes (6 x 61 taps), and where the tuner chose it the
-    bits are those of `dspk.fir_bank`."""
+    bits are those of `dspk.fir_bank`.
 
-    def __init__(self, x: np.ndarray, bank: np.ndarray):
+    A chunk is reduced to its outputs at the noise samples and to each template's maxima
+    over the segments of its blocks that the windows of ``win`` samples (from sample 0) cut
+    them into; a window across two blocks (``half`` not a multiple of ``win``) is the larger
+    of its two segments' maxima."""
+
+    def __init__(self, x: np.ndarray, bank: np.ndarray, win: int):
         self.x = x
         self.c, self.n = x.shape
-        self.tb = ToeplitzBank(bank, self.n, x.dtype)
+        tb = self.tb = ToeplitzBank(bank, self.n, x.dtype)
+        self.k, self.taps, self.half, self.win = tb.k, tb.taps, tb.half, int(win)
+        self.length = length = tb.length
+        # (a window of `BOUND_WINDOW` samples divides the block of 16 whenever there are
+        # blocks: n >= 16 then; otherwise the row is one piece, a copy only for short rows)
+        self.blocks = tb.blocks if length % self.win == 0 else 0
+        if self.blocks == 0:                                # the row in one piece
+            self.stop = self.half
+            self.head = np.concatenate([tb.span(x, 0, tb.half), tb.span(x, tb.half, self.n)],
+                                       axis=2)
+            self.tail = self.head[:, :, :0]
+        else:
+            self.stop = tb.stop
+            self.head = tb.span(x, 0, tb.half)              # [C, k, half]
+            self.tail = tb.span(x, tb.stop, self.n)         # [C, k, n − stop]
+        # a block's segments: [lo, hi) within the block, each inside one window; with
+        # f > 0 the first and the last belong to windows shared with the blocks around
+        per = length // self.win
+        f = (self.win - self.half % self.win) % self.win
+        self.f = f
+        cuts = [0] + [f + j * self.win for j in range(per + 1) if 0 < f + j * self.win < length]
+        self.segments = list(zip(cuts, cuts[1:] + [length]))
+        self.chunks = [(b0, min(self.blocks, b0 + CHUNK_BLOCKS))
+                       for b0 in range(0, self.blocks, CHUNK_BLOCKS)]
         self.local = threading.local()
-        tb = self.tb
-        # where the noise samples sit in a block's pieces (interior, head, tail)
-        idx = _noise_samples(self.n, tb.taps)
-        mid = (idx >= tb.half) & (idx < tb.stop)
-        q, r = np.divmod(idx[mid] - tb.half, tb.length)
-        self.noise_mid = ((q * tb.k * tb.length + r)[None, :] +
-                          (np.arange(tb.k) * tb.length)[:, None]).ravel()   # [k·m_mid] flat
-        self.noise_head = idx[idx < tb.half]
-        self.noise_tail = idx[idx >= tb.stop] - tb.stop
+        it = x.itemsize                                     # every row's overlapping windows
+        self.windows = as_strided(x, shape=(self.c, self.blocks, length + self.taps - 1),
+                                  strides=(x.strides[0], length * it, it), writeable=False)
+        # the noise samples (`_noise_samples`): per chunk, their flat offsets in the product
+        # ([k, m_chunk]: template, then sample), and those of the head and the tail
+        idx = _noise_samples(self.n, self.taps)
+        self.noise_m = len(idx)
+        head_n = self.head.shape[2]
+        self.noise_head = idx[idx < head_n]
+        self.noise_tail = idx[idx >= max(head_n, self.stop)] - self.stop
+        kl = self.k * length
+        self.noise_chunk = []
+        for b0, b1 in self.chunks:
+            t0, t1 = self.half + b0 * length, self.half + b1 * length
+            q, r = np.divmod(idx[(idx >= t0) & (idx < t1)] - t0, length)
+            self.noise_chunk.append(((q * kl + r)[None, :] +
+                                     (np.arange(self.k) * length)[:, None]))
 
-    def block(self, c0: int, c1: int) -> tuple:
-        """(interior [rows, blocks, k, L] in this thread's buffer, head [rows, k, half], tail
-        [rows, k, n − stop]) of channels [c0, c1)."""
-        tb = self.tb
+    def buffers(self) -> tuple:
+        """(windows, product, segment maxima) of this thread, reused."""
         buf = getattr(self.local, "buf", None)
-        if buf is None or buf.shape[0] < c1 - c0:
-            buf = np.empty((c1 - c0, max(tb.blocks, 1), tb.k * tb.length), dtype=self.x.dtype)
+        if buf is None:
+            rows = min(CHUNK_BLOCKS, max(1, self.blocks))
+            kk = self.length + self.taps - 1
+            dt = self.x.dtype
+            buf = (np.empty((rows, kk), dtype=dt),
+                   np.empty((rows, self.k * self.length), dtype=dt),
+                   np.empty((len(self.segments), rows, self.k), dtype=dt))
             self.local.buf = buf
-        for i in range(c1 - c0):
-            tb.interior(self.x, c0 + i, buf[i, :tb.blocks])
-        inner = buf[:c1 - c0, :tb.blocks].reshape(c1 - c0, tb.blocks, tb.k, tb.length)
-        rows = self.x[c0:c1]
-        return inner, tb.span(rows, 0, tb.half), tb.span(rows, tb.stop, self.n)
+        return buf
 
-    def noise(self, inner: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray:
-        """[rows, k] float64 noise SDs of a block (`_template_noise`'s values: the median is
-        of the same outputs at the same samples, in another order)."""
-        rows, k = head.shape[:2]
-        mid = np.take(inner.reshape(rows, -1), self.noise_mid, axis=1)   # (4x faster than
-        v = np.concatenate([mid.reshape(rows, k, -1),                    # a 2-D index)
-                            head[:, :, self.noise_head], tail[:, :, self.noise_tail]], axis=2)
-        sd = _abs_median_rows(v.reshape(rows * k, -1)) if v.shape[2] % 2 else \
-            np.median(np.abs(v), axis=-1)
-        return sd.reshape(rows, k).astype(np.float64) / MAD_TO_SD
+    @staticmethod
+    def _pad_max(part: np.ndarray, t0: int, win: int, wmax: np.ndarray) -> None:
+        """The maxima of ``part`` [k, m] (outputs t0 ...) over the windows it touches, into
+        wmax (a window it has only part of: the maximum over that part)."""
+        m = part.shape[1]
+        if m == 0:
+            return
+        for w in range(t0 // win, -(-(t0 + m) // win)):
+            lo, hi = max(0, w * win - t0), min(m, (w + 1) * win - t0)
+            np.max(part[:, lo:hi], axis=1, out=wmax[w])
+
+    def row(self, c: int, noise: np.ndarray | None, wmax: np.ndarray | None) -> None:
+        """Channel c: the outputs at the noise samples into ``noise`` [k, m] (unless None;
+        the order of `_noise_samples` within the head, each chunk and the tail) and the
+        largest output of each template in each window of ``win`` samples into ``wmax``
+        [windows, k] (unless None; the last window's maximum over the samples it has)."""
+        k, win, length, half = self.k, self.win, self.length, self.half
+        a, p, sg = self.buffers()
+        nh = len(self.noise_head)
+        col = nh
+        if noise is not None and nh:
+            noise[:, :nh] = self.head[c][:, self.noise_head]
+        if wmax is not None:                       # the head's windows (the last may be
+            self._pad_max(self.head[c], 0, win, wmax)      # completed by the first block)
+        shared = self.f > 0 and self.blocks > 0
+        carry = None                               # the last segment of the previous block
+        for (b0, b1), flat in zip(self.chunks, self.noise_chunk):
+            m = b1 - b0
+            np.copyto(a[:m], self.windows[c, b0:b1])
+            if m == 1 or p.shape[1] == 1:                 # (one row or column: `gemm`)
+                p[:m] = gemm(a[:m], self.tb.stacked)
+            else:
+                np.matmul(a[:m], self.tb.stacked, out=p[:m])
+            if noise is not None and flat.shape[1]:
+                np.take(p[:m].reshape(-1), flat, out=noise[:, col:col + flat.shape[1]])
+                col += flat.shape[1]
+            if wmax is None:
+                continue
+            v = p[:m].reshape(m, k, length)
+            for s, (lo, hi) in enumerate(self.segments):  # (a chain of maxima: faster
+                o = sg[s, :m]                             # than a reduction over a short
+                if hi - lo == 1:                          # axis)
+                    o[...] = v[:, :, lo]
+                else:
+                    np.maximum(v[:, :, lo], v[:, :, lo + 1], out=o)
+                    for j in range(lo + 2, hi):
+                        np.maximum(o, v[:, :, j], out=o)
+            t0 = half + b0 * length
+            for s, (lo, hi) in enumerate(self.segments):
+                w = (t0 + lo) // win
+                dst = wmax[w:w + (m - 1) * (length // win) + 1:length // win]
+                if shared and s == 0:                     # with the previous block's last
+                    prev = wmax[w:w + 1] if b0 == 0 else carry
+                    np.maximum(sg[0, :m], np.concatenate([prev, sg[-1, :m - 1]]), out=sg[0, :m])
+                if shared and s == len(self.segments) - 1:
+                    carry = sg[-1, m - 1:m].copy()        # (completed by the next block)
+                    continue
+                dst[...] = sg[s, :m]
+        if wmax is not None:
+            tail = self.tail[c]
+            self._pad_max(tail, self.stop, win, wmax)
+            if shared:                                    # the window across the last block
+                w = self.stop // win                      # and the tail
+                wmax[w] = np.maximum(carry[0], wmax[w]) if tail.shape[1] else carry[0]
+        if noise is not None and len(self.noise_tail):
+            noise[:, col:] = self.tail[c][:, self.noise_tail]
+
+
+def _row_noise(v: np.ndarray) -> np.ndarray:
+    """[k] float64 noise SDs of a channel's outputs at the noise samples ``v`` [k, m]
+    (`_template_noise`'s values: the median |v| of each row, the middle value by
+    np.partition for odd m, np.median where a row has a NaN or m is even)."""
+    a = np.abs(v)
+    m = a.shape[1]
+    if m % 2 == 0 or np.isnan(a.max()):
+        sd = np.median(a, axis=-1)
+    else:
+        sd = np.partition(a, m // 2, axis=1)[:, m // 2]
+    return sd.astype(np.float64) / MAD_TO_SD
 
 
 def _cpu_noise(x: np.ndarray, bank: np.ndarray) -> np.ndarray:
-    """`_template_noise` of NumPy input: [C, k] noise SDs, the bank computed channel block by
-    channel block (`_BankBlocks`) and never written whole."""
-    bb = _BankBlocks(np.ascontiguousarray(x), bank)
-    rows = max(1, min(BOUND_ROWS, NOISE_BLOCK_BYTES // max(1, bank.shape[0] * x.shape[1]
-                                                            * x.itemsize)))
-    parts = parallel_blocks(lambda c0: bb.noise(*bb.block(c0, min(bb.c, c0 + rows))),
-                            range(0, bb.c, rows))
-    return np.concatenate(parts) if parts else np.zeros((0, bank.shape[0]))
+    """`_template_noise` of NumPy input: [C, k] noise SDs, the bank computed channel by
+    channel (`_RowBank`) and never written whole."""
+    x = np.ascontiguousarray(x)
+    rb = _RowBank(x, bank, min(BOUND_WINDOW, x.shape[1]))
+    out = np.zeros((x.shape[0], bank.shape[0]))
+
+    def one(c: int) -> None:
+        v = np.empty((rb.k, rb.noise_m), dtype=x.dtype)
+        rb.row(c, v, None)
+        out[c] = _row_noise(v)
+
+    parallel_blocks(one, range(rb.c))
+    return out
 
 
 def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
@@ -123,16 +243,21 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     every score around it), so the maxima are found among the scored points above the
     threshold alone (`_sparse_maxima`).
 
-    The bank output is never written whole (`_BankBlocks`): a first pass computes it channel
-    block by channel block into a buffer that stays in cache and reduces it there to the
-    noise (unless given; `_template_noise`'s values), bs = b·(1 / noise) and the window maxima
-    of m; a second computes again the exact outputs of the (channel, window) pairs a scored
-    pair needs (the neighbours of the scored positions: ~10 % of the pairs), the same
-    products by `ToeplitzBank.windows`. The channel blocks, the window blocks of the bound
-    and the groups of members run on the engine's threads; each score is computed on its
-    own, so neither the blocks (the memory budget) nor the thread count change a bit.
-    Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), blocks within
-    ``memory_bytes`` per thread, the needed windows' outputs (k·BOUND_WINDOW values each) and
+    The bank output is never written whole (`_RowBank`): a first pass computes it channel by
+    channel, `CHUNK_BLOCKS` output blocks at a time, into a buffer that stays in L2 and
+    reduces it there to the outputs at the noise samples and to each template's largest
+    output per window; at the end of the channel, its noise (unless given;
+    `_template_noise`'s values) and the window maxima of m = max(0, maxₖ b·(1 / noise)) (the
+    scaling is monotone, so it is applied to the window maxima, to the same bits); a second
+    computes again the exact outputs of the (channel, window) pairs a scored pair needs (the
+    neighbours of the scored positions: ~10 % of the pairs), the same products by
+    `ToeplitzBank.windows`. The channels, the window blocks of the bound and the groups of
+    members run on the engine's threads; each score is computed on its own, so neither the
+    blocks (the memory budget) nor the thread count change a bit.
+    Memory: the bound per window ([C, n / BOUND_WINDOW], dtype and bool), the first pass's
+    buffers (per thread: ~1.4 MiB for float32, and one channel's window maxima twice and
+    noise samples; the rows' edges), blocks of the later passes within ``memory_bytes`` per
+    thread, the needed windows' outputs (k·BOUND_WINDOW values each) and
     the points above the threshold (~28 bytes each)."""
     c, n = x.shape
     k = bank.shape[0]
@@ -140,7 +265,6 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     dt = x.dtype
     isz = dt.itemsize
     x = np.ascontiguousarray(x)
-    bb = _BankBlocks(x, bank)
     given = inv_sd is not None
     inv_all = inv_sd.astype(dt) if given else np.empty((c, k), dtype=dt)
     wd = w.astype(dt)
@@ -149,47 +273,39 @@ def _cpu_spikes(x: np.ndarray, bank: np.ndarray, nbr: np.ndarray, w: np.ndarray,
     share = max(1, int(memory_bytes) // max(1, blas_threads()))
     limit = dt.type(threshold * threshold * (1 - BOUND_MARGIN))
     prune = threshold >= BOUND_MIN_THRESHOLD
+    rb = _RowBank(x, bank, win)
+    tb = rb.tb
     mw = np.empty((c, n_windows), dtype=dt)        # per channel and window: max(0, bs)²
-    tb = bb.tb
-    half, stop = tb.half, tb.stop
 
-    def peaks(c0: int) -> None:
-        """Channels [c0, c0 + rows): their bank output (`_BankBlocks.block`), its noise
-        (unless given), bs = b·(1 / noise) (as _engine_scores), and the largest max(0, bs) of
-        each window over the templates, squared, into mw."""
-        c1 = min(c, c0 + rows)
-        inner, head, tail = bb.block(c0, c1)
+    def peaks(ch: int) -> None:
+        """Channel ch: its bank output (`_RowBank.row`) reduced to its noise (unless given)
+        and to the largest output of each template in each window; then bs = b·(1 / noise)
+        (as _engine_scores) at those maxima (the products with 1 / noise >= 0 are monotone:
+        the largest product of a window is the product of its largest output, to the bit),
+        the largest over the templates, max(0, ·)², into mw."""
+        wm = getattr(rb.local, "wm", None)
+        if wm is None:
+            wm = rb.local.wm = (np.empty((n_windows, k), dtype=dt),
+                                np.empty((k, n_windows), dtype=dt))
+        wm, wt = wm
+        v = None
         if not given:
-            inv_all[c0:c1] = _inverse_noise(bb.noise(inner, head, tail), c1 - c0,
-                                            k).astype(dt)    # (raises as before on NaN)
-        inv = inv_all[c0:c1]
-        np.multiply(inner, inv[:, None, :, None], out=inner)
-        np.multiply(head, inv[:, :, None], out=head)
-        np.multiply(tail, inv[:, :, None], out=tail)
-        m = getattr(bb.local, "m", None)
-        if m is None or m.shape[0] < c1 - c0:
-            m = bb.local.m = np.zeros((c1 - c0, n_windows * win), dtype=dt)  # zeros pad
-        m = m[:c1 - c0]                                                      # the last window
-        mi = m[:, half:stop].reshape(c1 - c0, tb.blocks, tb.length)
-        if k == 1:
-            mi[...] = inner[:, :, 0]
-        else:                                      # (a chain of maxima: faster than a
-            np.maximum(inner[:, :, 0], inner[:, :, 1], out=mi)   # reduction over a short
-            for j in range(2, k):                                # middle axis)
-                np.maximum(mi, inner[:, :, j], out=mi)
-        np.max(head, axis=1, out=m[:, :half])
-        np.max(tail, axis=1, out=m[:, stop:n])
-        np.maximum(m, 0, out=m)
-        o = mw[c0:c1]
-        np.maximum(m[:, 0::win], m[:, 1::win] if win > 1 else m[:, 0::win], out=o)
-        for j in range(2, win):                    # (faster than a max over an axis of
-            np.maximum(o, m[:, j::win], out=o)     # `win` elements)
+            v = getattr(rb.local, "noise", None)
+            if v is None:
+                v = rb.local.noise = np.empty((k, rb.noise_m), dtype=dt)
+        rb.row(ch, v, wm)
+        if not given:
+            inv_all[ch] = _inverse_noise(_row_noise(v)[None], 1, k)[0].astype(dt)
+        inv = inv_all[ch]                          # (raises as before on NaN)
+        o = mw[ch]
+        np.copyto(wt, wm.T)                        # (one transposed copy: then contiguous)
+        np.multiply(wt[0], inv[0], out=o)
+        for j in range(1, k):
+            np.maximum(o, np.multiply(wt[j], inv[j], out=wt[j]), out=o)
+        np.maximum(o, 0, out=o)
         np.multiply(o, o, out=o)
 
-    # channels in blocks of a few whole rows (their bank output stays in cache)
-    rows = max(1, min(BOUND_ROWS, share // max(1, (k * n + n_windows * win + k * NOISE_SAMPLES)
-                                                  * isz)))
-    parallel_blocks(peaks, range(0, c, rows))
+    parallel_blocks(peaks, range(c))
     block = max(1, min(BOUND_BLOCK // win, share // max(1, 2 * c * isz)))
     active = np.ones((c, n_windows), dtype=bool)   # (position, window) may reach threshold
 
