@@ -34,7 +34,7 @@ test: $(STAMP)
 test-blas-threads: $(STAMP)
 	for n in 1 2; do \
 	  echo "== OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n"; \
-	  OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n $(PY) -m pytest -q -p no:cacheprovider -m blas_threads || exit 1; \
+	  OPENBLAS_NUM_THREADS=$$n OMP_NUM_THREADS=$$n MKL_NUM_THREADS=$$n $(PY) -m pytest -q -p no:cacheprovider -m blas_threads -n $(TEST_JOBS) || exit 1; \
 	done
 
 # Kilosort4's own loaders on dspk's Kilosort folder, and SpikeInterface's DREDGE motion
