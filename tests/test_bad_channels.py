@@ -16,15 +16,10 @@ from hypothesis import strategies as st
 import dspk
 from dspk.ops import BadChannels, detect_bad_channels
 from dspk.ops.bad_channels import FEATURES, LABELS
+from .geometry import np1_geometry
 
 FS = 30000.0
 NOISE_UV = 8.0
-
-
-def np1_geometry(n=384):
-    """NP1.0: staggered columns (x = 43, 11, 59, 27), 20 µm rows."""
-    c = np.arange(n)
-    return np.c_[np.array([43.0, 11.0, 59.0, 27.0])[c % 4], 20.0 * (c // 2)]
 
 
 def band(rng, shape, lo, hi):

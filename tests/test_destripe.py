@@ -13,14 +13,9 @@ from scipy.signal import lfilter
 import dspk
 from dspk.backend import to_numpy
 from dspk.ops import agc_window, highpass_spatial_filter, highpass_spatial_matrix, spatial_filter
+from .geometry import np1_geometry
 
 FS = 30000.0
-
-
-def np1_geometry(n=384):
-    """NP1.0: staggered columns (x = 43, 11, 59, 27), 20 µm rows."""
-    c = np.arange(n)
-    return np.c_[np.array([43.0, 11.0, 59.0, 27.0])[c % 4], 20.0 * (c // 2)]
 
 
 def two_column_geometry(n=192):

@@ -8,6 +8,7 @@ import pytest
 from scipy import signal
 
 from dspk.ops import highpass_spatial_filter, phase_shift
+from .geometry import np1_geometry
 
 voltage = pytest.importorskip("ibldsp.voltage", reason="the comparison runs against "
                               "ibl-neuropixel (pip install ibl-neuropixel)")
@@ -15,11 +16,6 @@ fourier = pytest.importorskip("ibldsp.fourier", reason="the comparison runs agai
                               "ibl-neuropixel (pip install ibl-neuropixel)")
 
 FS = 30000.0
-
-
-def np1_geometry(n=384):
-    c = np.arange(n)
-    return np.c_[np.array([43.0, 11.0, 59.0, 27.0])[c % 4], 20.0 * (c // 2)]
 
 
 def striped(seed, n_ch=384, n=6000):

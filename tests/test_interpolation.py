@@ -11,18 +11,7 @@ from hypothesis import strategies as st
 import dspk
 from dspk.backend import to_numpy
 from dspk.ops import interpolation_matrix, spatial_filter
-
-
-def np1_geometry(n=384):
-    """NP1.0: staggered columns (x = 43, 11, 59, 27), 20 µm rows."""
-    c = np.arange(n)
-    return np.c_[np.array([43.0, 11.0, 59.0, 27.0])[c % 4], 20.0 * (c // 2)]
-
-
-def np2_geometry(n=384):
-    """NP2.0 single shank: two columns 32 µm apart, 15 µm rows."""
-    c = np.arange(n)
-    return np.c_[27.0 + 32.0 * (c % 2), 15.0 * (c // 2)]
+from .geometry import np1_geometry, np2_geometry
 
 
 def si_interpolate(x, geom, bad, **kwargs):

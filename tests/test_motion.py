@@ -18,6 +18,7 @@ from dspk.motion import (Correction, Motion, MotionError, correct, estimate, kee
                          to_spikeinterface)
 from dspk.pipeline import PipelineError
 from dspk.pipeline.steps import MOTION_P, MOTION_SIGMA_UM
+from .geometry import np1_geometry
 
 FS = 30000.0
 
@@ -223,8 +224,7 @@ def test_the_grid_follows_a_source_moving_between_channels(xp):
     """A point source 25 µm from a Neuropixels-like probe (its amplitudes decaying as the
     grid's model), moved along depth 1 µm at a time across two rows: the grid's positions
     follow it within 0.75 µm RMS (a constant offset aside), closer than the centre of mass's."""
-    c = np.arange(32)
-    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[c % 4], 20.0 * (c // 2)]
+    geom = np1_geometry(32)
     wave = dspk.detect.default_templates(FS)[2]
     wave = wave / -wave.min()
     depths = np.arange(140.0, 180.0)
@@ -382,13 +382,8 @@ def test_kriging_without_motion_is_the_identity_and_zeros_beyond_the_probe():
 
 
 
-def np1(n: int) -> np.ndarray:
-    """NP1.0's staggered columns: 2 contacts per 20-µm row at x 16/48 and 0/32 alternately."""
-    row = np.arange(n) // 2
-    return np.c_[np.where(row % 2 == 0, 16.0, 0.0) + 32.0 * (np.arange(n) % 2), 20.0 * row]
-
-
-@pytest.mark.parametrize("geom", [column(24), np1(48), np.r_[column(12), column(12, x=250.0)]],
+@pytest.mark.parametrize("geom", [column(24), np1_geometry(48),
+                                  np.r_[column(12), column(12, x=250.0)]],
                          ids=["column", "np1", "two-shanks"])
 @given(shift=st.floats(-45.0, 45.0), sigma=st.sampled_from([(20.0, 1.0), (MOTION_SIGMA_UM,
                                                                            MOTION_P)]))
@@ -451,7 +446,7 @@ def test_the_white_option_is_checked_and_reaches_the_step():
 def test_keep_white_on_the_gpu_is_the_hosts():
     import cupy as cp
 
-    geom = np1(96)
+    geom = np1_geometry(96)
     w = kriging_matrix(geom, np.linspace(-30.0, 30.0, 96), MOTION_SIGMA_UM, MOTION_P)
     np.testing.assert_allclose(cp.asnumpy(keep_white(cp.asarray(w))), keep_white(w),
                                atol=1e-9)

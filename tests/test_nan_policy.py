@@ -33,6 +33,7 @@ from dspk.ops import (PCA, CovarianceAccumulator, SpatialFilter, blank_saturatio
 from dspk.pipeline import HighPass, Pipeline, Reference
 
 from .conftest import xp_params
+from .geometry import np1_geometry
 
 FS = 30000.0
 C, N = 16, 3000
@@ -40,7 +41,7 @@ BAD = (3, 1234)               # where the NaN goes: channel 3, sample 1234
 
 
 def geometry(c: int = C) -> np.ndarray:
-    return np.c_[np.array([43.0, 11.0, 59.0, 27.0])[np.arange(c) % 4], 20.0 * (np.arange(c) // 2)]
+    return np1_geometry(c)
 
 
 def clean(seed: int = 0) -> np.ndarray:

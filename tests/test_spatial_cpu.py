@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_limits
 import dspk
 from dspk.ops import spatial_cpu
 from dspk.ops.spatial_cpu import MAX_AREA, RowBlocksPlan
+from .geometry import np1_geometry
 
 
 def banded(rng: np.random.Generator, n_out: int, n_in: int, width: int,
@@ -84,8 +85,7 @@ def test_every_thread_count_gives_the_same_bits(dtype):
 
 def _local_whitening(order: np.ndarray | None = None) -> np.ndarray:
     rng = np.random.default_rng(2)
-    col = np.arange(256)
-    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+    geom = np1_geometry(256)
     if order is not None:
         geom = geom[order]
     x = rng.standard_normal((256, 4000))

@@ -18,6 +18,7 @@ from dspk.pipeline import (Context, FitBlocks, PhaseShift, Pipeline, PipelineErr
                            Saturation)
 
 from .test_io_formats import np1_meta, np2_meta, rand16, write_sglx
+from .geometry import np1_geometry
 
 
 def np1_recording(tmp_path, n=6000, seed=0):
@@ -285,8 +286,7 @@ def test_bad_channels_given_and_refused():
     from dspk.pipeline import BadChannels
 
     rng = np.random.default_rng(5)
-    col = np.arange(384)
-    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+    geom = np1_geometry(384)
     x = rng.standard_normal((384, 6000)).astype(np.float32)
     rec = dspk.open_recording(x, fs=30000.0, geometry=geom)
     p = Pipeline([BadChannels("5,7-8")]).fit(rec)
@@ -305,8 +305,7 @@ def test_bad_channels_given_and_refused():
 
 def test_command_line_bad_channels(tmp_path, capsys):
     rng = np.random.default_rng(6)
-    col = np.arange(384)
-    geom = np.c_[np.array([43.0, 11.0, 59.0, 27.0])[col % 4], 20.0 * (col // 2)]
+    geom = np1_geometry(384)
     x = rng.standard_normal((384, 6000)).astype(np.float32)
     path = tmp_path / "flat.bin"
     (x.T * 10).astype(np.int16).tofile(path)
@@ -390,7 +389,8 @@ def test_presets():
     mine = Pipeline.from_options(preset="ibl", reference="median", bad_channels="none")
     assert [type(s).__name__ for s in mine.steps] == ["PhaseShift", "HighPass",
                                                       "SpatialHighpass", "Reference"]
-    with pytest.raises(PipelineError, match="preset=: expected one of ibl, ibl-lfp, kilosort, got 'ks'"):
+    with pytest.raises(PipelineError,
+                       match="preset=: expected one of ibl, ibl-lfp, kilosort, got 'ks'"):
         Pipeline.from_options(preset="ks")
 
 
