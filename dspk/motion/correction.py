@@ -66,8 +66,8 @@ def keep_white(w: Any) -> Any:
     SpikeInterface's drifting ground truth (NP1.0, 64 channels x 120 s, ±20 µm zig-zag,
     corrected by the true motion after `--preset kilosort`'s whitening) the median noise SD of
     6-s bins moved between 0.74 and 0.95 (Kilosort4's own kernel; 0.48–0.95 with
-    SpikeInterface's 20 µm, p=1), so the sorter's fixed thresholds meant 20–50 % more noise
-    SDs half the time. The polar factor is the orthogonal matrix nearest W (for a shift of a
+    SpikeInterface's 20 µm, p=1), so a sorter's fixed threshold stood up to 28 % more noise
+    SDs high at the worst drift than at the best (99 % with that kernel). The polar factor is the orthogonal matrix nearest W (for a shift of a
     uniform line of contacts: the all-pass fractional shift): it moves the traces as W does
     and keeps the noise white, of unit variance, at every drift (measured 0.950–0.958 on the
     same data); units' peak amplitude over 12-s bins varied by 12.0 % (median CV) against
