@@ -382,9 +382,9 @@ def test_kriging_without_motion_is_the_identity_and_zeros_beyond_the_probe():
 
 
 
-@pytest.mark.parametrize("geom", [column(24), np1_geometry(48),
+@pytest.mark.parametrize("geom", [column(24), np1_geometry(48), np1_geometry(384),
                                   np.r_[column(12), column(12, x=250.0)]],
-                         ids=["column", "np1", "two-shanks"])
+                         ids=["column", "np1", "np1-384", "two-shanks"])
 @given(shift=st.floats(-45.0, 45.0), sigma=st.sampled_from([(20.0, 1.0), (MOTION_SIGMA_UM,
                                                                            MOTION_P)]))
 @settings(max_examples=25, deadline=None)
