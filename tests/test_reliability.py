@@ -185,7 +185,7 @@ def test_the_command_line_stops_on_a_signal_and_resumes(tmp_path, sig):
     130, a last line saying where it stopped and that --resume continues, OUT.partial kept;
     the same command with --resume gives the bytes of a job that never stopped, and
     --resume with nothing to resume says so."""
-    _h5_recording(tmp_path / "in.h5", 60.0, c=32)
+    _h5_recording(tmp_path / "in.h5", 20.0, c=32)       # 400 chunks: ~3 s a run on 2 cores
     args = [sys.executable, "-m", "dspk", "preprocess", "in.h5", "out.h5", "--whiten",
             "global", "--chunk", "0.05", "--quiet", "--backend", "cpu"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))

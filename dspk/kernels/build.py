@@ -164,14 +164,19 @@ def nvcc_command(nvcc: str, unit: Path, obj: Path, keep: Path, archs: Iterable[s
 _CUBIN = re.compile(r"\.compute_(\d+)(?:\.sm_(\d+))?\.cubin$")
 
 
-def kept_cubins(keep: Path) -> dict[str, Path]:
+def kept_cubins(keep: Path, sass: Iterable[str] = ()) -> dict[str, Path]:
     """Architecture -> the cubin nvcc kept for it (``x.compute_90.cubin``,
-    ``x.compute_120.sm_120.cubin``)."""
+    ``x.compute_120.sm_120.cubin``; for a single architecture ``sass``, nvcc names it
+    ``x.cubin``)."""
     found = {}
-    for path in keep.glob("*.cubin"):
+    cubins = list(keep.glob("*.cubin"))
+    for path in cubins:
         m = _CUBIN.search(path.name)
         if m:
             found[f"sm_{m.group(2) or m.group(1)}"] = path
+    sass = list(sass)
+    if not found and len(sass) == 1 and len(cubins) == 1:
+        found[sass[0]] = cubins[0]
     return found
 
 
@@ -201,7 +206,7 @@ def compile_file(filename: str, workdir: Path, by_arch: dict[str, list[str]], nv
     if len(mangled) != len(order):
         raise RuntimeError(f"{filename}: {len(mangled)} names for {len(order)} instances")
     names = dict(zip(order, mangled))
-    cubins = kept_cubins(keep)
+    cubins = kept_cubins(keep, sass)
     for arch in sass:
         if arch not in cubins:
             raise RuntimeError(f"{filename}: nvcc kept no cubin for {arch} in {keep}")
