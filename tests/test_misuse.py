@@ -618,12 +618,12 @@ def test_cli_misuse_is_refused_or_redone_clearly(case, tmp_path, capsys, caplog,
     args = argv(t)
     before = {k: Path(t, k).read_bytes() for k in kept}
     if NO_CLUSTER:                         # a refused preprocess-many starts no cluster
-        import dspk.dask
+        from dspk import dask as dspk_dask
 
         def no_cluster(*a, **kw):   # (no Exception: the command cannot print it as its error)
             pytest.fail("a cluster was started for a refused call")
 
-        monkeypatch.setattr(dspk.dask, "cluster_client", no_cluster)
+        monkeypatch.setattr(dspk_dask, "cluster_client", no_cluster)
     try:
         with caplog.at_level(logging.INFO, "dspk"):
             try:
