@@ -712,7 +712,9 @@ def parser() -> argparse.ArgumentParser:
                            help="scaled int16 output (the default of --format kilosort)")
     many_kind.add_argument("--float32", action="store_true",
                            help="float32 output (the default, except for --format kilosort)")
-    p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p_many.add_argument("--overwrite", action="store_true",
+                        help="replace existing outputs (never a recording or a file an option "
+                             "names, such as --probe's: refused before the cluster starts)")
     p_many.set_defaults(func=_preprocess_many)
     p_det = command("detect", "detection alone, its peaks in SpikeInterface's form",
                     "Spike detection on IN without writing traces: on a dspk output its "
