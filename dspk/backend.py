@@ -7,6 +7,7 @@ or a CuPy array is seen.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import platform
@@ -27,6 +28,9 @@ __all__ = [
     "device_of",
     "device_name",
     "to_numpy",
+    "DeviceOutOfMemory",
+    "out_of_memory",
+    "free_device_memory",
 ]
 
 log = logging.getLogger("dspk")
@@ -50,6 +54,88 @@ class BackendError(RuntimeError):
     >>> backend in ("cpu", "gpu")
     True
     """
+
+
+class DeviceOutOfMemory(MemoryError):
+    """The GPU ran out of memory for good: every way dspk has to go on with less (a smaller
+    chunk, the fit's chunks held on the host, another candidate of the tuner) ran out too.
+    The message says what ran out of memory and which option gives it more (``gpu_memory``,
+    ``--gpu-memory``), or asks for less. A `MemoryError`, as CuPy's own
+    ``OutOfMemoryError``; `out_of_memory` recognises both.
+
+    Parameters
+    ----------
+    message : str
+
+    Examples
+    --------
+    >>> from dspk.backend import DeviceOutOfMemory, out_of_memory
+    >>> out_of_memory(DeviceOutOfMemory("the fit ran out of device memory"))
+    True
+    """
+
+
+#: what CUDA, cuBLAS and cuFFT say when an allocation fails (CuPy's own error is known by name)
+_OOM_WORDS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed")
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the device ran out of memory:
+    CuPy's ``OutOfMemoryError`` (known by its name, so CuPy is not imported), a CUDA, cuBLAS
+    or cuFFT allocation failure, or `DeviceOutOfMemory`. A host `MemoryError` is not one
+    (less device memory would not help).
+
+    Parameters
+    ----------
+    exc : BaseException or None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from dspk.backend import out_of_memory
+    >>> class OutOfMemoryError(MemoryError):
+    ...     pass
+    >>> out_of_memory(OutOfMemoryError("2 GiB")), out_of_memory(ValueError("a NaN"))
+    (True, False)
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DeviceOutOfMemory) or \
+                any(t.__name__ == "OutOfMemoryError" for t in type(exc).__mro__):
+            return True
+        # (a ValueError's message may quote a user's text: words there prove nothing)
+        if not isinstance(exc, (ValueError, KeyError, TypeError)) and \
+                any(w in str(exc).lower() for w in _OOM_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def free_device_memory(xp: Any) -> None:
+    """Give CuPy's unused pooled device and pinned memory back, after a garbage collection
+    (arrays held by reference cycles, or by the frames of an error, go first); nothing for
+    NumPy. Call it outside the ``except`` block of an out-of-memory error: the failed work's
+    arrays are freed only once the error is gone.
+
+    Parameters
+    ----------
+    xp : module
+        The array module of the work (``numpy`` or ``cupy``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.backend import free_device_memory
+    >>> free_device_memory(np)                  # a CPU computation: nothing to give back
+    """
+    if getattr(xp, "__name__", "") == "cupy":
+        gc.collect()
+        xp.get_default_memory_pool().free_all_blocks()
+        xp.get_default_pinned_memory_pool().free_all_blocks()
 
 
 def is_cupy_array(x: Any) -> bool:

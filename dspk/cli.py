@@ -367,6 +367,16 @@ def _pipeline(args: argparse.Namespace) -> Pipeline:
     return Pipeline.from_options(**_pipeline_options(args))
 
 
+def _job_options(args: argparse.Namespace) -> dict:
+    """The job options `dspk preprocess` and `dspk preprocess-many` share, as `Pipeline.run`
+    keywords: the chunk, the output's sample type, --overwrite, --format, and ``inputs``, the
+    files the job reads besides IN (`_files_read`: --probe's, ...), which OUT is never,
+    with --overwrite or without."""
+    return {"chunk_s": args.chunk_s,
+            "output_dtype": np.int16 if args.int16 else np.float32 if args.float32 else None,
+            "overwrite": args.overwrite, "format": args.format, "inputs": _files_read(args)}
+
+
 def _preprocess(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     pipe = _pipeline(args)
@@ -375,15 +385,11 @@ def _preprocess(args: argparse.Namespace) -> int:
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
         t0 = time.perf_counter()
-        out = pipe.run(rec, args.output, chunk_s=args.chunk_s,
-                       output_dtype=np.int16 if args.int16 else
-                       np.float32 if args.float32 else None,
-                       overwrite=args.overwrite, resume=args.resume,
+        out = pipe.run(rec, args.output, **_job_options(args), resume=args.resume,
                        compression=None if args.compression == "none" else args.compression,
                        layout="channels_samples" if args.channels_first else
                        "samples_channels",
-                       progress=not args.quiet, format=args.format,
-                       inputs=_files_read(args), fsync=False if args.no_fsync else None,
+                       progress=not args.quiet, fsync=False if args.no_fsync else None,
                        gpu_memory=args.gpu_memory)
         dt = time.perf_counter() - t0
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
@@ -393,16 +399,16 @@ def _preprocess(args: argparse.Namespace) -> int:
 
 def _preprocess_many(args: argparse.Namespace) -> int:
     # dspk.dask needs the optional extra dask: loaded only by this command
-    from .dask import close_client, cluster_client, preprocess_many  # noqa: PLC0415
+    from .dask import cluster_client, preprocess_many  # noqa: PLC0415
 
-    options = {**_pipeline_options(args), **_open_options(args), "chunk_s": args.chunk_s,
-               "output_dtype": np.int16 if args.int16 else np.float32 if args.float32 else None,
-               "overwrite": args.overwrite, "format": args.format}
-    client = cluster_client(args.scheduler, args.workers, gpu=options["backend"] == "gpu")
-    try:
-        results = preprocess_many(args.pattern, args.outdir, client=client, **options)
-    finally:
-        close_client(client)
+    options = {**_pipeline_options(args), **_open_options(args), **_job_options(args)}
+
+    def client() -> Any:
+        # started once preprocess_many's checks have passed (the outputs against the files
+        # the jobs read, among them): a refused command starts no cluster; closed by it
+        return cluster_client(args.scheduler, args.workers, gpu=options["backend"] == "gpu")
+
+    results = preprocess_many(args.pattern, args.outdir, client=client, **options)
     failed = 0
     for path, res in results.items():
         if isinstance(res, Exception):
@@ -706,7 +712,9 @@ def parser() -> argparse.ArgumentParser:
                            help="scaled int16 output (the default of --format kilosort)")
     many_kind.add_argument("--float32", action="store_true",
                            help="float32 output (the default, except for --format kilosort)")
-    p_many.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p_many.add_argument("--overwrite", action="store_true",
+                        help="replace existing outputs (never a recording or a file an option "
+                             "names, such as --probe's: refused before the cluster starts)")
     p_many.set_defaults(func=_preprocess_many)
     p_det = command("detect", "detection alone, its peaks in SpikeInterface's form",
                     "Spike detection on IN without writing traces: on a dspk output its "
@@ -760,7 +768,8 @@ def parser() -> argparse.ArgumentParser:
 OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype": "--int16",
                 "layout": "--channels-first", "compression": "--compression",
                 "resume": "--resume", "overwrite": "--overwrite", "time": "--time",
-                "channels": "--channels", "preset": "--preset", "format": "--format"}
+                "channels": "--channels", "preset": "--preset", "format": "--format",
+                "gpu_memory": "--gpu-memory"}
 
 
 def spelling() -> dict:

@@ -48,7 +48,7 @@ from .io.rawio import RawDatasetWriter, create_contiguous, new_file, raw_offset
 from .pipeline import Job, Pipeline, PipelineError, registry
 from .pipeline.job import opened
 from .pipeline.outputs import (LAYOUTS, HDF5Output, chunk_samples, formats, output_class,
-                               write_traces)
+                               read_files, write_traces)
 
 __all__ = ["to_dask", "apply", "fit", "to_hdf5", "run_split", "preprocess_many", "cluster_client",
            "close_client"]
@@ -573,7 +573,7 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
 OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry", "n_channels",
              "dtype", "header_bytes", "allow_external_links"}
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
-            "overwrite", "on_chunk", "format"}
+            "overwrite", "on_chunk", "format", "inputs"}
 #: each format's output name for a recording's stem (a Kilosort output is a folder)
 OUTPUT_SUFFIX = {name: output_class(name).suffix for name in formats(listed=True)}
 
@@ -683,8 +683,11 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         ``<out_dir>/<recording stem>``; ``"nwb"``: ``<stem>.nwb``), each written atomically by
         `Pipeline.run` (a job killed with its worker is retried and resumes its partial
         output; an NWB output is started again).
-    client : dask.distributed.Client, optional
-        Default: `cluster_client()` (local CPU worker processes), closed at the end.
+    client : dask.distributed.Client or callable, optional
+        Default: `cluster_client()` (local CPU worker processes), closed at the end. A
+        callable (``lambda: cluster_client(workers=4)``) is called once every check has
+        passed — no cluster starts for a call refused — and its client is closed at the end
+        too.
     retries : int
         Attempts beyond the first for a job that raised (a job whose worker died is
         rescheduled by the scheduler anyway, and resumes its partial file).
@@ -697,8 +700,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
         ``dtype_processing`` for its dtype) and `Pipeline.run` keywords (chunk_s,
         output_dtype, output_scale, compression, overwrite, format; ``layout_out`` for its
-        layout;
-        ``on_chunk``, called in the worker after each committed chunk, pickled to it).
+        layout; ``inputs``, the other files the jobs read — ``{"--probe": "probe.json"}`` —
+        that no output may be; ``on_chunk``, called in the worker after each committed
+        chunk, pickled to it). A ``geometry`` given as a probe file is one of the files the
+        jobs read too.
 
     Returns
     -------
@@ -716,7 +721,9 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         An unknown keyword (checked before any cluster starts).
     PipelineError
         A ``format`` with options it cannot honour (compression, [channels, samples], a
-        detecting pipeline), before any cluster starts.
+        detecting pipeline), or an output that would be one of the files the jobs read
+        (``inputs``, a probe file given as ``geometry``; with ``overwrite`` or without:
+        `dspk.pipeline.outputs.Output.check_read`), before any cluster starts.
 
     Examples
     --------
@@ -757,25 +764,36 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         raise ValueError(f"paths: two recordings would write the same output name: "
                          f"{sorted(s for s in set(stems) if stems.count(s) > 1)}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not os.access(out, os.W_OK):
-        raise PermissionError(f"out_dir: {out} is not writable")
     pipe_keys = pipeline_keys()
     unknown = set(options) - OPEN_KEYS - pipe_keys - RUN_KEYS
     if unknown:
         raise TypeError(f"preprocess_many: unknown keyword(s) {sorted(unknown)}")
     open_options = {k: v for k, v in options.items() if k in OPEN_KEYS}
     run_options = {k: v for k, v in options.items() if k in RUN_KEYS}
+    # the files every job reads besides its recording (a probe file, a file named by an
+    # option): no output is ever one of them, with overwrite or without — refused here for
+    # every recording, before a cluster starts, by the check each job makes again (its
+    # recording's own files are checked there, where it is opened)
+    inputs = read_files(run_options.get("inputs"))
+    if isinstance(open_options.get("geometry"), (str, os.PathLike)):
+        inputs.setdefault("geometry", []).append(open_options["geometry"])
+    run_options["inputs"] = inputs
+    kind = output_class(run_options.get("format", "hdf5"))
+    outputs = {p: str(out / f"{Path(p).stem}{kind.suffix}") for p in paths}
+    for path in outputs.values():
+        kind(path, overwrite=bool(run_options.get("overwrite", False))).check_read(inputs)
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise PermissionError(f"out_dir: {out} is not writable")
     # the pipeline is made here, once (a bad option is refused before a cluster starts), and
     # sent to the workers: its stages travel with it, those of your own registered steps too
     pipeline = _pipeline({k: v for k, v in options.items() if k in pipe_keys})
-    kind = output_class(run_options.get("format", "hdf5"))
     kind.check_options(pipeline, run_options.get("layout_out", "samples_channels"),
                        run_options.get("compression"), False)
-    suffix = kind.suffix
-    own = client is None
+    own = client is None or not hasattr(client, "submit")     # (a callable making one)
     if own:
-        client = cluster_client(gpu=resolve_backend(pipeline.backend) == "gpu")
+        client = cluster_client(gpu=resolve_backend(pipeline.backend) == "gpu") \
+            if client is None else client()
     try:
         # the tuner's decisions first, once per kind of recording, so that every worker (on a
         # machine sharing the tuner's cache) makes the same choices: outputs identical to a
@@ -793,7 +811,7 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
                                         pure=False).result()
             except Exception as exc:   # its own job will report it
                 log.warning("%s: tuning failed: %s", p, exc)
-        futures = {p: client.submit(_job, p, str(out / f"{Path(p).stem}{suffix}"), open_options,
+        futures = {p: client.submit(_job, p, outputs[p], open_options,
                                     _fitted(pipeline, fits.get(p)), run_options,
                                     retries=retries, pure=False)
                    for p in paths}

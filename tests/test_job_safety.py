@@ -2,8 +2,9 @@
 reads are never its output; one job per output (a lock, refused at once, stale ones taken
 over — with real processes); a resume verifies the committed blocks and redoes the damaged
 ones; the output is flushed to the disk before it is named; a GPU job whose device runs out
-of memory halves its chunk (CPU tests with a fake out-of-memory error; the real one is a
-``gpu`` test under ``CUPY_GPU_MEMORY_LIMIT``).
+of memory halves its chunk, its fit holds its chunks on the host, its tuning rehearsal halves
+its chunk too (CPU tests with a fake out-of-memory error; the real ones are ``gpu`` tests
+under ``CUPY_GPU_MEMORY_LIMIT``).
 
 Small files (8 channels, 4 s): the whole file runs in a few seconds on 2 cores.
 """
@@ -475,6 +476,85 @@ def test_a_job_out_of_memory_goes_on_with_half_the_chunk(tmp_path, monkeypatch, 
     assert np.abs(y - r).max() <= 1e-5 * np.abs(r).max()
 
 
+def test_a_fit_out_of_memory_is_made_again_with_its_chunks_on_the_host(tmp_path, monkeypatch,
+                                                                       caplog):
+    """The fit's chunks held on the device run out of memory (the whitening's fit fails
+    while its chunks are not loaded one at a time): its pools freed, the fit is made again
+    on the same chunks held on the host, giving the same W."""
+    from dspk.pipeline import Whiten
+    with rec_of(tmp_path) as rec:
+        ref = pipe(highpass=300.0).fit(rec).states[-1]["W"]
+    real, lazy = Whiten.fit, []
+
+    def fit(self, blocks, ctx):
+        lazy.append(blocks._load is not None)
+        if not lazy[-1]:
+            raise OutOfMemoryError("Out of memory allocating 377,487,360 bytes")
+        return real(self, blocks, ctx)
+
+    monkeypatch.setattr(Whiten, "fit", fit)
+    with caplog.at_level(logging.WARNING, "dspk.pipeline"), rec_of(tmp_path) as rec:
+        p = pipe(highpass=300.0).fit(rec)
+    assert lazy == [False, True]
+    assert "fitting again with them on the host" in caplog.text
+    np.testing.assert_array_equal(p.states[-1]["W"], ref)
+
+
+def test_a_fit_out_of_memory_for_good_names_what_to_change(tmp_path, monkeypatch, capsys):
+    """Out of memory on the host too: DeviceOutOfMemory saying what was fitted on what and
+    which options to change — in Python's spelling, and the command line's (exit 2, one
+    line, no traceback, no file)."""
+    from dspk.backend import DeviceOutOfMemory, out_of_memory
+    from dspk.pipeline import Whiten
+
+    def fit(self, blocks, ctx):
+        raise OutOfMemoryError("Out of memory allocating 377,487,360 bytes")
+
+    monkeypatch.setattr(Whiten, "fit", fit)
+    with rec_of(tmp_path) as rec, pytest.raises(DeviceOutOfMemory) as info:
+        pipe().fit(rec)
+    said = str(info.value)
+    assert out_of_memory(info.value)
+    for part in ("fitting Whiten on 8 fit chunks of 0.5 s of 8 channels, even with the chunks "
+                 "held on the host (Out of memory allocating", "(gpu_memory=)",
+                 "Pipeline.fit(recording, n_chunks=, chunk_s=)", "(backend='cpu')"):
+        assert part in said, said
+    rc = cli_main("preprocess", raw_file(tmp_path), tmp_path / "o.h5", "--fs", FS,
+                  "--n-channels", C, "--whiten", "global", "--quiet")
+    err = capsys.readouterr().err
+    assert rc == 2 and "dspk: error: the device ran out of memory fitting Whiten" in err, err
+    assert "(--gpu-memory)" in err and "(--backend cpu)" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.bin"]
+
+
+def test_a_tuning_rehearsal_out_of_memory_goes_on_with_half_the_chunk(tmp_path, monkeypatch,
+                                                                      caplog):
+    """`Pipeline.tune`'s rehearsal (`Job.rehearse`) runs the chunks the job will: sized and
+    halved as the job's loop does, when the device runs out of memory (the same retry)."""
+    from dspk.pipeline import Job
+    from dspk.pipeline import job as jobmod
+    real, widths = PreparedPipeline.compute, []
+
+    def compute(self, x, s0, s1, m):
+        widths.append(s1 - s0)
+        if s1 - s0 > 4000:
+            raise OutOfMemoryError("Out of memory allocating 9,437,184 bytes")
+        return real(self, x, s0, s1, m)
+
+    real_gm = jobmod.GpuMemory
+    monkeypatch.setattr(jobmod, "GpuMemory",
+                        lambda xp, cap, c, m, fs: real_gm(xp, cap, c, m, fs, enabled=True))
+    p = pipe()
+    with rec_of(tmp_path) as rec:
+        p.fit(rec)
+        monkeypatch.setattr(PreparedPipeline, "compute", compute)
+        job = Job(p, rec, chunk_s=0.5)
+        with caplog.at_level(logging.WARNING, "dspk.pipeline"):
+            job.rehearse()
+    assert widths == [15000, 7500, 3750, 3750] and job.chunk == 3750
+    assert "the rehearsal goes on with chunks of 3750" in caplog.text
+
+
 # -- 5. the real thing, on a GPU -------------------------------------------------------------------
 GPU_JOB = """
 import sys
@@ -514,6 +594,56 @@ def test_a_gpu_job_completes_under_an_800_mb_limit(tmp_path):
     # the same spikes (a threshold crossing by a rounding's width may differ: a handful)
     differ = set(sa["sample_index"].tolist()) ^ set(sb["sample_index"].tolist())
     assert len(differ) <= max(2, len(sa) // 500), len(differ)
+
+
+GPU_FIT = """
+import logging, sys
+import numpy as np, dspk
+from dspk.backend import DeviceOutOfMemory
+from tests.groundtruth import make
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+c = 384
+geom = np.c_[np.tile([0.0, 32.0], c // 2), 20.0 * (np.arange(c) // 2)]
+d = make(seconds=8.0, geometry=geom, seed=1)
+x = np.round(d["x"] * 20).astype(np.int16)
+rec = dspk.open_recording(x, fs=30000.0, layout="channels_samples", geometry=geom)
+p = dspk.Pipeline.from_options(whiten="local", backend="gpu")
+try:
+    p.fit(rec)
+except DeviceOutOfMemory as exc:
+    print(f"REFUSED: {exc}")
+    sys.exit(3)
+np.save(sys.argv[1], p.states[-1]["W"])
+"""
+
+
+@pytest.mark.gpu
+def test_a_gpu_fit_out_of_memory_holds_its_chunks_on_the_host_or_says_what_to_change(
+        tmp_path):
+    """Issue 45's fit under CUPY_GPU_MEMORY_LIMIT: 16 fit chunks of 0.5 s of 384 channels
+    (375 MB in float32 with their halos) do not fit in 350 MB: the fit is made again with
+    them on the host, one on the device at a time, and gives the W of the fit without a
+    limit; in 16 MB not one chunk (23 MB) fits:
+    DeviceOutOfMemory names what to change (no CuPy traceback)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def fit(name, limit=None):
+        e = dict(env) if limit is None else dict(env, CUPY_GPU_MEMORY_LIMIT=str(limit))
+        return subprocess.run([sys.executable, "-c", GPU_FIT, str(tmp_path / name)], env=e,
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    free = fit("free.npy")
+    assert free.returncode == 0, free.stderr
+    capped = fit("capped.npy", 350_000_000)
+    assert capped.returncode == 0, capped.stdout + capped.stderr
+    assert "fitting again with them on the host" in capped.stderr, capped.stderr
+    wa, wb = np.load(tmp_path / "free.npy"), np.load(tmp_path / "capped.npy")
+    assert np.abs(wa - wb).max() <= 1e-5 * np.abs(wa).max()
+    tiny = fit("tiny.npy", 16_000_000)
+    assert tiny.returncode == 3, tiny.stdout + tiny.stderr
+    assert "REFUSED: the device ran out of memory fitting Whiten on 16 fit chunks of 0.5 s " \
+           "of 384 channels" in tiny.stdout and "gpu_memory=" in tiny.stdout, tiny.stdout
+    assert "Traceback" not in tiny.stderr, tiny.stderr
 
 
 def test_the_lock_module_examples_run():

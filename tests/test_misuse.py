@@ -24,6 +24,7 @@ import pytest
 
 import dspk
 from dspk import cli
+from dspk.pipeline import PipelineError
 from dspk.pipeline.lock import OutputLock
 from dspk.detect import detect_spikes, learn_templates, spike_features, template_noise
 from dspk.io import RecordingError, open_recording, read_probe
@@ -82,9 +83,30 @@ def prb(tmp_path, text: str) -> str:
 
 def side(tmp_path, name="side.json", text="{}") -> str:
     path = os.path.join(tmp_path, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+#: a probeinterface file of 4 contacts (the positions do not matter to the refusals)
+PROBE_JSON = json.dumps({"specification": "probeinterface", "probes": [{
+    "ndim": 2, "si_units": "um", "contact_positions": [[0, 20 * i] for i in range(4)]}]})
+
+
+def many(tmp_path, **options):
+    """`dspk.dask.preprocess_many` of one flat binary into ``tmp_path`` itself (its outputs
+    ``raw.h5``, ``raw/``, ...): refused before a cluster starts, or this fails (no client)."""
+    from dspk.dask import preprocess_many
+
+    path = os.path.join(tmp_path, "raw.bin")
+    I16.tofile(path)
+
+    def no_cluster():       # (pytest's failure is no Exception: nothing reports it as one)
+        pytest.fail("a cluster was started for a refused call")
+
+    return preprocess_many([path], tmp_path, client=no_cluster, fs=FS, n_channels=4,
+                           whiten="global", backend="cpu", **options)
 
 
 def run(tmp_path, out="o.h5", lock_dir=False, artifacts=None, **options):
@@ -374,6 +396,16 @@ CASES = [
      "gpu_memory: expected a positive number of bytes"),
     ("run-gpu-memory-bool", lambda t: run(t, gpu_memory=True), V,
      "gpu_memory: expected a positive number of bytes"),
+    # -- preprocess_many: the files its jobs read are never an output (before any cluster) ----
+    ("many-geometry-file-as-progress-record",
+     lambda t: many(t, geometry=side(t, "raw.h5.progress.json", PROBE_JSON)), PipelineError,
+     "geometry: "),
+    ("many-inputs-as-out",
+     lambda t: many(t, inputs={"sidecar": side(t, "raw.h5")}), PipelineError, "sidecar: "),
+    ("many-inputs-inside-kilosort-out",
+     lambda t: many(t, format="kilosort", overwrite=True,
+                    inputs={"--probe": side(t, "raw/probe.json", PROBE_JSON)}),
+     PipelineError, "--probe: "),
 ]
 
 
@@ -430,6 +462,17 @@ BIN = ["--fs", "30000", "--n-channels", str(RAW_C), "--backend", "cpu"]
 
 def pre(t, out, *extra) -> list:
     return ["preprocess", raw(t), os.path.join(t, out), *BIN, "--quiet", *extra]
+
+
+def many_cli(t, outdir, *extra) -> list:
+    """``dspk preprocess-many`` of raw.bin into ``t/outdir`` (one local worker, were a
+    cluster to start: `NO_CLUSTER` makes that fail the test)."""
+    NO_CLUSTER.append(True)
+    return ["preprocess-many", raw(t), os.path.join(t, outdir), *BIN, "--workers", "1",
+            "--whiten", "global", *extra]
+
+
+NO_CLUSTER: list = []
 
 
 def partial(t, edit=None) -> list:
@@ -542,15 +585,45 @@ CLI_CASES = [
      "--gpu-memory: expected a positive number of bytes", []),
     ("cli-gpu-memory-fraction", lambda t: pre(t, "o.h5", "--gpu-memory", "0.5"), 2,
      "--gpu-memory: expected a positive number of bytes", []),
+    # preprocess-many: the files named by options are protected as preprocess's are (refused
+    # for every recording before a cluster starts: `many_cli` fails the test if one starts)
+    ("cli-many-probe-as-progress-record",
+     lambda t: many_cli(t, "out", "--probe", probe(t, "out/raw.h5.progress.json", "json")),
+     2, "--probe: ", ["out/raw.h5.progress.json"]),
+    ("cli-many-probe-as-progress-record-overwrite",
+     lambda t: many_cli(t, "out", "--probe", probe(t, "out/raw.h5.progress.json", "json"),
+                        "--overwrite"), 2, "raw.h5.progress.json beside OUT",
+     ["out/raw.h5.progress.json"]),
+    ("cli-many-probe-inside-kilosort-out",
+     lambda t: many_cli(t, "ks", "--format", "kilosort", "--probe", probe(t, "ks/raw/p.csv"),
+                        "--overwrite"), 2, "--probe: ", ["ks/raw/p.csv"]),
+    ("cli-many-probe-json-inside-kilosort-out",
+     lambda t: many_cli(t, "ks", "--format", "kilosort", "--probe",
+                        probe(t, "ks/raw/chanMap.json", "json"), "--overwrite"), 2, "--probe: ",
+     ["ks/raw/chanMap.json"]),
+    ("cli-many-artifacts-as-progress-record",
+     lambda t: many_cli(t, "out", "--artifacts", side(t, "out/raw.h5.progress.json", "3000\n")),
+     2, "--artifacts: ", ["out/raw.h5.progress.json"]),
+    ("cli-many-artifacts-inside-kilosort-out",
+     lambda t: many_cli(t, "ks", "--format", "kilosort", "--artifacts",
+                        side(t, "ks/raw/stim.csv", "3000\n"), "--overwrite"), 2, "--artifacts: ",
+     ["ks/raw/stim.csv"]),
 ]
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_cli_misuse_is_refused_or_redone_clearly(case, tmp_path, capsys, caplog):
+def test_cli_misuse_is_refused_or_redone_clearly(case, tmp_path, capsys, caplog, monkeypatch):
     name, argv, status, fragment, kept = case
     t = str(tmp_path)
     args = argv(t)
     before = {k: Path(t, k).read_bytes() for k in kept}
+    if NO_CLUSTER:                         # a refused preprocess-many starts no cluster
+        from dspk import dask as dspk_dask
+
+        def no_cluster(*a, **kw):   # (no Exception: the command cannot print it as its error)
+            pytest.fail("a cluster was started for a refused call")
+
+        monkeypatch.setattr(dspk_dask, "cluster_client", no_cluster)
     try:
         with caplog.at_level(logging.INFO, "dspk"):
             try:
@@ -558,6 +631,7 @@ def test_cli_misuse_is_refused_or_redone_clearly(case, tmp_path, capsys, caplog)
             except SystemExit as exc:      # argparse's own refusals
                 rc = exc.code
     finally:
+        NO_CLUSTER.clear()
         while LOCKS:
             LOCKS.pop().release()
     said = capsys.readouterr().err + caplog.text

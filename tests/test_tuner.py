@@ -815,3 +815,136 @@ def test_choose_times_a_runner_needing_an_import_when_the_choice_costs_more(fres
     assert name == "fast" and fast.calls >= 1
     entry = json.loads(cache_path().read_text())["entries"]["op|9"]
     assert entry["ranking"][0] == "fast" and "fast" not in entry.get("untimed", {})
+
+
+# -- a candidate that runs out of device memory (issue 45: a fake CuPy OutOfMemoryError) ---------
+class OutOfMemoryError(MemoryError):
+    """What CuPy raises when its pool cannot allocate (recognised by its name)."""
+
+
+class Hungry(Costed):
+    """A `Costed` candidate that runs out of device memory on more than ``fits_n`` columns
+    (its slices fit, the whole product does not: None, never), or from its ``oom_from``-th run
+    on (a fuller device at a later sample)."""
+
+    def __init__(self, *args, fits_n=None, oom_from=None, **kw):
+        super().__init__(*args, **kw)
+        self.fits_n, self.oom_from = fits_n, oom_from
+
+    def run(self, p):
+        if (self.fits_n is not None and p.n > self.fits_n) or \
+                (self.oom_from is not None and len(self.runs) + 1 >= self.oom_from):
+            self.runs.append("oom")
+            raise OutOfMemoryError("Out of memory allocating 1,234,567,168 bytes")
+        super().run(p)
+
+
+def test_a_candidate_out_of_device_memory_is_skipped_and_never_stored(fresh_cache, caplog):
+    """Fastest on its slices, it runs out of memory on the whole product: the next one
+    computes it, the entry records why, and a fresh tuner reading the file never runs it."""
+    clock = FakeClock()
+    big = Hungry("big", clock, 0.5e-9, fits_n=10000)
+    honest = Costed("honest", clock, 1e-9)
+    t = clocked([big, honest], clock)
+    a, b = wide()
+    p, _ = engine.as_problem(a, b, None)
+    with caplog.at_level("WARNING", logger="dspk.linalg.tuner"):
+        choice = t.select(p, run=True)
+    assert choice.candidate.name == "honest" and choice.ranking == ["honest"]
+    assert choice.rejected["big"].startswith("on the whole product: out of device memory: "
+                                             "OutOfMemoryError")
+    assert "ran out of device memory" in caplog.text and "the others are tried" in caplog.text
+    np.testing.assert_allclose(p.out.to_array()[0], a.astype(np.float64) @ b, rtol=1e-4,
+                               atol=1e-3)
+    entry = json.loads(cache_path().read_text())["entries"][choice.key]
+    assert entry["ranking"] == ["honest"] and "out of device memory" in entry["rejected"]["big"]
+    runs = len(big.runs)
+    again = clocked([big, honest], clock).select(p, run=True)
+    assert again.candidate.name == "honest" and len(big.runs) == runs
+
+
+def test_a_candidate_out_of_memory_on_its_slice_or_in_a_sample_is_dropped(fresh_cache):
+    clock = FakeClock()
+    never = Hungry("never", clock, 0.3e-9, fits_n=0)            # not even its probe fits
+    later = Hungry("later", clock, 0.5e-9, oom_from=3)          # probe, slice, then no more
+    honest = Costed("honest", clock, 1e-9)
+    choice = clocked([never, later, honest], clock).select(p := engine.as_problem(
+        *wide(), None)[0], run=True)
+    assert choice.candidate.name == "honest" and choice.ranking == ["honest"]
+    assert "out of device memory" in choice.rejected["never"]
+    assert "out of device memory" in choice.rejected["later"] and "oom" in later.runs
+    assert p.out.to_array().any()
+
+
+def test_every_candidate_out_of_memory_stores_nothing_and_says_so(fresh_cache):
+    """Nothing fits: DeviceOutOfMemory (what a job halves its chunk on), no entry stored;
+    thoroughly too."""
+    from dspk.backend import DeviceOutOfMemory, out_of_memory
+
+    clock = FakeClock()
+    cands = [Hungry("h1", clock, 1e-9, fits_n=0), Hungry("h2", clock, 2e-9, fits_n=0)]
+    p, _ = engine.as_problem(*wide(), None)
+    t = clocked(cands, clock)
+    with pytest.raises(DeviceOutOfMemory, match="every candidate failed .*ran out of memory") \
+            as info:
+        t.select(p, run=True)
+    assert out_of_memory(info.value)
+    assert not cache_path().exists() or not json.loads(cache_path().read_text())["entries"]
+    with t.thorough(), pytest.raises(DeviceOutOfMemory):
+        t.select(p, run=True)
+    # a thorough tuning skips one that runs out, as a first use does
+    clock2 = FakeClock()
+    t2 = clocked([Hungry("big", clock2, 0.5e-9, fits_n=0), Costed("ok", clock2, 1e-9)], clock2)
+    with t2.thorough():
+        choice = t2.select(p, run=True)
+    assert choice.candidate.name == "ok" and "out of device memory" in choice.rejected["big"]
+
+
+class HungryOp(Op):
+    """An `Op` whose calls from the ``oom_from``-th on run out of device memory."""
+
+    def __init__(self, clock, cost, oom_from=1, value=1.0):
+        super().__init__(clock, cost, value)
+        self.oom_from = oom_from
+
+    def __call__(self):
+        if self.calls + 1 >= self.oom_from:
+            self.calls += 1
+            raise OutOfMemoryError("Out of memory allocating 512 bytes")
+        return super().__call__()
+
+
+def test_choose_skips_an_implementation_out_of_device_memory(fresh_cache):
+    """Whole operations: a runner out of memory on its first run, on a later sample, or on
+    the whole problem after winning on slices, is rejected and never the choice; when the
+    reference itself runs out, the error goes on (the operation is too big) and nothing is
+    stored."""
+    from dspk.backend import out_of_memory
+
+    clock = FakeClock()
+    t = clocked([], clock)
+    ref, hungry = Op(clock, 1.0), HungryOp(clock, 0.1)
+    name, why, result = t.choose_run(("op", 20), {"ref": ref, "hungry": hungry}, False, same)
+    assert (name, why) == ("ref", "tuned now") and np.array_equal(result, np.ones(4))
+    entry = json.loads(cache_path().read_text())["entries"]["op|20"]
+    assert entry["ranking"] == ["ref"] and "out of device memory" in entry["rejected"]["hungry"]
+    # short runs are sampled again: one that runs out on its second sample is dropped
+    a, b = Op(clock, 1e-4), HungryOp(clock, 0.9e-4, oom_from=2)
+    assert t.choose(("op", 21), {"a": a, "b": b}, False, same) == ("a", "tuned now")
+    assert b.calls == 2 and "out of device memory" in \
+        json.loads(cache_path().read_text())["entries"]["op|21"]["rejected"]["b"]
+    # on slices "fast" wins, then runs out of memory on the whole problem: "slow" computes it
+    whole = {"slow": Op(clock, 0.2, value=1.0), "fast": HungryOp(clock, 0.05)}
+
+    def sliced(fraction):
+        return {"slow": Op(clock, 0.2 * fraction), "fast": Op(clock, 0.05 * fraction)}
+
+    name, why, result = t.choose_run(("op", 22), whole, False, same, sliced=sliced)
+    assert name == "slow" and np.array_equal(result, np.ones(4))
+    entry = json.loads(cache_path().read_text())["entries"]["op|22"]
+    assert entry["ranking"] == ["slow"] and "out of device memory" in entry["rejected"]["fast"]
+    # the reference out of memory: the operation's own error, nothing stored
+    with pytest.raises(OutOfMemoryError) as info:
+        t.choose(("op", 23), {"ref": HungryOp(clock, 1.0), "b": Op(clock, 0.5)}, False, same)
+    assert out_of_memory(info.value)
+    assert "op|23" not in json.loads(cache_path().read_text())["entries"]

@@ -24,7 +24,12 @@ the same way (`Tuner.choose_run` hands the chosen one's result back, saving the 
 
 A candidate that is unavailable for a problem says why and drops out quietly; one that raises
 is rejected with a logged warning naming it (a missing kernel source in an installed package
-must not pass unnoticed).
+must not pass unnoticed). One that runs out of device memory (CuPy's ``OutOfMemoryError``, a
+cuBLAS/cuFFT allocation failure: `dspk.backend.out_of_memory`) is skipped the same way — the
+others are tried, the entry records it as rejected (``"out of device memory: ..."``) and it is
+never the stored choice; when every candidate did, nothing is stored and
+`dspk.backend.DeviceOutOfMemory` says so (a job then halves its chunk, and the keys of the
+smaller chunk are tuned).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
 fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
@@ -71,7 +76,7 @@ from .tuner_timing import (  # noqa: F401
     PROBE_MIN, ROTATE_L2_MULTIPLE, ROTATE_MAX_SETS, SAMPLED_COLS, SKIP_RATIO, SLICE_ALIGN,
     SLICE_SHARE, _aligned, _base, _cut, _cut_dim, _cycling, _dim_size, _macs, _make_probe,
     _median_time, _precision, _probe_for, _probe_values, _rotation, _Sampler, _shape,
-    _slice_for, _warn_failed, log, precision_tolerance, tuning_budget)
+    _slice_for, _warn_failed, log, precision_tolerance, tuning_budget, OUT_OF_MEMORY)
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
            "precision_tolerance"]

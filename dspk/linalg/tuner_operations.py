@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .tuner_cache import TUNED_BRIEF, TUNED_SLICE, TUNED_THOROUGH, _entry
-from .tuner_timing import (CLOSE, MAX_SAMPLES, SKIP_RATIO, SLICE_SHARE, Stopwatch, _median_time,
-                           _warn_failed, log, tuning_budget)
+from ..backend import out_of_memory
+from .tuner_timing import (CLOSE, MAX_SAMPLES, SKIP_RATIO, SLICE_SHARE, Stopwatch, _failed,
+                           _median_time, _none_left, log, tuning_budget)
 
 #: what `Tuner.choose` returns as the result when it computed nothing the caller can keep
 _NOT_RUN = object()
@@ -48,11 +49,10 @@ def choose_thoroughly(key: str, runners: dict[str, Callable[[], Any]], gpu: bool
                 rejected[name] = bad
                 continue
             timings[name] = _median_time(run, gpu, clock=watch.clock) * 1e3
-        except Exception as exc:  # a broken implementation is rejected, not fatal
-            rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(name, key, exc)
+        except Exception as exc:  # a broken implementation (or one that runs out of device
+            rejected[name] = _failed(name, key, exc)     # memory) is rejected, not fatal
     if not timings:
-        raise RuntimeError(f"every implementation failed: {rejected}")
+        raise _none_left(f"every implementation failed: {rejected}", rejected)
     return _entry(timings, rejected, TUNED_THOROUGH)
 
 
@@ -84,15 +84,17 @@ def choose_briefly(key: str, runners: dict[str, Callable[[], Any]], gpu: bool,
                 kept_name, kept = name, result   # the fastest so far: its result is kept
             seconds[name] = t
             result = None
-        except Exception as exc:  # a broken implementation is rejected, not fatal
-            if ref is _NOT_RUN:
-                raise                         # no reference: the operation itself fails
-            rejected[name] = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(name, key, exc)
+        except Exception as exc:  # a broken implementation (or one that runs out of device
+            if ref is _NOT_RUN:       # memory) is rejected, not fatal
+                raise                 # no reference: the operation itself fails (too big)
+            rejected[name] = _failed(name, key, exc)
     ref = None
     if not seconds:
-        raise RuntimeError(f"every implementation failed: {rejected}")
-    _resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1, watch)
+        raise _none_left(f"every implementation failed: {rejected}", rejected)
+    _resample(seconds, {n: runners[n] for n in seconds}, gpu, t0, 1.0, MAX_SAMPLES - 1, watch,
+              rejected, key)
+    if not seconds:
+        raise _none_left(f"every implementation failed: {rejected}", rejected)
     log.debug("dspk tuner: %s: %s ms after %.3g ms", key,
               {n: round(t * 1e3, 3) for n, t in seconds.items()}, (watch.clock() - t0) * 1e3)
     entry = _entry({n: t * 1e3 for n, t in seconds.items()}, rejected, TUNED_BRIEF)
@@ -130,15 +132,14 @@ def choose_on_slices(key: str, runners: dict[str, Callable[[], Any]], gpu: bool,
                     rejected[name] = f"on a slice: {bad}"
                     del seconds[name]
             result = None
-        except Exception as exc:  # a broken implementation is rejected, not fatal
-            if ref is _NOT_RUN:
-                raise                         # no reference: the operation itself fails
+        except Exception as exc:  # a broken implementation (or one that runs out of device
+            if ref is _NOT_RUN:       # memory) is rejected, not fatal
+                raise                 # no reference: the operation itself fails (too big)
             seconds.pop(name, None)
-            rejected[name] = f"failed on a slice: {type(exc).__name__}: {exc}"
-            _warn_failed(name, key, exc)
+            rejected[name] = f"on a slice: {_failed(name, key, exc)}"
     ref = None
     if not seconds:
-        raise RuntimeError(f"every implementation failed: {rejected}")
+        raise _none_left(f"every implementation failed: {rejected}", rejected)
     # the timed runs: a warm-up spoilt by a tuning inside it first (it says nothing), then
     # the fastest; the others while the tuning stays within its cap
     order = sorted(seconds, key=lambda n: (clean[n], seconds[n]))
@@ -147,10 +148,14 @@ def choose_on_slices(key: str, runners: dict[str, Callable[[], Any]], gpu: bool,
         cap = SKIP_RATIO * tuning_budget(best / fraction, gpu)
         if i and clean[name] and watch.clock() - t0 + seconds[name] > cap:
             continue                          # its warm-up sample stands
-        _, t, _ = watch.sample(small[name], gpu)
+        t = _sample_or_drop(name, small[name], gpu, watch, seconds, rejected, key)
+        if t is None:
+            continue
         seconds[name] = t if not clean[name] else min(seconds[name], t)
         clean[name] = True
-    _resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2, watch)
+    _resample(seconds, small, gpu, t0, fraction, MAX_SAMPLES - 2, watch, rejected, key)
+    if not seconds:                           # each ran out of device memory in a sample
+        raise _none_left(f"every implementation failed: {rejected}", rejected)
     log.debug("dspk tuner: %s on %.3g of the problem: %s ms after %.3g ms",
               key, fraction, {n: round(t * 1e3, 3) for n, t in seconds.items()},
               (watch.clock() - t0) * 1e3)
@@ -163,11 +168,15 @@ def choose_on_slices(key: str, runners: dict[str, Callable[[], Any]], gpu: bool,
 
 
 def _resample(seconds: dict[str, float], runs: dict[str, Callable[[], Any]], gpu: bool,
-              t0: float, fraction: float, rounds: int, watch: Stopwatch) -> None:
+              t0: float, fraction: float, rounds: int, watch: Stopwatch,
+              rejected: dict[str, str], key: str) -> None:
     """Up to ``rounds`` more samples of the runners within `CLOSE` of the best, round by
     round, while the budget of the whole operation (the best time / ``fraction``) lasts;
-    each keeps its best sample."""
+    each keeps its best sample (one that runs out of device memory is dropped, with the
+    reason in ``rejected``)."""
     for _ in range(rounds):
+        if len(seconds) < 2:
+            return
         best = min(seconds.values())
         close = sorted((n for n in seconds if seconds[n] <= CLOSE * best), key=seconds.get)
         if len(close) < 2:
@@ -175,8 +184,27 @@ def _resample(seconds: dict[str, float], runs: dict[str, Callable[[], Any]], gpu
         for name in close:
             if watch.clock() - t0 + seconds[name] > tuning_budget(best / fraction, gpu):
                 return
-            _, t, _ = watch.sample(runs[name], gpu)
-            seconds[name] = min(seconds[name], t)
+            t = _sample_or_drop(name, runs[name], gpu, watch, seconds, rejected, key)
+            if t is not None:
+                seconds[name] = min(seconds[name], t)
+
+
+def _sample_or_drop(name: str, run: Callable[[], Any], gpu: bool, watch: Stopwatch,
+                    seconds: dict[str, float], rejected: dict[str, str],
+                    key: str) -> float | None:
+    """One more timed sample of runner ``name`` (seconds); None when it ran out of device
+    memory (a copy made in this sample, a fuller device than at its first run): it is then
+    dropped from ``seconds`` and rejected (never the choice for the key). Any other error
+    goes on."""
+    try:
+        _, t, _ = watch.sample(run, gpu)
+        return t
+    except Exception as exc:
+        if not out_of_memory(exc):
+            raise
+        seconds.pop(name, None)
+        rejected[name] = _failed(name, key, exc)
+    return None
 
 
 def check_whole(key: str, entry: dict, runners: dict[str, Callable[[], Any]], gpu: bool,
@@ -189,8 +217,20 @@ def check_whole(key: str, entry: dict, runners: dict[str, Callable[[], Any]], gp
     checked against the winner's result, and the faster of the two is the choice and the
     result. Both runs are in this first call, so every later call runs the same choice
     (the same bits). Returns (the entry with ``whole_ms``, the chosen runner's result)."""
-    name = entry["ranking"][0]
-    result, seconds, clean = watch.sample(runners[name], gpu)
+    ranking = list(entry["ranking"])
+    while True:
+        name = ranking[0]
+        try:
+            result, seconds, clean = watch.sample(runners[name], gpu)
+            break
+        except Exception as exc:
+            # the winner on its slice may need more device memory than is left for the
+            # whole problem: the next one computes it (the last one's error goes on)
+            if not out_of_memory(exc) or len(ranking) == 1:
+                raise
+            entry["rejected"][name] = f"on the whole problem: {_failed(name, key, exc)}"
+            ranking.pop(0)
+    entry["ranking"] = ranking
     if not clean:                             # a tuning ran inside: no measure of it
         return entry, result
     whole = {name: seconds * 1e3}
@@ -207,10 +247,9 @@ def check_whole(key: str, entry: dict, runners: dict[str, Callable[[], Any]], gp
                 if t < seconds:
                     result = other
             other = None
-        except Exception as exc:  # a broken implementation is rejected, not fatal
-            entry["rejected"][rival] = (f"failed on the whole problem: "
-                                        f"{type(exc).__name__}: {exc}")
-            _warn_failed(rival, key, exc)
+        except Exception as exc:  # a broken implementation (or one that runs out of device
+            # memory) is rejected, not fatal
+            entry["rejected"][rival] = f"on the whole problem: {_failed(rival, key, exc)}"
     entry["whole_ms"] = {n: round(v, 6) for n, v in whole.items()}
     entry["ranking"] = sorted(whole, key=whole.get) + \
         [n for n in entry["ranking"] if n not in whole and n not in entry["rejected"]]

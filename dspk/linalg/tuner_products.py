@@ -41,11 +41,12 @@ from typing import Any, Callable
 
 from .problem import Candidate, Problem, prepared
 from .tuner_cache import TUNED_BRIEF, TUNED_SLICE, TUNED_THOROUGH, _entry
+from ..backend import out_of_memory
 from .tuner_timing import (CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, SAMPLED_COLS, SKIP_RATIO,
                            SLICE_SHARE, NonFiniteOperands, Stopwatch, _cut_dim, _cycling,
-                           _macs, _make_probe,
-                           _median_time, _precision, _probe_for, _rotation, _Sampler, _shape,
-                           _slice_for, _warn_failed, log, tuning_budget)
+                           _failed, _macs, _make_probe, _median_time, _none_left, _precision,
+                           _probe_for, _rotation, _Sampler, _shape, _slice_for, log,
+                           tuning_budget)
 
 
 @dataclass
@@ -103,11 +104,10 @@ def tune_thoroughly(p: Problem, usable: list[Candidate], rejected: dict[str, str
                 continue
             timings[c.name] = _median_time(_cycling(c, rotation), p.gpu,
                                            clock=watch.clock) * 1e3
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(c.name, key, exc)
+        except Exception as exc:  # a candidate that breaks (or runs out of memory) is
+            rejected[c.name] = _failed(c.name, key, exc)       # rejected, not fatal
     if not timings:
-        raise RuntimeError(f"every candidate failed for this product: {rejected}")
+        raise _none_left(f"every candidate failed for this product: {rejected}", rejected)
     return _entry(timings, rejected, TUNED_THOROUGH), False
 
 
@@ -162,8 +162,10 @@ def tune_on_first_use(p: Problem, usable: list[Candidate], rejected: dict[str, s
             _first_trial(c, p, state, rejected, key, False, watch)
     trials = state.trials
     if not trials:
-        raise RuntimeError(f"every candidate failed for this product: {rejected}")
-    _more_samples(trials, gpu, state, watch)
+        raise _none_left(f"every candidate failed for this product: {rejected}", rejected)
+    _more_samples(trials, gpu, state, rejected, key, watch)
+    if not trials:                            # each ran out of device memory in a sample
+        raise _none_left(f"every candidate failed for this product: {rejected}", rejected)
     ranking = sorted(trials, key=lambda n: trials[n].estimate)
     log.debug("dspk tuner: ranking %s after %.3g ms (samples %s)", ranking,
               (clock() - t0) * 1e3, {n: t.samples for n, t in trials.items()})
@@ -231,23 +233,26 @@ def _first_trial(c: Candidate, q: Problem, state: _FirstUse, rejected: dict[str,
                   seconds / share * 1e3, _shape(p), (watch.clock() - state.t0) * 1e3)
     except NonFiniteOperands:                 # the data's, not the candidate's: see _tune
         raise
-    except Exception as exc:  # a candidate that breaks is rejected, not fatal
-        rejected[c.name] = f"failed: {type(exc).__name__}: {exc}"
-        _warn_failed(c.name, key, exc)
+    except Exception as exc:  # a candidate that breaks (or runs out of memory) is rejected,
+        rejected[c.name] = _failed(c.name, key, exc)         # not fatal
     return None
 
 
 def _more_samples(trials: dict[str, _Trial], gpu: bool, state: _FirstUse,
-                  watch: Stopwatch) -> None:
+                  rejected: dict[str, str], key: str, watch: Stopwatch) -> None:
     """More samples while the budget lasts, each trial keeping its best (the minimum is
     what a loaded machine's noise leaves least biased): a second one for every candidate
     (a first sample can be spoilt by another process's burst), then rounds over those
     within `CLOSE` of the best. Cheaper samples first. On the GPU a sample repeats a
-    short run to 0.2 ms and cycles through copies of small operands (`_rotation`)."""
+    short run to 0.2 ms and cycles through copies of small operands (`_rotation`). A
+    candidate that runs out of device memory in a sample is dropped (``rejected``): it is
+    never the choice for the key."""
     if len(trials) < 2:
         return
     calls: dict[str, tuple[Callable[[], Any], int]] = {}
     for round_ in range(MAX_SAMPLES - 1):
+        if len(trials) < 2:
+            return
         best = min(t.estimate for t in trials.values())
         budget = tuning_budget(best, gpu)
         names = [n for n, t in trials.items() if round_ == 0 or t.estimate <= CLOSE * best]
@@ -263,7 +268,15 @@ def _more_samples(trials: dict[str, _Trial], gpu: bool, state: _FirstUse,
             call, reps = calls[name]
             if watch.clock() - state.t0 + t.seconds * reps > budget:
                 return
-            t.seconds = min(t.seconds, watch.seconds(call, gpu, reps))
+            try:
+                t.seconds = min(t.seconds, watch.seconds(call, gpu, reps))
+            except Exception as exc:
+                if not out_of_memory(exc):
+                    raise
+                rejected[name] = _failed(name, key, exc)
+                del trials[name], calls[name]
+                state.wrote = None            # (p.out may hold a part of its failed run)
+                continue
             t.samples += 1
             state.wrote = name if t.q is state.p else None
 
@@ -286,11 +299,12 @@ def _whole_check_product(p: Problem, ranking: list[str], trials: dict[str, _Tria
         sampler.poison()
         t = watch.seconds(prepared(trials[rival].candidate, p), p.gpu)
         bad = sampler.check_result()
-    except Exception as exc:  # a candidate that breaks is rejected, not fatal
-        bad = f"failed: {type(exc).__name__}: {exc}"
-        _warn_failed(rival, key, exc)
+        if bad:
+            bad = f"wrong result on the whole product: {bad}"
+    except Exception as exc:  # a candidate that breaks (or runs out of memory) is rejected
+        bad = f"on the whole product: {_failed(rival, key, exc)}"
     if bad:
-        rejected[rival] = f"wrong result on the whole product: {bad}"
+        rejected[rival] = bad
         ranking = [n for n in ranking if n != rival]
     else:
         whole[rival] = t * 1e3
@@ -323,11 +337,13 @@ def _run_checked(p: Problem, ranking: list[str], trials: dict[str, _Trial],
             else:
                 seconds = watch.seconds(call, False)
             bad = sampler.check_result()
-        except Exception as exc:  # a candidate that breaks is rejected, not fatal
-            bad = f"failed: {type(exc).__name__}: {exc}"
-            _warn_failed(name, key, exc)
+            if bad:
+                bad = f"wrong result on the whole product: {bad}"
+        except Exception as exc:  # a candidate that breaks (or runs out of memory: the
+            # whole product needs more than its slice did) is rejected, the next one runs
+            bad = f"on the whole product: {_failed(name, key, exc)}"
         if not bad:
             return ranking, True, seconds
-        rejected[name] = f"wrong result on the whole product: {bad}"
+        rejected[name] = bad
         ranking.pop(0)
-    raise RuntimeError(f"every candidate failed for this product: {rejected}")
+    raise _none_left(f"every candidate failed for this product: {rejected}", rejected)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import cupy_module
+from ..backend import DeviceOutOfMemory, cupy_module, out_of_memory
 from .host_checks import fill_rows, read_cols, read_matrix, read_rows
 from .problem import Candidate, Problem, prepared
 from .threads import single_threaded_blas
@@ -45,6 +45,38 @@ log = logging.getLogger("dspk.linalg.tuner")
 def _warn_failed(name: str, key: str, exc: Exception) -> None:
     log.warning("dspk tuner: candidate %s raised %s: %s; rejected for %s", name,
                 type(exc).__name__, exc, key)
+
+
+#: how an entry records a candidate rejected because the device ran out of memory running it
+OUT_OF_MEMORY = "out of device memory"
+
+
+def _failed(name: str, key: str, exc: Exception) -> str:
+    """Why a candidate (or an operation's implementation) that raised ``exc`` while tuned for
+    ``key`` is rejected, said in the log. One that ran out of device memory
+    (`dspk.backend.out_of_memory`: CuPy's ``OutOfMemoryError``, a cuBLAS/cuFFT allocation
+    failure) needs more memory than the device has left at this size: it is skipped, the
+    others are tried, and it is never the choice stored for the key (the entry records
+    it as rejected, `OUT_OF_MEMORY`). Any other error is a warning naming the candidate (a
+    missing kernel source in an installed package must not pass unnoticed)."""
+    if out_of_memory(exc):
+        said = (str(exc).splitlines() or [""])[0][:120] or type(exc).__name__
+        log.warning("dspk tuner: candidate %s ran out of device memory (%s); skipped for %s, "
+                    "the others are tried", name, said, key)
+        return f"{OUT_OF_MEMORY}: {type(exc).__name__}: {said}"
+    _warn_failed(name, key, exc)
+    return f"failed: {type(exc).__name__}: {exc}"
+
+
+def _none_left(message: str, rejected: dict[str, str]) -> Exception:
+    """The error to raise when no candidate is left (``message`` says for what, with
+    ``rejected``): `dspk.backend.DeviceOutOfMemory` when one of them ran out of device memory
+    (a smaller problem may fit: a job halves its chunk on it), else RuntimeError. Nothing is
+    stored for the key either way."""
+    if any(OUT_OF_MEMORY in str(why) for why in rejected.values()):
+        return DeviceOutOfMemory(f"{message} (the device ran out of memory: a smaller "
+                                 f"problem may fit)")
+    return RuntimeError(message)
 
 
 # -- first-use tuning: what it may cost ------------------------------------------------------------

@@ -52,6 +52,7 @@ Examples
 from . import registry  # noqa: F401
 from .errors import PipelineError
 from .job import Job, JobInterrupted
+from .lock import LockedError
 from .outputs import Output, register_output
 from .pipeline import FIT_CHUNK_S, FIT_CHUNKS, Pipeline, fit_spans, preprocess
 from .peaks import detect_peaks
@@ -66,12 +67,9 @@ from .steps import (BadChannels, BandPass, ButterBandPass, Decimate, HighPass, M
 #: snapshot at import: `dspk.pipeline.registry.stage_classes` gives the current ones
 STEP_TYPES = registry.stage_classes()
 
-__all__ = ["Pipeline", "Decimate", "ButterBandPass", "Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass",
-           "BadChannels",
-           "SpatialHighpass", "Reference",
-           "Whiten", "Motion", "Detect", "preprocess", "PipelineError", "Job", "JobInterrupted",
-           "Step",
-           "Sink", "Stage", "Context",
-           "FitBlocks", "Table", "Option", "register", "fit_spans", "FIT_CHUNKS",
-           "FIT_CHUNK_S", "NEEDS", "Need", "check_needs", "detect_peaks", "Output",
-           "register_output"]
+__all__ = ["Pipeline", "Decimate", "ButterBandPass", "Saturation", "RemoveArtifacts",
+           "PhaseShift", "HighPass", "BandPass", "BadChannels", "SpatialHighpass", "Reference",
+           "Whiten", "Motion", "Detect", "preprocess", "PipelineError", "LockedError", "Job",
+           "JobInterrupted", "Step", "Sink", "Stage", "Context", "FitBlocks", "Table", "Option",
+           "register", "fit_spans", "FIT_CHUNKS", "FIT_CHUNK_S", "NEEDS", "Need", "check_needs",
+           "detect_peaks", "Output", "register_output"]

@@ -454,13 +454,22 @@ class Job:
         """The chunks from `done` to ``stop``; a GPU job whose device runs out of memory
         frees its pools and goes on from the last committed chunk with half the chunk
         (`GpuMemory.smaller`: the output does not depend on it), down to a floor."""
+        self._shrinking(lambda: self._chunks(range(self.done, stop, self.chunk), stop, origin,
+                                             bar, on_chunk))
+
+    def _shrinking(self, attempt: Callable[[], None],
+                   goes_on: str = "the job goes on from its last written chunk") -> None:
+        """``attempt()`` with `chunk` sized to the device's memory (`GpuMemory.fit_chunk`),
+        and again with half of it each time the device runs out of memory (`GpuMemory.
+        smaller`, its pools freed first), down to the floor: the chunk loop's, and a
+        rehearsal's (the tuner's decisions taken at the chunk the job will run)."""
         self.chunk = self.gpu.fit_chunk(self.chunk)
         while True:
             try:
-                self._chunks(range(self.done, stop, self.chunk), stop, origin, bar, on_chunk)
+                attempt()
                 return
             except Exception as exc:
-                smaller = self.gpu.smaller(self.chunk, exc)
+                smaller = self.gpu.smaller(self.chunk, exc, goes_on)
                 if smaller is None:
                     raise
             # out of the except block: the failed chunk's arrays (held by the error's
@@ -646,6 +655,9 @@ class Job:
     def rehearse(self) -> None:
         """A full chunk and the last, shorter one through every stage, as a job computes
         them (the same shapes: the same tuner decisions), writing nothing (`Pipeline.tune`).
+        A GPU job's chunk is first sized to the device's memory and halved when the device
+        runs out, as the job's own loop does (`dspk.pipeline.stream.GpuMemory`): the tuner
+        decides for the chunks the job will run.
 
         Examples
         --------
@@ -656,12 +668,18 @@ class Job:
         """
         rec, p = self.rec, self.pipeline
         n, fs = rec.n_samples, rec.fs
-        chunk = min(n, self.chunk)
-        last = n - (n - 1) // chunk * chunk
         run = p.prepare(Context.of(rec, self.xp, p.dtype))
         m = p.margin(fs)
-        for s0, s1 in sorted({(0, chunk), (n - last, n)}):
-            run.rows(run.compute(read_block(rec, s0, s1, m), s0, s1, m), s0, s1, m)
+
+        def rehearsal() -> None:
+            chunk = min(n, self.chunk)
+            last = n - (n - 1) // chunk * chunk
+            for s0, s1 in sorted({(0, chunk), (n - last, n)}):
+                run.rows(run.compute(read_block(rec, s0, s1, m), s0, s1, m), s0, s1, m)
+
+        # a GPU's chunk as the job's loop will have it: sized to the device's memory, and
+        # halved when the device runs out (the tuner's keys are those of the chunks it runs)
+        self._shrinking(rehearsal, "the rehearsal goes on")
 
     # -- the chunk loop --------------------------------------------------------------------------
     def _chunks(self, starts: range, end: int, origin: int, bar: Any,

@@ -53,7 +53,10 @@ _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 class LockedError(PipelineError):
     """Another job holds the output's lock: the message names it (pid, host, start time)
-    and the lock file.
+    and the lock file. Raised by `dspk.pipeline.Pipeline.run` (and every job) before any
+    work; importable as ``dspk.pipeline.LockedError``. A `PipelineError`, so code that
+    catches that catches this too; catch it first to wait for, or skip, an output that
+    another job is writing.
 
     Parameters
     ----------
@@ -61,10 +64,23 @@ class LockedError(PipelineError):
 
     Examples
     --------
-    >>> from dspk.pipeline.lock import LockedError
-    >>> from dspk.pipeline import PipelineError
+    >>> import os, tempfile
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline import LockedError, PipelineError
+    >>> from dspk.pipeline.lock import OutputLock
     >>> issubclass(LockedError, PipelineError)
     True
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = os.path.join(tmp.name, "o.h5")
+    >>> rec = dspk.open_recording(np.zeros((3000, 2), np.float32), fs=30000.0)
+    >>> p = dspk.Pipeline.from_options(whiten=None)
+    >>> with OutputLock(out + ".lock"):           # as another job on o.h5 would hold it
+    ...     try:
+    ...         p.run(rec, out, progress=False)
+    ...     except LockedError as exc:
+    ...         print("skipped:", "another job is writing it" in str(exc))
+    skipped: True
+    >>> tmp.cleanup()
     """
 
 

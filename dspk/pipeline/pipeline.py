@@ -497,6 +497,14 @@ class Pipeline:
         Pipeline
             This pipeline, fitted.
 
+        Raises
+        ------
+        dspk.backend.DeviceOutOfMemory
+            A GPU fit that ran out of device memory with its chunks held on the device, and
+            again with them held on the host (`dspk.pipeline.prepared.fitted_states`): the
+            message says which option to change (fewer or shorter chunks: ``n_chunks``,
+            ``chunk_s``).
+
         Examples
         --------
         >>> import numpy as np, dspk

@@ -19,11 +19,16 @@ array([[ 0.5, -0.5],
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator, Sequence
 
+from ..argnames import arg
+from ..backend import DeviceOutOfMemory, free_device_memory, out_of_memory, to_numpy
 from ..finite import check_finite, checked
 from .stage import Context, FitBlocks, Sink, Step
 from .stream import device_read_ahead
+
+log = logging.getLogger("dspk.pipeline")
 
 __all__ = ["PreparedPipeline", "fitted_states", "pass_blocks", "PASS_CHUNK_S"]
 
@@ -169,6 +174,14 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
     as they were just fitted. Stages that fit nothing keep their state; nothing is read when
     no stage fits, or when those that fit do not read blocks (`Stage.reads_blocks`).
 
+    The fit chunks are held on the device while the stages fit. When the device runs out of
+    memory (`dspk.backend.out_of_memory`: a GPU fit of many channels under a memory limit),
+    its pools are freed and the fit is made again on the same chunks held on the host, each
+    moved to the device as a stage reads it (said in the log): a stage that reads them one
+    at a time (whitening, a reference, bad channels) then holds one on the device, not all.
+    When that runs out too, `dspk.backend.DeviceOutOfMemory` says what ran out and which
+    option to change.
+
     Parameters
     ----------
     stages : sequence of Stage
@@ -206,31 +219,89 @@ def fitted_states(stages: Sequence[Any], states: Sequence[dict], ctx: Context,
             out[k] = stages[k].fit(FitBlocks([], margins[k]), ctx)
         return out
     with checked():     # blocks read by the recording (checked) and put through the steps
-        return _fit_blocks(stages, out, ctx, spans, fitting, margins)
+        return _fit_within_memory(stages, out, ctx, spans, fitting, margins)
+
+
+def _fit_within_memory(stages: Sequence[Any], out: list, ctx: Context, spans: Sequence[tuple],
+                       fitting: list, margins: list) -> list:
+    """`_fit_blocks` with the chunks on the device; when the device runs out of memory, its
+    pools freed, again with the chunks on the host; `DeviceOutOfMemory` when that runs out
+    too (see `fitted_states`)."""
+    said = ""
+    for on_host in (False, True):
+        if on_host:
+            # out of the except block: the failed fit's arrays are gone, and the pools can
+            # give their memory back
+            free_device_memory(ctx.xp)
+        try:
+            return _fit_blocks(stages, [dict(st) for st in out], ctx, spans, fitting, margins,
+                               on_host)
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            said = (str(exc).splitlines() or [""])[0][:120] or type(exc).__name__
+        if not on_host:
+            log.warning("the device ran out of memory fitting on %d chunks held on it (%s); "
+                        "its pools freed, fitting again with them on the host, each moved to "
+                        "the device as a stage reads it (the same chunks)", len(spans), said)
+    free_device_memory(ctx.xp)
+    raise DeviceOutOfMemory(_fit_out_of_memory(stages, fitting, ctx, spans, said))
+
+
+def _fit_out_of_memory(stages: Sequence[Any], fitting: list, ctx: Context,
+                       spans: Sequence[tuple], said: str) -> str:
+    """What `DeviceOutOfMemory` says when the fit ran out of device memory for good: what
+    was fitted on what, and what to change (the options spelled as the user passes them)."""
+    from .pipeline import FIT_CHUNK_S, FIT_CHUNKS   # noqa: PLC0415 (it imports this module)
+
+    names = ", ".join(type(stages[k]).__name__ for k in fitting)
+    longest = max(s1 - s0 for s0, s1 in spans)
+    return (f"the device ran out of memory fitting {names} on {len(spans)} fit chunks of "
+            f"{longest / ctx.fs:.3g} s of {ctx.n_channels} channels, even with the chunks "
+            f"held on the host ({said}): "
+            f"free device memory (other processes), give the job more where it was capped "
+            f"({arg('gpu_memory')}), fit on fewer or shorter chunks (in Python: "
+            f"Pipeline.fit(recording, n_chunks=, chunk_s=), then run the fitted pipeline; "
+            f"default {FIT_CHUNKS} chunks of {FIT_CHUNK_S:g} s), or compute on the CPU "
+            f"({arg('backend', 'cpu')})")
 
 
 def _fit_blocks(stages: Sequence[Any], out: list, ctx: Context, spans: Sequence[tuple],
-                fitting: list, margins: list) -> list:
-    """`fitted_states` of stages that read blocks: ``out`` completed."""
-    rec, fs = ctx.recording, ctx.fs
+                fitting: list, margins: list, on_host: bool = False) -> list:
+    """`fitted_states` of stages that read blocks: ``out`` completed. With ``on_host`` the
+    blocks are kept on the host between the steps and each moved to the device when used:
+    one block at a time on the device, except where a stage's fit gathers them."""
+    rec, fs, xp = ctx.recording, ctx.fs, ctx.xp
+
+    def keep(b: Any) -> Any:
+        return to_numpy(b) if on_host else b
+
+    def device(b: Any) -> Any:
+        return xp.asarray(b) if on_host else b
+
     m = sum(margins)
     first, last = fitting[0], fitting[-1]
     # the steps before the first stage that fits, chunk by chunk as the reads arrive; the
     # blocks keep their width (the chunk and m samples each side), as a job computes them
     head = PreparedPipeline(stages, out, ctx, upto=first)
-    blocks = [head.compute(raw, s0, s1, m)
-              for (s0, s1), raw in zip(spans, device_read_ahead(rec, list(spans), m, ctx.xp))]
+    blocks = [keep(head.compute(raw, s0, s1, m))
+              for (s0, s1), raw in zip(spans, device_read_ahead(rec, list(spans), m, xp))]
     for k in range(first, last + 1):
         stage = stages[k]
         if stage.fitted:     # the stages before it took their margins: its own is exact
             cut = m - margins[k]
             halo = stage.fit_pass(fs)
             stream = () if halo is None else pass_blocks(stages[:k], out[:k], ctx, halo)
-            out[k] = stage.fit(FitBlocks([b[:, cut:b.shape[1] - cut] for b in blocks],
-                                         margins[k], stream), ctx)
+            if on_host:      # (cut on the device: the layout of the blocks it fits on)
+                fit_blocks = FitBlocks(blocks, margins[k], stream,
+                                       load=lambda b, c=cut: device(b)[:, c:b.shape[1] - c])
+            else:
+                fit_blocks = FitBlocks([b[:, cut:b.shape[1] - cut] for b in blocks],
+                                       margins[k], stream)
+            out[k] = stage.fit(fit_blocks, ctx)
         if k < last and isinstance(stage, Step):
             one = PreparedPipeline([stage], [out[k]], ctx)
-            blocks = [one._apply(b, s0 - m, rec.n_samples)
+            blocks = [keep(one._apply(device(b), s0 - m, rec.n_samples))
                       for (s0, _), b in zip(spans, blocks)]
     return out
 

@@ -504,6 +504,11 @@ class FitBlocks(Sequence):
         the recording, each block through the steps before the stage, with the context the
         stage asked for on each side (zeros outside the recording); computed as it is
         iterated (once). Empty for a stage that asks for no pass.
+    load : callable, optional
+        ``load(item)``: the block of each item of ``blocks``, made when it is read (indexed
+        or iterated). A fit whose device ran out of memory holding every chunk keeps them on
+        the host and moves each to the device as the stage reads it
+        (`dspk.pipeline.prepared.fitted_states`); a stage iterating them holds one at a time.
 
     Examples
     --------
@@ -512,21 +517,31 @@ class FitBlocks(Sequence):
     >>> fb = FitBlocks([np.arange(10.0)[None]], halo=2)
     >>> len(fb), [b.tolist() for b in fb.inner()]
     (1, [[[2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]])
+    >>> FitBlocks([np.arange(4.0)[None]], halo=0, load=lambda b: 2 * b)[0].tolist()
+    [[0.0, 2.0, 4.0, 6.0]]
     """
 
-    def __init__(self, blocks: Sequence[Any], halo: int, stream: Iterable = ()) -> None:
+    def __init__(self, blocks: Sequence[Any], halo: int, stream: Iterable = (),
+                 load: Callable[[Any], Any] | None = None) -> None:
         self._blocks = list(blocks)
         self.halo = int(halo)
         self.stream = stream
+        self._load = load
 
     def __getitem__(self, i: Any) -> Any:
-        return self._blocks[i]
+        if self._load is None:
+            return self._blocks[i]
+        if isinstance(i, slice):
+            return [self._load(b) for b in self._blocks[i]]
+        return self._load(self._blocks[i])
 
     def __len__(self) -> int:
         return len(self._blocks)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._blocks)
+        if self._load is None:
+            return iter(self._blocks)
+        return (self._load(b) for b in self._blocks)
 
     def inner(self) -> Iterable[Any]:
         """The blocks without their halo: the fit chunks' own samples.
@@ -539,4 +554,4 @@ class FitBlocks(Sequence):
         [(2, 7)]
         """
         h = self.halo
-        return (b[:, h:b.shape[1] - h] for b in self._blocks)
+        return (b[:, h:b.shape[1] - h] for b in self)

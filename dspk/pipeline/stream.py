@@ -15,7 +15,6 @@ Examples
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -26,7 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..backend import array_module, pinned_empty, to_numpy
+from ..backend import (array_module, free_device_memory, out_of_memory, pinned_empty,
+                       to_numpy)
 from ..io import Recording, to_uv
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_COMPRESSED", "ahead", "read_ahead", "read_block", "quantize",
@@ -435,35 +435,8 @@ class ChunkStream:
 
 
 # -- device memory ---------------------------------------------------------------------------------
-_OOM_WORDS = ("out of memory", "cudaerrormemoryallocation", "alloc_failed")
-
-
-def out_of_memory(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or an error it was raised from) says the device ran out of memory:
-    CuPy's ``OutOfMemoryError``, or a CUDA, cuBLAS or cuFFT allocation failure.
-
-    Parameters
-    ----------
-    exc : BaseException or None
-
-    Examples
-    --------
-    >>> from dspk.pipeline.stream import out_of_memory
-    >>> class OutOfMemoryError(MemoryError):
-    ...     pass
-    >>> out_of_memory(OutOfMemoryError("2 GiB")), out_of_memory(ValueError("a NaN"))
-    (True, False)
-    """
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if any(t.__name__ == "OutOfMemoryError" for t in type(exc).__mro__):
-            return True
-        if not isinstance(exc, (ValueError, KeyError, TypeError)) and \
-                any(w in str(exc).lower() for w in _OOM_WORDS):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+# what says the device ran out of memory (`out_of_memory`) lives in dspk.backend, below the
+# tuner, which skips a candidate that runs out; it stays importable from here
 
 
 class GpuMemory:
@@ -551,7 +524,8 @@ class GpuMemory:
                     chunk, budget / 1e6, " (gpu_memory, --gpu-memory)" if self.cap else "")
         return fits
 
-    def smaller(self, chunk: int, exc: BaseException) -> int | None:
+    def smaller(self, chunk: int, exc: BaseException,
+                goes_on: str = "the job goes on from its last written chunk") -> int | None:
         """After ``exc`` stopped the chunk loop: half the chunk (not below `floor`) when
         ``exc`` says the device ran out of memory (said in the log; the caller frees the
         pools with `free` once the failed chunk's arrays are gone); None when it did not, or
@@ -561,6 +535,8 @@ class GpuMemory:
         ----------
         chunk : int
         exc : BaseException
+        goes_on : str
+            What the log says goes on with the smaller chunk.
         """
         if not self.enabled or not out_of_memory(exc):
             return None
@@ -571,19 +547,16 @@ class GpuMemory:
             return None
         new = max(self.floor, chunk // 2)
         log.warning("the device ran out of memory with chunks of %d samples (%s); its pools "
-                    "freed, the job goes on from its last written chunk with chunks of %d "
-                    "samples (%.3f s; the output does not depend on it)", chunk,
-                    str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__, new,
-                    new / self.fs)
+                    "freed, %s with chunks of %d samples (%.3f s; the output does not depend "
+                    "on it)", chunk,
+                    str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__,
+                    goes_on, new, new / self.fs)
         return new
 
     def free(self) -> None:
         """Give CuPy's unused pooled device and pinned memory back (a GPU job), after a
         garbage collection (arrays held by reference cycles go first)."""
-        if getattr(self.xp, "__name__", "") == "cupy":
-            gc.collect()
-            self.xp.get_default_memory_pool().free_all_blocks()
-            self.xp.get_default_pinned_memory_pool().free_all_blocks()
+        free_device_memory(self.xp)
 
     @contextmanager
     def capped(self) -> Iterator[None]:

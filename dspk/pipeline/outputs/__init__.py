@@ -16,7 +16,8 @@ Examples
 """
 
 from .base import (LAYOUTS, OUTPUT_DTYPES, Output, check_output_options, chunk_samples,
-                   formats, int16_scale, output_class, register_output, unregister_output)
+                   formats, int16_scale, output_class, read_files, register_output,
+                   unregister_output)
 from .partial import FolderOutput, PartialOutput
 # each module registers its format when imported: this order is the order of `formats`
 from .hdf5 import HDF5Output, TraceOutput
@@ -32,4 +33,5 @@ __all__ = ["Output", "register_output", "unregister_output", "output_class", "fo
            "SpanOutput", "PeaksOutput", "ZarrOutput", "RawTracesOutput", "TraceOutput",
            "write_traces",
            "OUTPUT_DTYPES", "LAYOUTS", "check_output_options", "int16_scale", "chunk_samples",
-           "KILOSORT_BINARY", "KILOSORT_FILES", "KILOSORT_STEPS_PER_SD", "DETECT_FILES"]
+           "read_files", "KILOSORT_BINARY", "KILOSORT_FILES", "KILOSORT_STEPS_PER_SD",
+           "DETECT_FILES"]

@@ -318,7 +318,12 @@ class Output:
         if self.files is not None:
             folder = self.target == "folder"
             self._check_inputs(rec, folder)
-            self._check_read_files(read_files(inputs), folder)
+            self.check_read(inputs)
+            files = self.files
+            if files.lock.exists() and _not_regular(files.lock) is not None:
+                raise PipelineError(f"{files.lock}: is not a regular file ("
+                                    f"{_not_regular(files.lock)}); a job keeps its lock "
+                                    f"there: remove it or name another output")
             (self._check_folder if folder else self._check_file)()
             out = self.out
             # a folder "." has no name of its own: its parent is the absolute one's
@@ -348,11 +353,46 @@ class Output:
                     raise PipelineError(f"{files.out}: is {what} ({f}); the input's files are "
                                         f"never written, with --overwrite or without")
 
-    def _check_read_files(self, named: dict, folder: bool) -> None:
+    def check_read(self, inputs: Any) -> None:
+        """Refuse OUT when it is, or (a folder) holds, any other file the job reads —
+        ``inputs``: a probe file, a sidecar, a file named by an option — or when one of them
+        is a file the job writes beside OUT (``OUT.partial``, its progress record, its lock),
+        with ``overwrite`` or without. The part of `check` that needs no recording: a caller
+        that starts many jobs (`dspk.dask.preprocess_many`) refuses them all with it before
+        any starts, and each job checks again (`check`).
+
+        Parameters
+        ----------
+        inputs : mapping or sequence of paths, optional
+            The files (`read_files`): ``{"--probe": "probe.json"}`` names each by its option
+            in the message; a sequence names them "an input".
+
+        Raises
+        ------
+        PipelineError
+            Naming the option and the file.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from dspk.pipeline.outputs import output_class
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> out = output_class("hdf5")(os.path.join(tmp.name, "o.h5"), overwrite=True)
+        >>> out.check_read({"--probe": os.path.join(tmp.name, "p.json")})     # accepted
+        >>> out.check_read({"--probe": os.path.join(tmp.name, "o.h5.progress.json")})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dspk.pipeline.PipelineError: --probe: ... is o.h5.progress.json beside OUT ...
+        >>> tmp.cleanup()
+        """
         files = self.files
+        if files is None:                       # an output kept in memory: no file to be
+            return
+        folder = self.target == "folder"
         own = (files.out, files.partial, files.lock) if folder else \
             (files.out, files.partial, files.progress, files.lock)
-        for option, paths in named.items():
+        for option, paths in read_files(inputs).items():
             for f in paths:
                 for path in own:
                     if (_inside(f, path) if folder else _same_file(f, path)):
@@ -361,10 +401,6 @@ class Output:
                             f"{option}: {f} is {'in ' if folder else ''}{what} ({path}); the "
                             f"files a job reads are never written, with "
                             f"{arg('overwrite', True)} or without: name another output")
-        if files.lock.exists() and _not_regular(files.lock) is not None:
-            raise PipelineError(f"{files.lock}: is not a regular file ("
-                                f"{_not_regular(files.lock)}); a job keeps its lock there: "
-                                f"remove it or name another output")
 
     def _check_file(self) -> None:
         files = self.files
