@@ -261,7 +261,7 @@ def lfp_rows(x: np.ndarray, geom: np.ndarray, backend: str, repeats: int, notes:
     case = "IBL destripe_lfp's chain (band-pass, phase shift, median), 20 s at 2.5 kHz"
     first, med = timed(lambda: destripe_lfp(lf, fs=LFP_FS, h=h), repeats)
     ref = destripe_lfp(lf.astype(np.float64), fs=LFP_FS, h=h)
-    rows.append(dict(case=case, impl=f"ibl-neuropixel destripe_lfp (cpu)", first_ms=first,
+    rows.append(dict(case=case, impl="ibl-neuropixel destripe_lfp (cpu)", first_ms=first,
                      median_ms=med, rel=None, peer=True, seconds=LFP_SECONDS))
 
     def ours():

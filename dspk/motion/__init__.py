@@ -40,8 +40,8 @@ from .registration import (activity_raster, pairwise_displacement, registration_
 # the public names' home (tracebacks print "dspk.motion.MotionError")
 MotionError.__module__ = "dspk.motion"
 
-__all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "kriging_matrix", "keep_white",
-           "localize", "shank_labels", "to_spikeinterface", "activity_raster",
+__all__ = ["Motion", "MotionError", "estimate", "correct", "Correction", "kriging_matrix",
+           "keep_white", "localize", "shank_labels", "to_spikeinterface", "activity_raster",
            "spatial_windows", "pairwise_displacement", "registration_weights",
            "solve_displacement", "SpikeSurvey", "pass_margin", "BORDERS",
            "MIN_SPIKES_PER_BIN", "window_scale"]

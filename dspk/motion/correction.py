@@ -47,9 +47,9 @@ CACHED_MATRICES = 16
 #: `keep_white`: eigenvalues of W·Wᵀ are floored at this fraction of the largest, only so that a
 #: direction W annihilates exactly (rows reading the same combination) is not divided by a
 #: rounding error. Not higher: the kriging's real spectrum reaches that low — on a 384-channel
-#: NP1.0 at half a pitch of drift its smallest eigenvalue was 1.6e-5 of the largest (SpikeInterface's
-#: 20 µm, p=1 kernel; 6.2e-5 with Kilosort's), and a floor of 1e-3 left W·Wᵀ up to 0.031 off the
-#: identity: noise no longer white, which is what this function is for
+#: NP1.0 at half a pitch of drift its smallest eigenvalue was 1.6e-5 of the largest
+#: (SpikeInterface's 20 µm, p=1 kernel; 6.2e-5 with Kilosort's), and a floor of 1e-3 left W·Wᵀ
+#: up to 0.031 off the identity: noise no longer white, which is what this function is for
 WHITE_FLOOR = 1e-10
 
 
@@ -70,8 +70,9 @@ def keep_white(w: Any) -> Any:
     corrected by the true motion after `--preset kilosort`'s whitening) the median noise SD of
     6-s bins moved between 0.74 and 0.95 (Kilosort4's own kernel; 0.48–0.95 with
     SpikeInterface's 20 µm, p=1), so a sorter's fixed threshold stood up to 28 % more noise
-    SDs high at the worst drift than at the best (99 % with that kernel). The polar factor is the orthogonal matrix nearest W (for a shift of a
-    uniform line of contacts: the all-pass fractional shift): it moves the traces as W does
+    SDs high at the worst drift than at the best (99 % with that kernel). The polar factor is
+    the orthogonal matrix nearest W (for a shift of a uniform line of contacts: the all-pass
+    fractional shift): it moves the traces as W does
     and keeps the noise white, of unit variance, at every drift (measured 0.950–0.958 on the
     same data); units' peak amplitude over 12-s bins varied by 12.0 % (median CV) against
     13.8 %. (`benchmarks/profiles/profile_keep_white.py`.) Not Kilosort's or SpikeInterface's:

@@ -59,5 +59,6 @@ from .common import GROUPS  # noqa: F401
 from ...motion.spikes import MOTION_TEMPLATE, MOTION_WIDTHS_UM  # noqa: F401
 from .motion import MOTION_MODES, MOTION_P, MOTION_SIGMA_UM  # noqa: F401
 
-__all__ = ["Decimate", "ButterBandPass", "Saturation", "RemoveArtifacts", "PhaseShift", "HighPass", "BandPass", "BadChannels",
-           "SpatialHighpass", "Reference", "Whiten", "Motion"]
+__all__ = ["Decimate", "ButterBandPass", "Saturation", "RemoveArtifacts", "PhaseShift",
+           "HighPass", "BandPass", "BadChannels", "SpatialHighpass", "Reference", "Whiten",
+           "Motion"]
