@@ -38,10 +38,11 @@ test-blas-threads: $(STAMP)
 	done
 
 # Kilosort4's own loaders on dspk's Kilosort folder, and SpikeInterface's DREDGE motion
-# estimate from dspk's peaks (tests/test_kilosort_output.py, tests/test_spikeinterface_users.py
-# skip them where kilosort or torch is absent): kilosort needs torch, and PyPI's torch is the
-# CUDA build (~2.5 GB), so the CPU build comes from PyTorch's index (kilosort.io needs torch and
-# faiss-cpu beside what the test extras install). `kilosort-wheels` only downloads (CI runs it
+# estimate from dspk's peaks (tests/pipeline/test_kilosort_output.py and
+# tests/spikeinterface/test_spikeinterface_users.py skip them where kilosort or torch is
+# absent): kilosort needs torch, and PyPI's torch is the CUDA build (~2.5 GB), so the CPU build
+# comes from PyTorch's index (kilosort.io needs torch and faiss-cpu beside what the test extras
+# install). `kilosort-wheels` only downloads (CI runs it
 # in the background during `make test`); `test-kilosort` installs from those wheels and runs
 # those tests.
 KS_WHEELS ?= .ci-wheels
@@ -53,17 +54,17 @@ test-kilosort: $(STAMP)
 	$(PY) -m pip install --quiet --no-index --find-links $(KS_WHEELS) torch
 	$(PY) -m pip install --quiet --no-index --no-deps --find-links $(KS_WHEELS) kilosort faiss-cpu
 	$(PY) -c "import kilosort.io"    # fails here rather than letting the test skip
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_kilosort_output.py tests/test_spikeinterface_users.py \
-	  -k "kilosort4 or motion_from_dspks_peaks" -rs
+	$(PY) -m pytest -q -p no:cacheprovider tests/pipeline/test_kilosort_output.py \
+	  tests/spikeinterface/test_spikeinterface_users.py -k "kilosort4 or motion_from_dspks_peaks" -rs
 
 # The sorting outcome on the CPU (issue 42): Kilosort4 on dspk's output of a 64-channel,
-# 2-minute drifting ground truth against Kilosort4 alone (tests/test_sorting_outcome.py,
+# 2-minute drifting ground truth against Kilosort4 alone (tests/project/test_sorting_outcome.py,
 # about 20 minutes on 2 cores: left out of `make test` and CI). Installs Kilosort4, faiss-cpu
 # and torch's CPU build from the wheels `kilosort-wheels` downloads.
 test-sorting: $(STAMP) kilosort-wheels
 	$(PY) -m pip install --quiet --no-index --find-links $(KS_WHEELS) torch
 	$(PY) -m pip install --quiet --no-index --no-deps --find-links $(KS_WHEELS) kilosort faiss-cpu
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_sorting_outcome.py -m sorting -rs
+	$(PY) -m pytest -q -p no:cacheprovider tests/project/test_sorting_outcome.py -m sorting -rs
 
 # The suite without the tests marked slow (notebooks, the docs build, a wheel, Dask clusters,
 # jobs stopped by signals): what a developer runs between changes. CI runs them all.

@@ -331,7 +331,7 @@ def main(argv=None) -> None:
     notes.append("The phase shift's difference from SpikeInterface's FFT shift is the "
                  "windowed-sinc FIR's design error near Nyquist: this batch's noise is white "
                  "up to 15 kHz; on 300-6000 Hz signals, and on a SpikeGLX file, the two agree "
-                 "within 1e-4 of the RMS (tests/test_delay.py)")
+                 "within 1e-4 of the RMS (tests/ops/test_delay.py)")
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     env = environment(gpu)
     command = " ".join(["python", "benchmarks/bench_chain.py", *(argv or sys.argv[1:])])

@@ -17,7 +17,7 @@ import pytest
 import dspk
 from dspk.pipeline import Pipeline
 
-from .killable import KillAfter
+from tests.killable import KillAfter
 
 pytest.importorskip("distributed")
 dd = pytest.importorskip("dspk.dask")

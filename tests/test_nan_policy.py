@@ -32,8 +32,8 @@ from dspk.ops import (PCA, CovarianceAccumulator, SpatialFilter, blank_saturatio
                       spatial_filter, whitening_matrix)
 from dspk.pipeline import HighPass, Pipeline, Reference
 
-from .conftest import xp_params
-from .geometry import np1_geometry
+from tests.conftest import xp_params
+from tests.geometry import np1_geometry
 
 FS = 30000.0
 C, N = 16, 3000

@@ -10,7 +10,7 @@ sample (12 AP channels and one LFP slot), so the shifts are k/13; NP2.0 (1 and 4
 the later NP2/NP3 families with 16 channels per ADC: 24 (or more) ADCs, shifts k/16. This is
 the multiplexing table of the probes' ProbeTable (``mux_np1000``, ``mux_np2000``,
 ``mux_np2020``, ``mux_np3010``, ``mux_np3020`` in probeinterface's
-``neuropixels_probe_features.json``, checked against it in tests/test_io_sample_shifts.py),
+``neuropixels_probe_features.json``, checked against it in tests/io/test_sample_shifts.py),
 and shift = sample order / cycle is how SpikeInterface's readers compute the
 ``inter_sample_shift`` property (``get_neuropixels_sample_shifts_from_probe``). The 128-channel
 probes whose table is irregular (NP1200, NP1210, NP3000) and unknown parts get None.

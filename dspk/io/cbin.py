@@ -10,7 +10,7 @@ chunk's samples in ``chunk_order`` ("F", the default: channel after channel; "C"
 after sample), after a difference along time (``do_time_diff``, the first sample kept) and
 optionally across channels (``do_spatial_diff``). Decoding inverts the differences with
 cumulative sums in the samples' own dtype, so int16 samples wrap exactly as the differences
-did: the samples come back bit for bit (tests/test_io_cbin.py checks them against
+did: the samples come back bit for bit (tests/io/test_cbin.py checks them against
 ``mtscomp.decompress``).
 
 Why not ``mtscomp.Reader``: it returns [samples, channels], a transposing copy of each chunk

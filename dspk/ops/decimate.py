@@ -95,7 +95,7 @@ def decimate(x: Any, q: int, n: int | None = None, *, halo: int = 0) -> Any:
     (``resample_poly(x, 1, q, window=taps)``: output k is centred on input sample k·q,
     zeros outside x, ``ceil(samples / q)`` outputs), computed as a polyphase product on the
     engine (module notes). Against the reference on the same data (white noise and
-    band-limited noise, q = 2, 3, 12, 25, tests/test_decimate.py): largest difference over
+    band-limited noise, q = 2, 3, 12, 25, tests/ops/test_decimate.py): largest difference over
     the output's largest value 2.2e-15 in float64; in float32 2.3e-7 against the
     reference's float64 result (the reference's own float32 result: 7.6e-7). The filter's
     own error (what makes the result differ from an ideal decimation): its passband ripple

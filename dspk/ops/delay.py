@@ -186,7 +186,7 @@ def phase_shift(x: Any, shifts: Any, *, taps: int = DEFAULT_DELAY_TAPS, edges: s
     49 taps: 4.0e-7. On a SpikeGLX NP1.0 file (int16 counts, RMS 3000) read by both: 5.9e-5,
     the rounding's white noise near Nyquist. A sine of 1-5 kHz delayed by k/13 or k/16
     agrees with the analytically delayed sine to 9.7e-10 beyond 100 samples from the ends.
-    tests/test_delay.py checks these (with margins).
+    tests/ops/test_delay.py checks these (with margins).
 
     Parameters
     ----------

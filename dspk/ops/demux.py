@@ -74,7 +74,7 @@ def demux_reference(x: Any, sample_shifts: Any, operator: str = "mean") -> Any:
     its ADC instant (`adc_groups`): CatGT's ``-gbldmx`` (its CAR is the mean, the default
     here), `dspk.ops.common_reference` within each group.
 
-    The direct definition, which tests/test_demux.py checks it against:
+    The direct definition, which tests/io/test_demux.py checks it against:
     ``y[c, t] = x[c, t] − op{x[c', t] : sample_shifts[c'] == sample_shifts[c]}``.
     CatGT also leaves out of the average the probe's reference sites and channels a user
     excludes; here every channel given takes part (pass the channels to average over).

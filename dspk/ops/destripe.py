@@ -336,7 +336,7 @@ def highpass_spatial_filter(x: Any, geometry: Any, fs: float | None = None, *,
     (exact on integer-valued input: the reference's float32 rounding of its input and of
     sosfiltfilt's odd extension loses nothing there) and 1.4e-6 in float32; with AGC 1.8e-6
     in float32 and 3.7e-7 in float64 (the reference rounds its AGC-normalised traces to
-    float32). tests/test_destripe.py checks these (with margins), other paddings, tapers,
+    float32). tests/ops/test_destripe.py checks these (with margins), other paddings, tapers,
     orders, both directions and unsorted channels.
 
     Parameters

@@ -5,7 +5,7 @@ Why by hand: importing scipy.signal costs 0.6-0.7 s per process on 2 cores (meas
 ``python -X importtime``, 2026-12-06; scipy.stats is a third of it), paid by every job and
 command-line call that designs its high-pass, where the design itself is a few NumPy lines.
 scipy.special (for the Bessel function I0, 0.13-0.2 s) is all it needs. The taps are the same
-bits as SciPy's (tests/test_fir.py compares them over sampling rates, cutoffs and ripples).
+bits as SciPy's (tests/ops/test_fir.py compares them over sampling rates, cutoffs and ripples).
 """
 
 from __future__ import annotations

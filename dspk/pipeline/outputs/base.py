@@ -172,7 +172,7 @@ class Output:
 
     Examples
     --------
-    An output of your own (see ``tests/test_outputs.py`` for one that resumes): a text file
+    An output of your own (see ``tests/pipeline/test_outputs.py`` for one that resumes): a text file
     of each channel's largest sample.
 
     >>> import os, tempfile
