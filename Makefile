@@ -38,12 +38,12 @@ test-blas-threads: $(STAMP)
 	done
 
 # Kilosort4's own loaders on dspk's Kilosort folder, and SpikeInterface's DREDGE motion
-# estimate from dspk's peaks (tests/test_kilosort_output.py, tests/test_spikeinterface_users.py
-# skip them where kilosort or torch is absent): kilosort needs torch, and PyPI's torch is the
-# CUDA build (~2.5 GB), so the CPU build comes from PyTorch's index (kilosort.io needs torch and
-# faiss-cpu beside what the test extras install). `kilosort-wheels` only downloads (CI runs it
-# in the background during `make test`); `test-kilosort` installs from those wheels and runs
-# those tests.
+# estimate from dspk's peaks (tests/test_kilosort_output.py, tests/test_spikeinterface_users.py,
+# tests/test_metadata_roundtrip.py skip them where kilosort or torch is absent): kilosort
+# needs torch, and PyPI's torch is the CUDA build (~2.5 GB), so the CPU build comes from
+# PyTorch's index (kilosort.io needs torch and faiss-cpu beside what the test extras install).
+# `kilosort-wheels` only downloads (CI runs it in the background during `make test`);
+# `test-kilosort` installs from those wheels and runs those tests.
 KS_WHEELS ?= .ci-wheels
 kilosort-wheels:
 	$(PYTHON) -m pip download --quiet --dest $(KS_WHEELS) torch --index-url https://download.pytorch.org/whl/cpu
@@ -54,7 +54,7 @@ test-kilosort: $(STAMP)
 	$(PY) -m pip install --quiet --no-index --no-deps --find-links $(KS_WHEELS) kilosort faiss-cpu
 	$(PY) -c "import kilosort.io"    # fails here rather than letting the test skip
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_kilosort_output.py tests/test_spikeinterface_users.py \
-	  -k "kilosort4 or motion_from_dspks_peaks" -rs
+	  tests/test_metadata_roundtrip.py -k "kilosort4 or motion_from_dspks_peaks" -rs
 
 # The sorting outcome on the CPU (issue 42): Kilosort4 on dspk's output of a 64-channel,
 # 2-minute drifting ground truth against Kilosort4 alone (tests/test_sorting_outcome.py,

@@ -503,8 +503,8 @@ def write_events_nwb(path: str | os.PathLike, events: np.ndarray, duration_s: fl
     >>> write_events_nwb(path, sync_edges(np.array([0, 64, 0], np.int16), fs=1.0), 3.0)
     >>> with pynwb.NWBHDF5IO(path, "r") as io:
     ...     table = io.read().intervals["events"]
-    ...     table["start_time"][:].tolist(), table["stop_time"][:].tolist(), table["bit"][:].tolist()
-    ([1.0], [2.0], [6])
+    ...     [table[k][:].tolist() for k in ("start_time", "stop_time", "bit")]
+    [[1.0], [2.0], [6]]
     >>> tmp.cleanup()
     """
     from .nwb import pynwb_module  # noqa: PLC0415 (optional)
