@@ -233,6 +233,18 @@ def test_kilosort4_load_probe_gives_the_shanks(four_shanks):
                                       theirs.get_channel_locations())
 
 
+def test_a_spikeinterface_recording_carries_the_same(four_shanks, tmp_path):
+    """SpikeInterface's reading of the stream, given to dspk: the same ids, shanks, contact
+    ids (its probe's) and shifts as dspk's own reading, into the output."""
+    rec, theirs, _ = four_shanks
+    via = dspk.open_recording(theirs)
+    for key in ("channel_ids", "shank_ids", "contact_ids", "sample_shifts"):
+        np.testing.assert_array_equal(getattr(via, key), getattr(rec, key), err_msg=key)
+    about = describe(pipeline().run(via, tmp_path / "si.h5", progress=False), fitted=False)
+    got = {k: np.asarray(about[k]).tolist() for k in expected(theirs)}
+    assert got == expected(theirs)
+
+
 def test_the_session_starts_at_filecreatetime(four_shanks):
     _, _, outs = four_shanks
     with pynwb.NWBHDF5IO(str(outs["nwb"]), "r") as io:
