@@ -38,13 +38,13 @@ test-blas-threads: $(STAMP)
 	done
 
 # Kilosort4's own loaders on dspk's Kilosort folder, and SpikeInterface's DREDGE motion
-# estimate from dspk's peaks (tests/pipeline/test_kilosort_output.py and
-# tests/spikeinterface/test_spikeinterface_users.py skip them where kilosort or torch is
-# absent): kilosort needs torch, and PyPI's torch is the CUDA build (~2.5 GB), so the CPU build
-# comes from PyTorch's index (kilosort.io needs torch and faiss-cpu beside what the test extras
-# install). `kilosort-wheels` only downloads (CI runs it
-# in the background during `make test`); `test-kilosort` installs from those wheels and runs
-# those tests.
+# estimate from dspk's peaks (tests/pipeline/test_kilosort_output.py,
+# tests/spikeinterface/test_spikeinterface_users.py, tests/pipeline/test_metadata_roundtrip.py
+# skip them where kilosort or torch is absent): kilosort needs torch, and PyPI's torch is the
+# CUDA build (~2.5 GB), so the CPU build comes from PyTorch's index (kilosort.io needs torch
+# and faiss-cpu beside what the test extras install). `kilosort-wheels` only downloads (CI runs
+# it in the background during `make test`); `test-kilosort` installs from those wheels and
+# runs those tests.
 KS_WHEELS ?= .ci-wheels
 kilosort-wheels:
 	$(PYTHON) -m pip download --quiet --dest $(KS_WHEELS) torch --index-url https://download.pytorch.org/whl/cpu
@@ -55,7 +55,8 @@ test-kilosort: $(STAMP)
 	$(PY) -m pip install --quiet --no-index --no-deps --find-links $(KS_WHEELS) kilosort faiss-cpu
 	$(PY) -c "import kilosort.io"    # fails here rather than letting the test skip
 	$(PY) -m pytest -q -p no:cacheprovider tests/pipeline/test_kilosort_output.py \
-	  tests/spikeinterface/test_spikeinterface_users.py -k "kilosort4 or motion_from_dspks_peaks" -rs
+	  tests/spikeinterface/test_spikeinterface_users.py tests/pipeline/test_metadata_roundtrip.py \
+	  -k "kilosort4 or motion_from_dspks_peaks" -rs
 
 # The sorting outcome on the CPU (issue 42): Kilosort4 on dspk's output of a 64-channel,
 # 2-minute drifting ground truth against Kilosort4 alone (tests/project/test_sorting_outcome.py,

@@ -211,29 +211,53 @@ def _info_fitted(about: dict) -> None:
         print(f"  drift (corrected): {drift}")
 
 
-def _info_kilosort(about: dict) -> int:
-    """``dspk info`` of a folder written by ``--format kilosort`` (`describe`): its binary,
-    units, probe, the steps that ran, the channels found bad and the drift corrected."""
+def _info_folder(about: dict) -> int:
+    """``dspk info`` of a folder written by ``--format kilosort`` or ``--format zarr``
+    (`describe`): its traces, units, probe and channels, the steps that ran, the channels
+    found bad and the drift corrected."""
     n, c, fs = about["n_samples"], about["n_channels"], about["fs"]
-    print(f"{about['path']}: a Kilosort folder written by dspk {about['dspk']}")
-    print(f"  {about['binary']}: {c} channels x {n} samples {about['dtype']} "
-          f"([samples, channels], offset {about['offset']}), {fs:g} Hz, {n / fs:.3f} s")
+    kilosort = about["format"] == "kilosort"
+    what = "a Kilosort folder" if kilosort else "a Zarr folder (SpikeInterface's read_zarr)"
+    print(f"{about['path']}: {what} written by dspk {about['dspk']}")
+    where = f"([samples, channels], offset {about['offset']})" if kilosort else \
+        "([samples, channels], Blosc zstd)"
+    print(f"  {about['binary'] if kilosort else about['traces']}: {c} channels x {n} samples "
+          f"{about['dtype']} {where}, {fs:g} Hz, {n / fs:.3f} s")
     print(f"  values: raw x {about['scale']:g}, in {about['units']}")
     print(f"  written by dspk: {' -> '.join(about['steps']) or 'no steps'}")
     geometry = about["geometry"]
     if geometry is not None:
-        (x0, y0), (x1, y1) = geometry.min(axis=0), geometry.max(axis=0)
-        print(f"  probe (chanMap.json): {len(geometry)} channels, x {x0:g}..{x1:g} µm, "
-              f"y {y0:g}..{y1:g} µm, {len(np.unique(about['shank_ids']))} shank(s)")
+        (x0, y0), (x1, y1) = np.nanmin(geometry, axis=0), np.nanmax(geometry, axis=0)
+        shanks = about["shank_ids"]
+        count = 1 if shanks is None else len(np.unique(shanks))
+        print(f"  probe ({'chanMap.json' if kilosort else 'probegroup'}): {len(geometry)} "
+              f"channels, x {x0:g}..{x1:g} µm, y {y0:g}..{y1:g} µm, {count} shank(s)")
+    _info_channels(about)
     _info_fitted(about)
     return 0
+
+
+def _info_channels(about: dict) -> None:
+    """``dspk info``'s line on an output's channel metadata (`describe`): the ids, and
+    whether it carries contact ids and ADC sample shifts."""
+    ids = about.get("channel_ids")
+    if ids is None or len(ids) == 0:
+        return
+    ids = [str(v) for v in ids]
+    said = f"  channels: {ids[0]}" + (f" .. {ids[-1]}" if len(ids) > 1 else "")
+    if about.get("contact_ids") is not None:
+        contacts = about["contact_ids"]
+        said += f"; contacts {contacts[0]}" + (f" .. {contacts[-1]}" if len(contacts) > 1 else "")
+    if about.get("sample_shifts") is not None:
+        said += "; ADC sample shifts (inter_sample_shift) kept"
+    print(said)
 
 
 def _info_file(args: argparse.Namespace) -> int:
     path = args.input
     about = describe(path) if is_output(path) else None
-    if about is not None and about["format"] == "kilosort":
-        return _info_kilosort(about)
+    if about is not None and about["format"] in ("kilosort", "zarr"):
+        return _info_folder(about)
     series: list = []
     steps = None if about is None else about["steps"]
     if os.path.isfile(path) and is_hdf5(path):
@@ -248,6 +272,7 @@ def _info_file(args: argparse.Namespace) -> int:
                 print(f"  dataset {_dataset_line(name, shape, dtype)}")
         if about is not None:
             print(f"  written by dspk: {' -> '.join(steps) or 'no steps'}")
+            _info_channels(about)
             _info_fitted(about)
     names = series if (series and args.dataset is None) else [args.dataset]
     for name in names:
@@ -385,7 +410,8 @@ def _preprocess(args: argparse.Namespace) -> int:
               f"{rec.fs:g} Hz ({rec.duration_s:.2f} s)")
         print("steps: " + " -> ".join(f"{o['step']}" for o in pipe.options()))
         t0 = time.perf_counter()
-        out = pipe.run(rec, args.output, **_job_options(args), resume=args.resume,
+        out = pipe.run(rec, args.output, **_job_options(args), **_subject(args),
+                       resume=args.resume,
                        compression=None if args.compression == "none" else args.compression,
                        layout="channels_samples" if args.channels_first else
                        "samples_channels",
@@ -395,6 +421,25 @@ def _preprocess(args: argparse.Namespace) -> int:
         print(f"{out}: written in {dt:.2f} s ({rec.duration_s / dt:.1f} x real time, "
               f"{'gpu' if pipe.xp.__name__ == 'cupy' else 'cpu'} backend)")
     return 0
+
+
+def _subject(args: argparse.Namespace) -> dict:
+    """``--subject KEY=VALUE`` (repeated) as the NWB output's ``subject`` (refused with
+    another format: only NWB has a subject)."""
+    pairs = args.subject or []
+    if not pairs:
+        return {}
+    if args.format != "nwb":
+        raise ValueError(f"--subject: only --format nwb stores the subject; got --format "
+                         f"{args.format}")
+    subject = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--subject: expected KEY=VALUE (species=\"Mus musculus\", "
+                             f"age=P90D), got {pair!r}")
+        subject[key.strip()] = value.strip()
+    return {"subject": subject}
 
 
 def _preprocess_many(args: argparse.Namespace) -> int:
@@ -686,6 +731,11 @@ def parser() -> argparse.ArgumentParser:
                        help="the most device memory a GPU job's chunks may use, e.g. 800M or "
                             "4G (default: sized to the free device memory; the chunk is "
                             "halved when the device runs out all the same)")
+    p_pre.add_argument("--subject", action="append", default=None, metavar="KEY=VALUE",
+                       help="with --format nwb, a field of the NWB file's subject (repeat it: "
+                            "--subject species=\"Mus musculus\" --subject age=P90D --subject "
+                            "subject_id=m1); DANDI and nwbinspector require a species and an "
+                            "age, which dspk does not invent (an NWB input's are taken over)")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
     p_many = command("preprocess-many", "preprocess many recordings on a Dask cluster (needs "
@@ -769,7 +819,7 @@ OPTION_NAMES = {"geometry": "--probe FILE", "chunk_s": "--chunk", "output_dtype"
                 "layout": "--channels-first", "compression": "--compression",
                 "resume": "--resume", "overwrite": "--overwrite", "time": "--time",
                 "channels": "--channels", "preset": "--preset", "format": "--format",
-                "gpu_memory": "--gpu-memory"}
+                "gpu_memory": "--gpu-memory", "subject": "--subject"}
 
 
 def spelling() -> dict:

@@ -564,9 +564,12 @@ class DspkOutputRecording(BaseRecording):
     """A dspk output file (``dspk preprocess``, `dspk.Pipeline.run`) as a SpikeInterface
     recording: ``/traces`` read by its own shape (not by the file's size: ``/spikes`` and the
     fitted state follow it in the file), in its stored dtype (float32, or int16 with its
-    scale as the gain), with the channel ids, locations (a probeinterface probe of the
-    stored positions; contact shapes are probeinterface's default, dspk stores none), groups
-    (the shanks) and units the file stores (`dspk.pipeline.record.describe` reads them).
+    scale as the gain), with the channel ids (SpikeInterface's own for a SpikeGLX or Open
+    Ephys input: ``"imec0.ap#AP0"``), locations (a probeinterface probe of the stored
+    positions and contact ids; contact shapes are probeinterface's default, dspk stores
+    none), groups (the shanks), ADC sample shifts (``inter_sample_shift``, where stored: not
+    after a ``PhaseShift`` step) and units the file stores
+    (`dspk.pipeline.record.describe` reads them).
 
     µV outputs have ``gain_to_uV`` (the int16 scale, 1 for float32) and ``offset_to_uV`` 0;
     whitened ones have no µV gains, and ``physical_unit`` says "whitened (noise SD)" with
@@ -620,23 +623,29 @@ class DspkOutputRecording(BaseRecording):
         self.set_property("offset_to_physical_unit", zeros)
         shanks = meta["shank_ids"]
         if meta["geometry"] is not None:
-            self.set_probe(_probe(meta["geometry"], shanks),
+            self.set_probe(_probe(meta["geometry"], shanks, meta["contact_ids"]),
                            group_mode="by_shank" if shanks is not None else "by_probe")
         if shanks is not None:
             self.set_channel_groups(shanks)
+        if meta["sample_shifts"] is not None:       # what SpikeInterface's phase_shift reads
+            self.set_property("inter_sample_shift", meta["sample_shifts"])
         self.annotate(is_filtered=any(s in FILTER_STEPS for s in meta["steps"]))
         self.add_recording_segment(DspkOutputSegment(path, meta["n_samples"], c,
                                                      meta["fs"]))
         self._kwargs = {"file_path": str(Path(path).absolute())}
 
 
-def _probe(geometry: np.ndarray, shanks: np.ndarray | None) -> Any:
-    """A probeinterface probe of the stored positions (µm), contact i on channel i."""
+def _probe(geometry: np.ndarray, shanks: np.ndarray | None,
+           contact_ids: np.ndarray | None = None) -> Any:
+    """A probeinterface probe of the stored positions (µm), contact i on channel i, with
+    the stored shanks and contact ids."""
     from probeinterface import Probe  # noqa: PLC0415 (a dependency of SpikeInterface)
 
     probe = Probe(ndim=2, si_units="um")
     probe.set_contacts(positions=geometry,
                        shank_ids=None if shanks is None else [str(s) for s in shanks])
+    if contact_ids is not None:
+        probe.set_contact_ids([str(v) for v in contact_ids])
     probe.set_device_channel_indices(np.arange(len(geometry)))
     return probe
 

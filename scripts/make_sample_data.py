@@ -109,9 +109,13 @@ def write(path: Path, g: dict) -> None:
                                       "two-column probe",
                   identifier="dspk-sample-20261202", session_start_time=when,
                   file_create_date=[when],
-                  subject=Subject(subject_id="synthetic", sex="U",
+                  # DANDI and nwbinspector require a species and an age (CRITICAL without
+                  # one): placeholders, said so, for a recording no animal made
+                  subject=Subject(subject_id="synthetic", sex="U", species="Mus musculus",
+                                  age="P90D",
                                   description="none: a synthetic recording made by "
-                                              "scripts/make_sample_data.py"))
+                                              "scripts/make_sample_data.py (species and age "
+                                              "are placeholders that NWB's checks require)"))
     device = nwb.create_device(name="probe", description="a 32-contact two-column probe "
                                "(16 rows 20 µm apart, columns 32 µm apart)")
     group = nwb.create_electrode_group(name="shank0", description="the probe's one shank",

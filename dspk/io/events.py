@@ -503,8 +503,7 @@ def write_events_nwb(path: str | os.PathLike, events: np.ndarray, duration_s: fl
     >>> write_events_nwb(path, sync_edges(np.array([0, 64, 0], np.int16), fs=1.0), 3.0)
     >>> with pynwb.NWBHDF5IO(path, "r") as io:
     ...     table = io.read().intervals["events"]
-    ...     cols = [table[c][:].tolist() for c in ("start_time", "stop_time", "bit")]
-    >>> cols
+    ...     [table[k][:].tolist() for k in ("start_time", "stop_time", "bit")]
     [[1.0], [2.0], [6]]
     >>> tmp.cleanup()
     """
@@ -519,7 +518,9 @@ def write_events_nwb(path: str | os.PathLike, events: np.ndarray, duration_s: fl
         ti = TimeIntervals(name=name, description="the high periods of the recording's sync "
                            "bits / TTL lines (dspk: rising edge to the next falling one; bit "
                            "0-based)")
-        ti.add_column("bit", "the sync bit (SpikeGLX: 16*word + bit; Open Ephys: line - 1)")
+        # typed when empty (no edges): pynwb cannot tell an empty list's type
+        ti.add_column("bit", "the sync bit (SpikeGLX: 16*word + bit; Open Ephys: line - 1)",
+                      **({} if len(table) else {"data": np.zeros(0, np.int64)}))
         for start, stop, bit in table.tolist():
             ti.add_row(start_time=start, stop_time=stop, bit=int(bit))
         nwb.add_time_intervals(ti)

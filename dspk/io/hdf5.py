@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import zlib
@@ -28,7 +29,8 @@ from .rawio import RawDatasetReader
 from .recording import OpenOptions, Recording, RecordingSpec, resolved_metadata, source_path
 
 __all__ = ["HDF5Recording", "electrical_series", "contents", "pipeline_steps", "is_hdf5",
-           "h5py_module", "GzipReader"]
+           "h5py_module", "GzipReader", "OUTPUT_CHANNELS",
+           "output_channels"]
 
 FS_ATTRS = ("fs", "sampling_rate", "sampling_frequency", "rate", "sample_rate")
 #: HDF5 filter ids
@@ -241,7 +243,12 @@ class HDF5Recording(Recording):
     ``offset_to_uv``, ``geometry`` and ``layout``, and the Neuropixels metadata
     ``sample_shifts`` (each channel's ADC shift in samples, for `dspk.ops.phase_shift`) and
     ``shank_ids`` where present; for NWB, the series' rate or timestamps,
-    conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y.
+    conversion × channel_conversion and offset, and the electrodes' rel_x/rel_y. The
+    channels' ids, shanks, contact ids and ADC sample shifts (`Recording.channel_ids`,
+    ``shank_ids``, ``contact_ids``, ``sample_shifts``): for NWB, the electrodes'
+    ``channel_name``, the groups' names when they are shanks' (``shank0``, ``...Shank1``),
+    ``contact_id`` and ``inter_sample_shift`` columns (what dspk writes and SpikeInterface
+    reads); for a dspk output's ``/traces``, the datasets beside it (`output_channels`).
     The file is opened read-only and kept open while the recording is in use (``close()``,
     or a ``with`` block).
 
@@ -342,6 +349,11 @@ class HDF5Recording(Recording):
                              offset_to_uv=pick(offset_to_uv, "offset_to_uv"),
                              geometry=geometry if geometry is not None else
                              stored_geometry(pick(None, "geometry"), source), source=source)
+            # the channels' ids, shanks, contact ids and ADC shifts: an NWB series' electrodes
+            # columns, or the datasets beside a dspk output's /traces
+            channels = _nwb_channels(f, node, c) if node is not dset else \
+                output_channels(f, c, source) if dset.name == "/traces" and \
+                pipeline_steps(f) is not None else {}
         except BaseException:
             f.close()
             raise
@@ -361,10 +373,15 @@ class HDF5Recording(Recording):
         self.compressed = dset.compression is not None
         self.samples_first = self._samples_first
         # per-channel Neuropixels metadata a file may carry beside the traces (a SpikeGLX
-        # recording converted to HDF5 keeps its ADC shifts and shanks this way)
-        self.sample_shifts = _per_channel(attrs.get("sample_shifts"), c, "sample_shifts",
-                                         source, np.float64)
-        self.shank_ids = _per_channel(attrs.get("shank_ids"), c, "shank_ids", source, np.int64)
+        # recording converted to HDF5 keeps its ADC shifts and shanks this way); the
+        # dataset's own attributes win over the file's columns or datasets
+        self.sample_shifts = _per_channel(attrs.get("sample_shifts",
+                                                    channels.get("sample_shifts")), c,
+                                          "sample_shifts", source, np.float64)
+        self.shank_ids = _per_channel(attrs.get("shank_ids", channels.get("shank_ids")), c,
+                                      "shank_ids", source, np.int64)
+        self.channel_ids = channels.get("channel_ids")
+        self.contact_ids = channels.get("contact_ids")
 
     @property
     def decompress_s(self) -> float:
@@ -573,8 +590,9 @@ def _nwb_meta(f: Any, series: Any, dset: Any) -> dict:
     return meta
 
 
-def _nwb_geometry(f: Any, series: Any) -> np.ndarray | None:
-    """rel_x, rel_y of the series' electrodes (a region of the electrodes table)."""
+def _electrodes(f: Any, series: Any) -> tuple[Any, np.ndarray] | None:
+    """The electrodes table of an NWB series and the series' rows of it (its
+    ``electrodes`` region), or None where the series has none."""
     if "electrodes" not in series:
         return None
     region = series["electrodes"]
@@ -583,15 +601,118 @@ def _nwb_geometry(f: Any, series: Any) -> np.ndarray | None:
         table = f[ref] if ref is not None else f["/general/extracellular_ephys/electrodes"]
     except (KeyError, ValueError, TypeError):
         return None
-    if "rel_x" not in table or "rel_y" not in table:
+    return table, np.asarray(region[:], dtype=np.int64)
+
+
+def _column(table: Any, rows: np.ndarray, name: str, where: str) -> np.ndarray | None:
+    """One value per row of an electrodes table's column, for ``rows`` (text as str); None
+    where the table has no such column of one value per electrode (a ragged one has an
+    ``_index``)."""
+    col = table.get(name)
+    if col is None or not hasattr(col, "dtype") or col.ndim != 1 or f"{name}_index" in table:
         return None
-    rows = np.asarray(region[:], dtype=np.int64)
-    x = np.asarray(table["rel_x"][:], dtype=np.float64)
-    y = np.asarray(table["rel_y"][:], dtype=np.float64)
-    if rows.size and (rows.min() < 0 or rows.max() >= len(x)):
-        raise RecordingError(f"{series.name}: electrodes refer to rows outside the electrodes "
+    if rows.size and (rows.min() < 0 or rows.max() >= len(col)):
+        raise RecordingError(f"{where}: electrodes refer to rows outside the electrodes "
                              f"table")
-    return np.stack([x[rows], y[rows]], axis=1)
+    if col.dtype.kind in "SO":
+        return np.array([str(v) for v in col.asstr()[()]])[rows]
+    return np.asarray(col[()])[rows]
+
+
+def _nwb_geometry(f: Any, series: Any) -> np.ndarray | None:
+    """rel_x, rel_y of the series' electrodes (a region of the electrodes table)."""
+    found = _electrodes(f, series)
+    if found is None:
+        return None
+    table, rows = found
+    x, y = (_column(table, rows, key, series.name) for key in ("rel_x", "rel_y"))
+    if x is None or y is None:
+        return None
+    return np.stack([x, y], axis=1).astype(np.float64)
+
+
+#: the shank an electrode group's name gives: dspk's "shank1", neuroconv's
+#: "NeuropixelsImec0Shank1"
+_SHANK_GROUP = re.compile(r"shank(\d+)$", re.I)
+
+
+def _nwb_channels(f: Any, series: Any, n_channels: int) -> dict:
+    """The channel metadata of an NWB series' electrodes, as dspk writes them
+    (`dspk.io.nwb.create_processed_series`) and SpikeInterface reads them: ``channel_ids``
+    from the ``channel_name`` column (SpikeInterface's channel ids), ``contact_ids`` from
+    ``contact_id``, ``sample_shifts`` from ``inter_sample_shift``, and ``shank_ids`` from the
+    electrode groups' names when each is a shank's (``shank<k>``, ``...Shank<k>``); those
+    the table has, one per channel."""
+    found = _electrodes(f, series)
+    if found is None:
+        return {}
+    table, rows = found
+    if len(rows) != n_channels:
+        return {}
+    out: dict = {}
+    for key, column in (("channel_ids", "channel_name"), ("contact_ids", "contact_id"),
+                        ("sample_shifts", "inter_sample_shift")):
+        values = _column(table, rows, column, series.name)
+        if values is not None:
+            out[key] = values
+    groups = _column(table, rows, "group_name", series.name)
+    shanks = None if groups is None else [_SHANK_GROUP.search(g) for g in groups]
+    if shanks and all(shanks):
+        out["shank_ids"] = np.array([int(m.group(1)) for m in shanks], dtype=np.int64)
+    return out
+
+
+#: the per-channel datasets beside a dspk output's /traces
+#: (`dspk.pipeline.record.write_metadata` writes them)
+OUTPUT_CHANNELS = ("channel_ids", "shank_ids", "contact_ids", "sample_shifts")
+
+
+def output_channels(f: Any, n_channels: int, source: str = "") -> dict:
+    """The channel metadata of a dspk HDF5 output: those of the datasets `OUTPUT_CHANNELS`
+    it holds beside ``/traces`` (``channel_ids``, ``shank_ids``, ``contact_ids``,
+    ``sample_shifts``; text as str arrays, numbers as stored), one value per channel.
+
+    Parameters
+    ----------
+    f : h5py.File
+        The open output.
+    n_channels : int
+        The channels of ``/traces``.
+    source : str
+        The file, for messages.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    RecordingError
+        A dataset that does not hold one value per channel.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> from dspk.io.hdf5 import output_channels
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> with h5py.File(os.path.join(tmp.name, "o.h5"), "w") as f:
+    ...     _ = f.create_dataset("contact_ids", data=np.array([b"e0", b"e1"]))
+    ...     output_channels(f, 2)
+    {'contact_ids': array(['e0', 'e1'], dtype='<U2')}
+    >>> tmp.cleanup()
+    """
+    out: dict = {}
+    for key in OUTPUT_CHANNELS:
+        ds = f.get(key)
+        if ds is None:
+            continue
+        if ds.shape != (n_channels,):
+            raise RecordingError(f"{source or f.filename}: /{key} must hold one value per "
+                                 f"channel ({n_channels}), got shape {ds.shape}")
+        out[key] = np.array([str(v) for v in ds.asstr()[()]]) if ds.dtype.kind in "SO" \
+            else ds[()]
+    return out
 
 
 # -- parallel gzip ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 import warnings
@@ -26,12 +27,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._version import __version__
+from ..argnames import arg
 from .errors import RecordingError
 from .hdf5 import h5py_module, is_hdf5
 from .rawio import raw_offset
+from .spikeglx import read_meta
 
-__all__ = ["create_processed_series", "input_metadata", "SUBJECT_TEXT", "pynwb_module", "MODULE",
-           "CONTAINER", "SERIES", "SERIES_PATH", "NWB_DTYPES"]
+log = logging.getLogger("dspk.io")
+
+__all__ = ["create_processed_series", "input_metadata", "subject_fields", "SUBJECT_TEXT",
+           "COLUMNS",
+           "pynwb_module", "MODULE", "CONTAINER", "SERIES", "SERIES_PATH", "NWB_DTYPES"]
 
 #: the processing module, its container of filtered series and the series' name
 MODULE, CONTAINER, SERIES = "ecephys", "FilteredEphys", "ElectricalSeriesProcessed"
@@ -51,10 +57,22 @@ def pynwb_module() -> Any:
 
 
 def input_metadata(files: Sequence[Any]) -> dict:
-    """What an NWB output takes over from an NWB input: the first NWB file among ``files``
-    (a recording's `dspk.io.Recording.files`) gives its ``session_start_time`` (time-zone
-    aware: UTC when the file's has no zone) and its subject (the text fields of
-    ``/general/subject``, and ``date_of_birth``); an empty dict when none is an NWB file.
+    """What an NWB output takes over from its input's files (a recording's
+    `dspk.io.Recording.files`), from the first that says it:
+
+    - an NWB file: its ``session_start_time`` (time-zone aware: UTC when the file's has no
+      zone) and its subject (the text fields of ``/general/subject``, and
+      ``date_of_birth``);
+    - a SpikeGLX ``.meta``: the session's start from ``fileCreateTime`` (when SpikeGLX
+      created the file, the acquisition computer's local time; CatGT's output keeps the
+      acquisition's as ``fileCreateTime_original``, which wins). SpikeGLX writes no time
+      zone and NWB requires one: the time is stored as written, marked UTC (not converted
+      from this machine's zone, so that two machines write the same file). A ``.meta``
+      without it, with an empty or unreadable one, or with the ``0000-00-00`` date that
+      anonymised recordings carry gives no start: the output's session then starts when it
+      is written, as for an input that does not say it (logged as a warning).
+
+    An empty dict when no file says anything.
 
     Parameters
     ----------
@@ -68,37 +86,134 @@ def input_metadata(files: Sequence[Any]) -> dict:
 
     Examples
     --------
+    >>> import os, tempfile
     >>> from dspk.io.nwb import input_metadata
     >>> input_metadata([])
     {}
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> meta = os.path.join(tmp.name, "run_g0_t0.imec0.ap.meta")
+    >>> _ = open(meta, "w").write("typeThis=imec\\nfileCreateTime=2024-03-01T10:00:00\\n")
+    >>> input_metadata([meta])
+    {'session_start': datetime.datetime(2024, 3, 1, 10, 0, tzinfo=datetime.timezone.utc)}
+    >>> tmp.cleanup()
     """
-    h5py = h5py_module()
     for path in files:
-        if not (os.path.isfile(path) and is_hdf5(path)):
+        path = os.fspath(path)
+        if not os.path.isfile(path):
             continue
-        with h5py.File(path, "r") as f:
-            if _text(f.attrs.get("neurodata_type", "")) != "NWBFile":
-                continue
-            found: dict = {}
-            when = _datetime(f.get("session_start_time"))
-            if when is not None:
-                found["session_start"] = when
-            subject = f.get("general/subject")
-            if subject is not None:
-                fields = {k: _text(subject[k][()]) for k in SUBJECT_TEXT
-                          if k in subject and subject[k].shape == ()}
-                born = _datetime(subject.get("date_of_birth"))
-                if born is not None:
-                    fields["date_of_birth"] = born
-                if fields:
-                    found["subject"] = fields
-            return found
+        if path.lower().endswith(".meta"):
+            return _spikeglx_metadata(path)
+        if is_hdf5(path):
+            found = _nwb_metadata(path)
+            if found is not None:
+                return found
     return {}
 
+
+def _nwb_metadata(path: str) -> dict | None:
+    """An NWB file's session start and subject (`input_metadata`); None for another HDF5
+    file."""
+    with h5py_module().File(path, "r") as f:
+        if _text(f.attrs.get("neurodata_type", "")) != "NWBFile":
+            return None
+        found: dict = {}
+        when = _datetime(f.get("session_start_time"))
+        if when is not None:
+            found["session_start"] = when
+        subject = f.get("general/subject")
+        if subject is not None:
+            fields = {k: _text(subject[k][()]) for k in SUBJECT_TEXT
+                      if k in subject and subject[k].shape == ()}
+            born = _datetime(subject.get("date_of_birth"))
+            if born is not None:
+                fields["date_of_birth"] = born
+            if fields:
+                found["subject"] = fields
+        return found
+
+
+def _spikeglx_metadata(meta_file: str) -> dict:
+    """A SpikeGLX ``.meta``'s session start (`input_metadata`): ``fileCreateTime_original``
+    (CatGT's) or ``fileCreateTime``, marked UTC; none (and a warning) where neither reads."""
+    meta = read_meta(meta_file)
+    key = "fileCreateTime_original" if meta.get("fileCreateTime_original") else \
+        "fileCreateTime"
+    text = meta.get(key, "").strip()
+    try:
+        when = datetime.fromisoformat(text) if text else None
+    except ValueError:                          # "0000-00-00T00:00:00": anonymised, or edited
+        when = None
+    if when is None:
+        log.warning("%s: %s %s; an NWB output's session_start_time is the time it is written",
+                    meta_file, key, f"is {text!r}, not a date and time" if text else
+                    "missing")
+        return {}
+    return {"session_start": when if when.tzinfo is not None else
+            when.replace(tzinfo=timezone.utc)}
+
+
+#: the optional columns of the electrodes table dspk writes and reads (with `channel_name`)
+COLUMNS = {"contact_id": "the probe contact's id (probeinterface's contact_ids)",
+           "inter_sample_shift": "the channel's ADC sample shift, in samples: how late its "
+                                 "ADC sampled it within each sample period (SpikeInterface's "
+                                 "inter_sample_shift)"}
 
 #: the text fields of an NWB subject that an output takes over
 SUBJECT_TEXT = ("subject_id", "species", "sex", "age", "description", "genotype", "strain",
                 "weight")
+
+
+def subject_fields(subject: dict) -> dict:
+    """A subject for an NWB output, checked: pynwb ``Subject`` keywords, the text fields
+    `SUBJECT_TEXT` (``subject_id``, ``species``, ``sex``, ``age``: an ISO 8601 duration such
+    as ``"P90D"``, ...) as text and ``date_of_birth`` a datetime or its ISO 8601 text (UTC
+    when it has no zone). DANDI and nwbinspector require a subject with a species and an age
+    or a date of birth; dspk never invents one.
+
+    Parameters
+    ----------
+    subject : dict
+
+    Returns
+    -------
+    dict
+        The same fields, ``date_of_birth`` a time-zone aware datetime.
+
+    Raises
+    ------
+    RecordingError
+        A field pynwb's ``Subject`` does not have (named, with those it has), or a date of
+        birth that is not one.
+
+    Examples
+    --------
+    >>> from dspk.io.nwb import subject_fields
+    >>> subject_fields({"species": "Mus musculus", "age": "P90D"})
+    {'species': 'Mus musculus', 'age': 'P90D'}
+    """
+    if not isinstance(subject, dict):
+        raise RecordingError(f"subject: expected a dict of NWB Subject fields ({arg('subject')}), "
+                             f"got {type(subject).__name__}")
+    out: dict = {}
+    for key, value in subject.items():
+        if key == "date_of_birth":
+            when = value
+            if isinstance(value, str):
+                try:
+                    when = datetime.fromisoformat(value)
+                except ValueError:
+                    when = None
+            if not isinstance(when, datetime):
+                raise RecordingError(f"subject: date_of_birth: expected an ISO 8601 date and "
+                                     f"time ({arg('subject')}), got {value!r}")
+            out[key] = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+        elif key in SUBJECT_TEXT:
+            out[key] = str(value)
+        else:
+            raise RecordingError(f"subject: {key!r} is not a field of an NWB Subject "
+                                 f"({arg('subject')}); expected "
+                                 f"{', '.join(SUBJECT_TEXT + ('date_of_birth',))}")
+    return out
 
 
 def _text(value: Any) -> str:
@@ -120,6 +235,8 @@ def create_processed_series(path: str | os.PathLike, *, n_samples: int, fs: floa
                             dtype: Any, conversion: float, description: str,
                             filtering: str, geometry: Any = None, shank_ids: Any = None,
                             channel_ids: Sequence[Any] | None = None,
+                            contact_ids: Sequence[Any] | None = None,
+                            sample_shifts: Any = None,
                             starting_time: float = 0.0,
                             session_description: str = "processed by dspk",
                             session_start: datetime | None = None,
@@ -132,9 +249,13 @@ def create_processed_series(path: str | os.PathLike, *, n_samples: int, fs: floa
     The electrodes table has one row per channel: ``location`` ("unknown": dspk does not
     know the brain area), ``group`` / ``group_name`` (one electrode group per shank,
     ``shank0``, ``shank1``, ...), ``channel_name`` (the channel ids, which SpikeInterface's
-    NWB reader takes as its channel ids) and, with a geometry, ``rel_x``, ``rel_y`` (µm:
-    SpikeInterface's channel locations). The series stores ``conversion`` (volts per stored
-    unit), ``rate`` and ``starting_time``, and the file records dspk as what generated it.
+    NWB reader takes as its channel ids), with a geometry ``rel_x``, ``rel_y`` (µm:
+    SpikeInterface's channel locations), with contact ids ``contact_id`` (probeinterface's)
+    and with sample shifts ``inter_sample_shift`` (the ADC shifts in samples: SpikeInterface's
+    reader makes each column a property of that name). The series stores ``conversion``
+    (volts per stored unit), ``rate`` and ``starting_time``, and the file records dspk as
+    what generated it. `dspk.io.HDF5Recording` reads the channel ids, shanks, contact ids
+    and sample shifts back.
 
     Parameters
     ----------
@@ -156,6 +277,10 @@ def create_processed_series(path: str | os.PathLike, *, n_samples: int, fs: floa
     channel_ids : sequence, optional
         Each channel's id (default: its index); one entry per channel, which also gives the
         channel count.
+    contact_ids : sequence, optional
+        Each channel's probe contact id (text; no column without them).
+    sample_shifts : [channels] array, optional
+        Each channel's ADC sample shift in samples (no column without them).
     starting_time : float
         Seconds from the session's start to the first sample.
     session_description : str
@@ -218,6 +343,19 @@ def create_processed_series(path: str | os.PathLike, *, n_samples: int, fs: floa
     if shanks.shape != (n_channels,) or shanks.dtype.kind not in "iu":
         raise RecordingError(f"shank_ids: expected {n_channels} integers (one shank per "
                              f"channel), got {shanks.dtype} of shape {shanks.shape}")
+    columns: dict = {}                     # the optional columns, each one value per channel
+    if contact_ids is not None:
+        columns["contact_id"] = [str(v) for v in contact_ids]
+    if sample_shifts is not None:
+        shifts = np.asarray(sample_shifts, dtype=np.float64)
+        if shifts.shape != (n_channels,) or not np.all(np.isfinite(shifts)):
+            raise RecordingError(f"sample_shifts: expected {n_channels} finite shifts (one per "
+                                 f"channel), got shape {shifts.shape}")
+        columns["inter_sample_shift"] = shifts.tolist()
+    for key, values in columns.items():
+        if len(values) != n_channels:
+            raise RecordingError(f"{key}: expected {n_channels} values (one per channel), got "
+                                 f"{len(values)}")
     pynwb = pynwb_module()
     # hdmf comes with pynwb: its H5DataIO allocates the data without values
     from hdmf.backends.hdf5.h5_utils import H5DataIO  # noqa: PLC0415
@@ -234,10 +372,13 @@ def create_processed_series(path: str | os.PathLike, *, n_samples: int, fs: floa
                                                  location="unknown", device=device)
               for s in np.unique(shanks)}
     nwb.add_electrode_column(name="channel_name", description="the channel's id")
+    for key in columns:
+        nwb.add_electrode_column(name=key, description=COLUMNS[key])
     for i in range(n_channels):
         position = {} if xy is None else {"rel_x": float(xy[i, 0]), "rel_y": float(xy[i, 1])}
         nwb.add_electrode(group=groups[int(shanks[i])], location="unknown",
-                          channel_name=names[i], **position)
+                          channel_name=names[i], **position,
+                          **{key: values[i] for key, values in columns.items()})
     container = FilteredEphys(name=CONTAINER)
     nwb.create_processing_module(name=MODULE, description="extracellular traces processed "
                                  "by dspk").add(container)

@@ -198,15 +198,25 @@ class Recording:
         Per channel, in samples: how late its ADC sampled it within each sample period (the
         Neuropixels ADC shifts that `dspk.ops.phase_shift` corrects: k/13 on NP1.0, k/16 on
         NP2.0), what SpikeInterface calls ``inter_sample_shift``; None where the format does
-        not say (SpikeGLX imec streams and SpikeInterface recordings that carry the property
-        say it).
+        not say (SpikeGLX imec streams, Open Ephys Neuropixels streams with their settings,
+        dspk outputs whose shifts were not corrected, NWB files with an
+        ``inter_sample_shift`` electrodes column and SpikeInterface recordings that carry
+        the property say it).
     shank_ids : numpy.ndarray or None
         Per channel, the shank of its contact (int, 0-based) where the format says it
-        (SpikeGLX imec streams: the .meta's shank or geometry map; SpikeInterface recordings:
-        their ``group`` property); None otherwise.
+        (SpikeGLX imec streams: the .meta's shank or geometry map; Open Ephys: the probe of
+        its settings; dspk outputs; NWB: electrode groups named ``shank<k>``;
+        SpikeInterface recordings: their ``group`` property); None otherwise.
     channel_ids : numpy.ndarray or None
-        Per channel, its name where the format gives one (SpikeInterface recordings: their
-        channel ids, int or str); None otherwise (the channels are then known by index).
+        Per channel, its name where the format gives one, as SpikeInterface's reader of the
+        format names it (SpikeGLX: ``"imec0.ap#AP0"``; Open Ephys: ``"CH0"``; an NWB
+        series: its electrodes' ``channel_name``; a dspk output: the ids it stores;
+        SpikeInterface recordings: their channel ids, int or str); None otherwise (the
+        channels are then known by index).
+    contact_ids : numpy.ndarray or None
+        Per channel, the id of its probe contact (probeinterface's ``contact_ids``:
+        ``"e12"``, ``"s1e40"``) where the format says it (SpikeGLX and Open Ephys Neuropixels
+        probes, dspk outputs, NWB files with a ``contact_id`` column); None otherwise.
     source : str
         Where the samples come from (file and dataset), for provenance.
 

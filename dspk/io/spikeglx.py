@@ -224,6 +224,18 @@ class SpikeGLXRecording(BinaryRecording):
         Stored columns not in the recording (sync and digital words).
     used : numpy.ndarray or None
         The geometry map's "used" flag of each channel (False: a reference or disabled site).
+    stream_id : str
+        The stream as SpikeInterface (neo) names it: ``"imec0.ap"``, ``"imec0.lf"`` (a 3A
+        probe's ``"imec.ap"``), ``"nidq"``; from the ``.meta``'s ``fileName`` (the name the
+        file had when SpikeGLX wrote it), else this file's name.
+    channel_names : list of str or None
+        Each channel's SpikeGLX name (``"AP0"``, ``"LF12"``, ``"XA3"``), from
+        ``~snsChanMap``; without the map, imec channels ``AP``/``LF`` and their IMRO channel,
+        NI-DAQ channels None.
+    channel_ids : numpy.ndarray or None
+        SpikeInterface's channel ids, ``"{stream_id}#{name}"`` (``"imec0.ap#AP0"``:
+        ``spikeinterface.extractors.read_spikeglx`` gives the same); what dspk's outputs
+        carry for the channels. None where the names are (NI-DAQ without ``~snsChanMap``).
     shank_ids, contact_ids : numpy.ndarray or None
         imec streams: each channel's shank (0-based) and probeinterface contact id (None
         where probeinterface cannot build the probe).
@@ -278,6 +290,8 @@ class SpikeGLXRecording(BinaryRecording):
            [59.,  0.]])
     >>> rec.sample_shifts * 13            # channels 0 and 1: first on their two ADCs
     array([0., 0.])
+    >>> rec.channel_ids                   # SpikeInterface's ids (no ~snsChanMap: AP + IMRO)
+    array(['imec0.ap#AP0', 'imec0.ap#AP1'], dtype='<U12')
     >>> rec.read(scaled=False)            # the sync word is not a channel
     array([[ 10,  30, -50],
            [-20,  40,  60]], dtype=int16)
@@ -351,6 +365,12 @@ class SpikeGLXRecording(BinaryRecording):
             self.shank_ids = self._imec_shanks(len(cols)) if probe is None else \
                 probe.shank_ids
             self.contact_ids = None if probe is None else probe.contact_ids
+        # SpikeInterface's channel ids ("imec0.ap#AP0"): what outputs carry and its readers
+        # of them (NWB, Zarr) give back
+        self.stream_id = self._stream_id(bands)
+        self.channel_names = self._channel_names(cols, bands, ids)
+        self.channel_ids = None if self.channel_names is None else \
+            np.array([f"{self.stream_id}#{n}" for n in self.channel_names])
 
     def spec(self) -> RecordingSpec:
         """A `SpikeGLXRecording` of the same ``.bin`` with the metadata resolved here (see
@@ -528,6 +548,38 @@ class SpikeGLXRecording(BinaryRecording):
                 f"(and {arg('dtype')} if not int16)")
         options.no_dataset("a SpikeGLX file", path)
         return options.check(cls(path, fs=options.fs, **options.meta()), "a SpikeGLX file")
+
+    # -- the channels' names -----------------------------------------------------------------
+    def _stream_id(self, bands: np.ndarray) -> str:
+        """The stream as SpikeInterface (neo) names it (`stream_id`): the device and band of
+        the file name SpikeGLX gave the stream when it recorded it (the ``.meta``'s
+        ``fileName``, neo's rule: a renamed file keeps its stream), else of this file's
+        name; an imec name that says neither (renamed by hand, no ``fileName``) gives
+        ``"imec.ap"`` or ``"imec.lf"`` by the band of the first channel."""
+        if self.stream == "nidq":
+            return "nidq"
+        # the name at acquisition, written on Windows or Linux ("D:/data/run_g0_t0.imec0.ap.bin")
+        name = re.split(r"[\\/]", self.meta.get("fileName") or "")[-1] or \
+            os.path.basename(self.path)
+        parts = re.sub(r"\.c?bin$", "", name, flags=re.I).split(".")
+        if len(parts) >= 3 and parts[-1].lower() in ("ap", "lf") and "imec" in parts[-2]:
+            return f"imec{parts[-2].split('imec')[-1]}.{parts[-1].lower()}"
+        return f"imec.{'lf' if bands[0] else 'ap'}"
+
+    def _channel_names(self, cols: np.ndarray, bands: np.ndarray,
+                       ids: np.ndarray) -> list[str] | None:
+        """Each channel's SpikeGLX name (``AP0``, ``LF12``, ``MN0``, ``XA3``): its stored
+        column's entry in ``~snsChanMap`` (``(AP0;0:0)``: the name before the ``;``), as neo
+        and SpikeInterface name the channels. Without a usable map (older or edited
+        metadata): imec channels ``AP``/``LF`` and their IMRO channel, which is what SpikeGLX
+        writes there; NI-DAQ channels none (their numbering needs the map)."""
+        table = _entries(self.meta.get("snsChanMap", ""))[1:]
+        names = [e.split(";")[0].strip() for e in table]
+        if len(names) >= len(cols) and all(names[c] for c in cols):
+            return [names[c] for c in cols]
+        if self.stream == "imec":
+            return [f"{'LF' if b else 'AP'}{i}" for b, i in zip(bands.tolist(), ids.tolist())]
+        return None
 
     # -- metadata access ---------------------------------------------------------------------
     def _get(self, key: str) -> str:

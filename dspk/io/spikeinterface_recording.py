@@ -19,8 +19,9 @@ class SpikeInterfaceRecording(Recording):
     """A SpikeInterface recording (one segment) read through its ``get_traces``; its gains,
     offsets and channel locations carried over, its ``inter_sample_shift`` property (the
     Neuropixels ADC shifts its readers set) as `sample_shifts`, its channel ids as
-    `channel_ids` and its ``group`` property (the shank of each channel when a probe is
-    attached by shank) as `shank_ids`. Needs spikeinterface (optional).
+    `channel_ids`, its ``group`` property (the shank of each channel when a probe is
+    attached by shank) as `shank_ids` and its probe's contact ids as `contact_ids`. Needs
+    spikeinterface (optional).
 
     Parameters
     ----------
@@ -97,6 +98,25 @@ class SpikeInterfaceRecording(Recording):
             self.sample_shifts = self._shifts(r.get_property("inter_sample_shift"))
         if keys is not None and "group" in keys():
             self.shank_ids = self._groups(r.get_property("group"))
+        self.contact_ids = self._contacts(r)
+
+    def _contacts(self, r: Any) -> np.ndarray | None:
+        """The attached probe's contact ids in channel order (each probe's
+        ``device_channel_indices``); None without a probe, or where a channel has no wired
+        contact or a contact no id."""
+        has_probe = getattr(r, "has_probe", None)
+        if has_probe is None or not has_probe():
+            return None
+        ids = np.full(self.n_channels, "", dtype=object)
+        for probe in r.get_probegroup().probes:
+            wired = probe.device_channel_indices
+            if wired is None:
+                return None
+            wired = np.asarray(wired)
+            named = np.asarray(probe.contact_ids, dtype=str)
+            ok = (wired >= 0) & (wired < self.n_channels)
+            ids[wired[ok]] = named[ok]
+        return None if any(v == "" for v in ids) else ids.astype(str)
 
     def _shifts(self, value: Any) -> np.ndarray | None:
         """SpikeInterface's ``inter_sample_shift`` property, one finite value per channel."""

@@ -5,6 +5,11 @@ match it), the metadata beside the traces (`write_metadata` for HDF5, `kilosort_
 Kilosort folder's ``dspk.json``, `peaks_about` for ``dspk detect``'s ``detect.json``), and
 `describe`, which reads any of them back (``dspk info``, `dspk.spikeinterface.read_dspk`).
 
+Every output carries the input's channel metadata, each where its readers look for it
+(`channel_metadata`): the channel ids (SpikeInterface's: ``"imec0.ap#AP0"`` for SpikeGLX,
+``"CH0"`` for Open Ephys), the shanks, the probe's contact ids and the ADC sample shifts (not
+once a ``PhaseShift`` step has corrected them: `output_sample_shifts`).
+
 The writers here decide the order in which HDF5 objects and JSON keys are written: that order
 is part of an output's bytes (two runs of one job write the same file), so it changes only
 with a new version of the format.
@@ -38,14 +43,15 @@ import numpy as np
 
 from .._version import __version__
 from ..io import Recording, RecordingError
-from ..io.hdf5 import h5py_module, is_hdf5, pipeline_steps
+from ..io.hdf5 import h5py_module, is_hdf5, output_channels, pipeline_steps
 from ..io.rawio import create_dataset
 from . import registry
 from .errors import PipelineError
 
 __all__ = ["UNITS_UV", "UNITS_WHITENED", "FITTED_GROUP", "stage_options", "write_fitted",
            "read_fitted", "save_pipeline", "read_pipeline", "fingerprint", "job_record",
-           "write_metadata", "channel_ids", "plain", "json_channel_ids", "kilosort_about",
+           "write_metadata", "channel_ids", "utf8", "plain", "json_channel_ids",
+           "output_sample_shifts", "channel_metadata", "kilosort_about", "zarr_about",
            "peaks_about", "describe", "is_output"]
 
 #: the ``units`` of stored traces: what ``raw x gain_to_uv`` is in, µV (as SpikeInterface
@@ -295,7 +301,14 @@ def write_metadata(f: Any, rec: Recording, job: dict, steps: list,
     - ``/geometry`` [channels, 2] µm (when known);
     - ``/channel_ids`` [channels]: the input's channel ids (`channel_ids`: int64, or UTF-8
       strings);
-    - ``/shank_ids`` [channels] int64, when the input says them (`Recording.shank_ids`).
+    - ``/shank_ids`` [channels] int64, when the input says them (`Recording.shank_ids`);
+    - ``/contact_ids`` [channels] UTF-8 strings, the probe's contact ids, when the input says
+      them (`Recording.contact_ids`: SpikeGLX and Open Ephys Neuropixels probes);
+    - ``/sample_shifts`` [channels] float64, the ADC sample shifts in samples (SpikeInterface's
+      ``inter_sample_shift``), when the input says them and no ``PhaseShift`` step corrected
+      them (`output_sample_shifts`).
+
+    `dspk.io.HDF5Recording` reads these four back (`dspk.open_recording` of the output).
 
     Parameters
     ----------
@@ -348,6 +361,12 @@ def write_metadata(f: Any, rec: Recording, job: dict, steps: list,
     create_dataset(f, "channel_ids", data=channel_ids(rec))
     if rec.shank_ids is not None:
         create_dataset(f, "shank_ids", data=np.asarray(rec.shank_ids, dtype=np.int64))
+    # after the shanks (an input without these two writes the bytes it wrote before)
+    if rec.contact_ids is not None:
+        create_dataset(f, "contact_ids", data=utf8(rec.contact_ids))
+    shifts = output_sample_shifts(rec, steps)
+    if shifts is not None:
+        create_dataset(f, "sample_shifts", data=shifts)
 
 
 def channel_ids(rec: Recording) -> np.ndarray:
@@ -384,7 +403,30 @@ def channel_ids(rec: Recording) -> np.ndarray:
                             f"got shape {ids.shape}")
     if ids.dtype.kind in "iu":
         return ids.astype(np.int64)
-    encoded = [str(v).encode("utf-8") for v in ids]
+    return utf8(ids)
+
+
+def utf8(values: Any) -> np.ndarray:
+    """Per-channel text as an HDF5 output stores it: fixed-length UTF-8 strings (h5py's
+    string dtype, as wide as the longest), which h5py, pynwb and MATLAB read as text.
+
+    Parameters
+    ----------
+    values : array-like
+        Anything with a text form (each value's ``str``).
+
+    Returns
+    -------
+    numpy.ndarray
+        bytes (``S``) with h5py's UTF-8 string dtype.
+
+    Examples
+    --------
+    >>> from dspk.pipeline.record import utf8
+    >>> utf8(["e0", "s1e40"])
+    array([b'e0', b's1e40'], dtype='|S5')
+    """
+    encoded = [str(v).encode("utf-8") for v in np.asarray(values).tolist()]
     h5py = h5py_module()
     width = max(1, max((len(v) for v in encoded), default=1))
     return np.array(encoded, dtype=h5py.string_dtype("utf-8", width))
@@ -426,11 +468,82 @@ def json_channel_ids(rec: Recording) -> list:
     return list(range(rec.n_channels)) if rec.channel_ids is None else plain(rec.channel_ids)
 
 
+def output_sample_shifts(rec: Recording, steps: Sequence[dict]) -> np.ndarray | None:
+    """The ADC sample shifts an output carries for its channels (float64, in samples of the
+    output: a decimated recording's are the input's / q): the input's
+    `Recording.sample_shifts`, or None where it has none or where a ``PhaseShift`` step
+    corrected them (the traces are then aligned; a reader that shifted them again would
+    misalign them, so SpikeInterface's property is dropped too).
+
+    Parameters
+    ----------
+    rec : Recording
+        The input (as the output sees it).
+    steps : sequence of dict
+        `Pipeline.options`.
+
+    Returns
+    -------
+    numpy.ndarray or None
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.record import output_sample_shifts
+    >>> rec = dspk.open_recording(np.zeros((3000, 2), np.int16), fs=3e4)
+    >>> rec.sample_shifts = np.array([0.0, 1 / 13])
+    >>> output_sample_shifts(rec, [{"step": "HighPass"}]) * 13
+    array([0., 1.])
+    >>> output_sample_shifts(rec, [{"step": "PhaseShift"}]) is None
+    True
+    """
+    shifts = rec.sample_shifts
+    if shifts is None or any(s.get("step") == "PhaseShift" for s in steps):
+        return None
+    return np.asarray(shifts, dtype=np.float64)
+
+
+def channel_metadata(rec: Recording, steps: Sequence[dict]) -> dict:
+    """The channel metadata every output carries, as JSON values (a Kilosort or Zarr
+    folder's ``dspk.json``, an NWB file's electrodes columns): ``channel_ids``
+    (`json_channel_ids`), ``shank_ids`` (integers), ``contact_ids`` (strings) and
+    ``sample_shifts`` (`output_sample_shifts`, floats), each None where the input does not
+    say it (the channel ids are then the indices).
+
+    Parameters
+    ----------
+    rec : Recording
+        The input.
+    steps : sequence of dict
+        `Pipeline.options`.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.record import channel_metadata
+    >>> rec = dspk.open_recording(np.zeros((3000, 2), np.int16), fs=3e4)
+    >>> channel_metadata(rec, [])
+    {'channel_ids': [0, 1], 'shank_ids': None, 'contact_ids': None, 'sample_shifts': None}
+    """
+    shanks, contacts = rec.shank_ids, rec.contact_ids
+    shifts = output_sample_shifts(rec, steps)
+    return {"channel_ids": json_channel_ids(rec),
+            "shank_ids": None if shanks is None else plain(shanks),
+            "contact_ids": None if contacts is None else [str(v) for v in
+                                                          np.asarray(contacts).tolist()],
+            "sample_shifts": None if shifts is None else [float(v) for v in shifts]}
+
+
 def kilosort_about(rec: Recording, binary: str, out_dtype: Any, scale: float, whitened: bool,
                    steps: list, job: dict) -> dict:
     """A Kilosort folder's ``dspk.json``: what it holds (``scale`` and ``units``: one stored
-    step is ``scale`` of ``units``), the channel ids and shanks, the pipeline's steps and the
-    job's record (`describe` reads it back).
+    step is ``scale`` of ``units``), the channels' ids, shanks, contact ids and sample shifts
+    (`channel_metadata`), the pipeline's steps and the job's record (`describe` reads it
+    back).
 
     Parameters
     ----------
@@ -456,15 +569,54 @@ def kilosort_about(rec: Recording, binary: str, out_dtype: Any, scale: float, wh
     >>> about["units"], about["channel_ids"], about["offset"]
     ('whitened (noise SD)', [0, 1], 0)
     """
-    shanks = rec.shank_ids
     # the order of the keys is the order of the file's lines (two runs write the same file)
     return {"format": "kilosort", "dspk": __version__, "binary": binary,
             "dtype": np.dtype(out_dtype).name, "offset": 0, "layout": "samples_channels",
             "n_samples": rec.n_samples, "n_channels": rec.n_channels, "fs": rec.fs,
             "scale": scale, "units": UNITS_WHITENED if whitened else UNITS_UV,
-            "whitened": whitened, "source": rec.source, "channel_ids": json_channel_ids(rec),
-            "shank_ids": None if shanks is None else plain(shanks),
+            "whitened": whitened, "source": rec.source, **channel_metadata(rec, steps),
             "pipeline": steps, "job": job}
+
+
+def zarr_about(rec: Recording, traces: str, out_dtype: Any, scale: float, units: str,
+               whitened: bool, steps: list, job: dict) -> dict:
+    """A Zarr folder's ``dspk.json`` (``format="zarr"``): what it holds (``scale`` of
+    ``units`` per stored step), the channels' ids, shanks, contact ids and sample shifts
+    (`channel_metadata`), the pipeline's steps and the job's record (`describe` reads it
+    back).
+
+    Parameters
+    ----------
+    rec : Recording
+        The input.
+    traces : str
+        The traces' array in the folder (``traces_seg0``).
+    out_dtype : int16 or float32
+    scale : float
+        The units of one stored step.
+    units : str
+        `UNITS_UV` or `UNITS_WHITENED`.
+    whitened : bool
+    steps : list of dict
+        `Pipeline.options`.
+    job : dict
+        `job_record`.
+
+    Examples
+    --------
+    >>> import numpy as np, dspk
+    >>> from dspk.pipeline.record import zarr_about
+    >>> rec = dspk.open_recording(np.zeros((3000, 2), np.int16), fs=3e4)
+    >>> about = zarr_about(rec, "traces_seg0", np.float32, 1.0, "uV", False, [], {})
+    >>> about["format"], about["traces"], about["channel_ids"]
+    ('zarr', 'traces_seg0', [0, 1])
+    """
+    # the order of the keys is the order of the file's lines (two runs write the same file)
+    return {"format": "zarr", "dspk": __version__, "traces": traces,
+            "dtype": np.dtype(out_dtype).name, "layout": "samples_channels",
+            "n_samples": rec.n_samples, "n_channels": rec.n_channels, "fs": rec.fs,
+            "scale": scale, "units": units, "whitened": whitened, "source": rec.source,
+            **channel_metadata(rec, steps), "pipeline": steps, "job": job}
 
 
 def peaks_about(rec: Recording, steps: list, n_peaks: int, units: str, files: Sequence[str]
@@ -526,61 +678,109 @@ def _describe_hdf5(path: str, fitted: bool) -> dict:
         # outputs written before the attribute: whitened when a Whiten step ran
         units = _text(a["units"]) if "units" in a else \
             UNITS_WHITENED if "Whiten" in steps else UNITS_UV
-        if "channel_ids" in f:
-            ds = f["channel_ids"]
-            ids = np.array(list(ds.asstr()[()])) if ds.dtype.kind in "SO" else ds[()]
-        else:               # written before dspk stored them: the channels' indices
-            ids = np.arange(c)
+        channels = output_channels(f, int(c), path)
         geometry = f["geometry"][()] if "geometry" in f else a.get("geometry")
-        shanks = f["shank_ids"][()] if "shank_ids" in f else None
         job = json.loads(_text(f.attrs["job"])) if "job" in f.attrs else None
         return {"format": "hdf5", "path": path, "steps": steps,
                 "pipeline": json.loads(_text(f.attrs["pipeline"])),
                 "fs": float(a["fs"]), "n_samples": int(n), "n_channels": int(c),
                 "dtype": traces.dtype, "layout": layout,
                 "scale": float(a.get("gain_to_uv", 1.0)), "units": units,
-                "channel_ids": ids,
                 "geometry": None if geometry is None else np.asarray(geometry, np.float64),
-                "shank_ids": None if shanks is None else np.asarray(shanks, np.int64),
+                **_channels(channels, int(c)),
                 "job": job, "fitted": _fitted_groups(f) if fitted else None}
 
 
-def _describe_kilosort(folder: str, fitted: bool) -> dict:
+def _channels(found: dict, n_channels: int) -> dict:
+    """`describe`'s channel metadata from what an output stores (None where it stores
+    nothing): ``channel_ids`` (the indices for an output written before dspk stored them),
+    ``shank_ids`` int64, ``contact_ids`` str, ``sample_shifts`` float64."""
+    ids, shanks = found.get("channel_ids"), found.get("shank_ids")
+    contacts, shifts = found.get("contact_ids"), found.get("sample_shifts")
+    return {"channel_ids": np.arange(n_channels) if ids is None else np.asarray(ids),
+            "shank_ids": None if shanks is None else np.asarray(shanks, np.int64),
+            "contact_ids": None if contacts is None else np.asarray(contacts, dtype=str),
+            "sample_shifts": None if shifts is None else np.asarray(shifts, np.float64)}
+
+
+def _read_about(folder: str, fmt: str) -> dict:
+    """A folder output's ``dspk.json``, refused when it says another format."""
     with open(os.path.join(folder, "dspk.json"), encoding="utf-8") as fh:
         about = json.load(fh)
-    if about.get("format", "kilosort") != "kilosort":
-        raise RecordingError(f"{folder} is not a dspk Kilosort folder (its dspk.json says "
-                             f"format {about.get('format')!r})")
-    geometry = shanks = None
+    if about.get("format", "kilosort") != fmt:
+        raise RecordingError(f"{folder} is not a dspk {fmt.capitalize()} folder (its dspk.json "
+                             f"says format {about.get('format')!r})")
+    return about
+
+
+def _folder_fitted(folder: str, fitted: bool) -> dict | None:
+    """The fitted state of a folder output's ``fitted.h5`` (empty without the file; None
+    when not asked for)."""
+    if not fitted:
+        return None
+    path = os.path.join(folder, "fitted.h5")
+    if not os.path.isfile(path):
+        return {}
+    with h5py_module().File(path, "r") as f:
+        return _fitted_groups(f)
+
+
+def _about_common(about: dict, folder: str, fmt: str, fitted: bool) -> dict:
+    """What `describe` gives of a Kilosort or Zarr folder from its ``dspk.json``."""
+    steps = about.get("pipeline", [])
+    c = int(about["n_channels"])
+    return {"format": fmt, "path": folder, "dspk": about.get("dspk", "?"),
+            "steps": [s["step"] for s in steps], "pipeline": steps, "fs": float(about["fs"]),
+            "n_samples": int(about["n_samples"]), "n_channels": c,
+            "dtype": np.dtype(about["dtype"]), "layout": about.get("layout", "samples_channels"),
+            "scale": float(about["scale"]), "units": about.get("units", UNITS_UV),
+            **_channels(about, c), "job": about.get("job"),
+            "fitted": _folder_fitted(folder, fitted)}
+
+
+def _describe_kilosort(folder: str, fitted: bool) -> dict:
+    about = _read_about(folder, "kilosort")
+    out = _about_common(about, folder, "kilosort", fitted)
+    if about.get("channel_ids") is None:       # written before dspk stored them
+        out["channel_ids"] = None
+    out["geometry"] = None
     probe = os.path.join(folder, "chanMap.json")
     if os.path.isfile(probe):
         with open(probe, encoding="utf-8") as fh:
             ks = json.load(fh)
-        geometry = np.c_[np.asarray(ks["xc"], float), np.asarray(ks["yc"], float)]
-        shanks = np.asarray(ks.get("kcoords", np.zeros(len(geometry))))
-    states = None
-    fitted_file = os.path.join(folder, "fitted.h5")
-    if fitted:
-        states = {}
-        if os.path.isfile(fitted_file):
-            with h5py_module().File(fitted_file, "r") as f:
-                states = _fitted_groups(f)
-    steps = about.get("pipeline", [])
-    ids = about.get("channel_ids")
-    return {"format": "kilosort", "path": folder, "dspk": about.get("dspk", "?"),
-            "steps": [s["step"] for s in steps], "pipeline": steps, "fs": float(about["fs"]),
-            "n_samples": int(about["n_samples"]), "n_channels": int(about["n_channels"]),
-            "dtype": np.dtype(about["dtype"]), "layout": about.get("layout", "samples_channels"),
-            "binary": about["binary"], "offset": int(about.get("offset", 0)),
-            "scale": float(about["scale"]), "units": about.get("units", UNITS_UV),
-            "channel_ids": None if ids is None else np.asarray(ids),
-            "geometry": geometry, "shank_ids": shanks, "job": about.get("job"),
-            "fitted": states}
+        out["geometry"] = np.c_[np.asarray(ks["xc"], float), np.asarray(ks["yc"], float)]
+        # Kilosort's kcoords (floats) are the shanks: dspk.json's when it has them
+        if out["shank_ids"] is None:
+            out["shank_ids"] = np.asarray(ks.get("kcoords", np.zeros(len(out["geometry"]))),
+                                          float).astype(np.int64)
+    out.update(binary=about["binary"], offset=int(about.get("offset", 0)))
+    return out
+
+
+def _describe_zarr(folder: str, fitted: bool) -> dict:
+    about = _read_about(folder, "zarr")
+    out = _about_common(about, folder, "zarr", fitted)
+    # the positions: the probe SpikeInterface's read_zarr reads (the root's .zattrs, JSON in
+    # zarr v2: read without zarr), contact i on channel device_channel_indices[i]
+    out["geometry"] = None
+    attrs = os.path.join(folder, ".zattrs")
+    if os.path.isfile(attrs):
+        with open(attrs, encoding="utf-8") as fh:
+            probes = (json.load(fh).get("probegroup") or {}).get("probes") or []
+        if len(probes) == 1:
+            xy = np.asarray(probes[0]["contact_positions"], np.float64)
+            wired = np.asarray(probes[0].get("device_channel_indices", np.arange(len(xy))))
+            geometry = np.full((out["n_channels"], 2), np.nan)
+            geometry[wired[wired >= 0]] = xy[wired >= 0]
+            out["geometry"] = geometry
+    out["traces"] = about.get("traces", "traces_seg0")
+    return out
 
 
 def describe(path: str | os.PathLike, fitted: bool = True) -> dict:
     """What a dspk output holds, read back from its metadata: an HDF5 output (`Pipeline.run`,
-    ``dspk preprocess``) or a Kilosort folder (``format="kilosort"``).
+    ``dspk preprocess``), a Kilosort folder (``format="kilosort"``) or a Zarr folder
+    (``format="zarr"``).
 
     Parameters
     ----------
@@ -592,14 +792,16 @@ def describe(path: str | os.PathLike, fitted: bool = True) -> dict:
     Returns
     -------
     dict
-        ``format`` ("hdf5" or "kilosort"), ``path``, ``steps`` (the stages' names, in
-        order), ``pipeline`` (`Pipeline.options`), ``fs``, ``n_samples``, ``n_channels``,
-        ``dtype`` and ``layout`` of the stored traces, ``scale`` (the units of one stored
-        step) and ``units`` (`UNITS_UV` or `UNITS_WHITENED`), ``channel_ids``, ``geometry``
-        [channels, 2] µm and ``shank_ids`` (None where not stored), ``job`` (`job_record`),
-        ``fitted`` (every fitted array by group, ``{"step2_Whiten": {"W": ...}}``); a
-        Kilosort folder adds ``binary``, ``offset`` and ``dspk`` (the version that wrote
-        it).
+        ``format`` ("hdf5", "kilosort" or "zarr"), ``path``, ``steps`` (the stages'
+        names, in order), ``pipeline`` (`Pipeline.options`), ``fs``, ``n_samples``,
+        ``n_channels``, ``dtype`` and ``layout`` of the stored traces, ``scale`` (the units
+        of one stored step) and ``units`` (`UNITS_UV` or `UNITS_WHITENED`), ``geometry``
+        [channels, 2] µm, the channels' metadata (`channel_metadata`: ``channel_ids``,
+        ``shank_ids`` int64, ``contact_ids`` str, ``sample_shifts`` float64; None where not
+        stored), ``job`` (`job_record`), ``fitted`` (every fitted array by group,
+        ``{"step2_Whiten": {"W": ...}}``); a Kilosort folder adds ``binary``, ``offset``
+        and ``dspk`` (the version that wrote it), a Zarr folder ``traces`` (its array) and
+        ``dspk``.
 
     Raises
     ------
@@ -627,17 +829,21 @@ def describe(path: str | os.PathLike, fitted: bool = True) -> dict:
     """
     path = os.fspath(path)
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "dspk.json")):
-        return _describe_kilosort(path, fitted)
+        with open(os.path.join(path, "dspk.json"), encoding="utf-8") as fh:
+            fmt = json.load(fh).get("format", "kilosort")
+        return _describe_zarr(path, fitted) if fmt == "zarr" else \
+            _describe_kilosort(path, fitted)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path) or not is_hdf5(path):
-        raise RecordingError(f"{path} is not an HDF5 file (nor a dspk Kilosort folder)")
+        raise RecordingError(f"{path} is not an HDF5 file (nor a dspk Kilosort or Zarr "
+                             f"folder)")
     return _describe_hdf5(path, fitted)
 
 
 def is_output(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a dspk output that `describe` reads (an HDF5 file that dspk wrote,
-    or a Kilosort folder).
+    or a Kilosort or Zarr folder: one holding its ``dspk.json``).
 
     Parameters
     ----------

@@ -9,16 +9,21 @@ What the folder holds (zarr v2, `zarr<3`: the version SpikeInterface 0.105 uses 
 - ``traces_seg0`` [samples, channels], float32 or int16 (``scale`` units per step, as the
   HDF5 output's), chunked by the job's chunks along time, compressed with Blosc zstd
   (SpikeInterface's default compressor);
-- ``channel_ids`` (the input's ids), the attributes ``sampling_frequency``,
-  ``num_segments`` (1), ``probegroup`` (probeinterface's dict: positions in µm, contact i
-  on channel i, the shanks) and ``annotations`` (``is_filtered``);
+- ``channel_ids`` (the input's ids: SpikeInterface's, ``"imec0.ap#AP0"`` for SpikeGLX),
+  the attributes ``sampling_frequency``, ``num_segments`` (1), ``probegroup``
+  (probeinterface's dict: positions in µm, contact i on channel i, the shanks and the
+  contact ids the input says) and ``annotations`` (``is_filtered``);
 - ``properties/``: ``gain_to_uV`` and ``offset_to_uV`` for µV traces (the int16 scale, or 1;
   0) — none for whitened traces, in units of the noise's standard deviation, which
   SpikeInterface then never takes for µV — and for every output ``physical_unit``
   (``"uV"`` or ``"whitened (noise SD)"``), ``gain_to_physical_unit`` (the scale),
-  ``offset_to_physical_unit`` and ``group`` (the shanks the input says, else 0);
-- ``dspk.json`` (what the folder holds, the pipeline's steps and the job's record) and
-  ``fitted.h5`` (the fitted state, `dspk.pipeline.record.read_fitted`): files zarr ignores.
+  ``offset_to_physical_unit`` and ``group`` (the shanks the input says, else 0); and
+  ``inter_sample_shift`` (the ADC sample shifts, SpikeInterface's ``phase_shift`` reads
+  them) where the input says them and no ``PhaseShift`` step corrected them;
+- ``dspk.json`` (`dspk.pipeline.record.zarr_about`: what the folder holds, the channels'
+  metadata, the pipeline's steps and the job's record) and ``fitted.h5`` (the fitted
+  state, `dspk.pipeline.record.read_fitted`): files zarr ignores. `dspk.pipeline.record.describe`
+  (``dspk info``) reads them.
 
 Written as ``OUT.partial/`` and renamed ``OUT`` when complete, in one go (not resumable).
 
@@ -48,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from ..._version import __version__
 from ...io.rawio import new_file
 from ..errors import PipelineError
-from ..record import UNITS_UV, json_channel_ids, plain, write_fitted
+from ..record import (UNITS_UV, json_channel_ids, output_sample_shifts, write_fitted,
+                      zarr_about)
 from .base import Output, register_output
 from .raw import write_traces
 
@@ -88,16 +93,19 @@ def zarr_module() -> Any:
     return zarr
 
 
-def zarr_probegroup(geometry: Any, shank_ids: Any = None) -> dict:
+def zarr_probegroup(geometry: Any, shank_ids: Any = None, contact_ids: Any = None) -> dict:
     """The probe as SpikeInterface's Zarr folder holds it (``probegroup``: probeinterface's
     ``ProbeGroup.to_dict``): one planar probe in µm, contact i wired to channel i, its shank
-    when given (contact shapes are probeinterface's default: dspk stores none).
+    and contact id when given (contact shapes are probeinterface's default: dspk stores
+    none).
 
     Parameters
     ----------
     geometry : [channels, 2] array
         µm.
     shank_ids : [channels] array, optional
+    contact_ids : [channels] array, optional
+        probeinterface's contact ids (``"e12"``), as text.
 
     Examples
     --------
@@ -116,6 +124,8 @@ def zarr_probegroup(geometry: Any, shank_ids: Any = None) -> dict:
     probe = Probe(ndim=2, si_units="um")
     probe.set_contacts(positions=g, shank_ids=None if shank_ids is None else
                        [str(s) for s in np.asarray(shank_ids)])
+    if contact_ids is not None:
+        probe.set_contact_ids([str(v) for v in np.asarray(contact_ids).tolist()])
     probe.set_device_channel_indices(np.arange(len(g)))
     group = ProbeGroup()
     group.add_probe(probe)
@@ -202,6 +212,9 @@ class ZarrOutput(Output):
             values.update(gain_to_uV=np.full(c, scale), offset_to_uV=np.zeros(c))
         values["group"] = np.zeros(c, np.int64) if rec.shank_ids is None else \
             np.asarray(rec.shank_ids, np.int64)         # SpikeInterface's groups: the shanks
+        shifts = output_sample_shifts(rec, steps)
+        if shifts is not None:                   # what SpikeInterface's phase_shift reads
+            values["inter_sample_shift"] = shifts
         for key, v in values.items():
             props.create_dataset(key, data=v, compressor=None)
         root.attrs["sampling_frequency"] = float(rec.fs)
@@ -210,14 +223,10 @@ class ZarrOutput(Output):
             s["step"] in ("HighPass", "BandPass") for s in steps)}
         root.attrs["provenance"] = None
         if rec.geometry is not None:
-            root.attrs["probegroup"] = zarr_probegroup(rec.geometry, rec.shank_ids)
-        about = {"format": "zarr", "dspk": __version__, "traces": "traces_seg0",
-                 "dtype": np.dtype(job.out_dtype).name, "layout": "samples_channels",
-                 "n_samples": rec.n_samples, "n_channels": c, "fs": rec.fs, "scale": scale,
-                 "units": job.units, "whitened": job.pipeline.whitens, "source": rec.source,
-                 "channel_ids": json_channel_ids(rec),
-                 "shank_ids": None if rec.shank_ids is None else plain(rec.shank_ids),
-                 "pipeline": steps, "job": job.job_record}
+            root.attrs["probegroup"] = zarr_probegroup(rec.geometry, rec.shank_ids,
+                                                       rec.contact_ids)
+        about = zarr_about(rec, "traces_seg0", job.out_dtype, scale, job.units,
+                           job.pipeline.whitens, steps, job.job_record)
         (self.files.partial / "dspk.json").write_text(json.dumps(about, indent=1) + "\n")
         zarr.consolidate_metadata(root.store)
         super().commit()
