@@ -423,6 +423,14 @@ def _preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def _subject_arg(p: argparse.ArgumentParser, whose: str) -> None:
+    p.add_argument("--subject", action="append", default=None, metavar="KEY=VALUE",
+                   help=f"with --format nwb, a field of {whose} (repeat it: --subject "
+                        "species=\"Mus musculus\" --subject age=P90D --subject subject_id=m1); "
+                        "DANDI and nwbinspector require a species and an age, which dspk does "
+                        "not invent (an NWB input's are taken over)")
+
+
 def _subject(args: argparse.Namespace) -> dict:
     """``--subject KEY=VALUE`` (repeated) as the NWB output's ``subject`` (refused with
     another format: only NWB has a subject)."""
@@ -446,7 +454,8 @@ def _preprocess_many(args: argparse.Namespace) -> int:
     # dspk.dask needs the optional extra dask: loaded only by this command
     from .dask import cluster_client, preprocess_many  # noqa: PLC0415
 
-    options = {**_pipeline_options(args), **_open_options(args), **_job_options(args)}
+    options = {**_pipeline_options(args), **_open_options(args), **_job_options(args),
+               **_subject(args)}
 
     def client() -> Any:
         # started once preprocess_many's checks have passed (the outputs against the files
@@ -731,11 +740,7 @@ def parser() -> argparse.ArgumentParser:
                        help="the most device memory a GPU job's chunks may use, e.g. 800M or "
                             "4G (default: sized to the free device memory; the chunk is "
                             "halved when the device runs out all the same)")
-    p_pre.add_argument("--subject", action="append", default=None, metavar="KEY=VALUE",
-                       help="with --format nwb, a field of the NWB file's subject (repeat it: "
-                            "--subject species=\"Mus musculus\" --subject age=P90D --subject "
-                            "subject_id=m1); DANDI and nwbinspector require a species and an "
-                            "age, which dspk does not invent (an NWB input's are taken over)")
+    _subject_arg(p_pre, "the NWB file's subject")
     p_pre.add_argument("--quiet", action="store_true", help="no progress bar")
     p_pre.set_defaults(func=_preprocess)
     p_many = command("preprocess-many", "preprocess many recordings on a Dask cluster (needs "
@@ -765,6 +770,7 @@ def parser() -> argparse.ArgumentParser:
     p_many.add_argument("--overwrite", action="store_true",
                         help="replace existing outputs (never a recording or a file an option "
                              "names, such as --probe's: refused before the cluster starts)")
+    _subject_arg(p_many, "every NWB file's subject")
     p_many.set_defaults(func=_preprocess_many)
     p_det = command("detect", "detection alone, its peaks in SpikeInterface's form",
                     "Spike detection on IN without writing traces: on a dspk output its "

@@ -573,7 +573,7 @@ def cluster_client(scheduler: str | None = None, workers: int | None = None,
 OPEN_KEYS = {"dataset", "fs", "layout", "gain_to_uv", "offset_to_uv", "geometry", "n_channels",
              "dtype", "header_bytes", "allow_external_links"}
 RUN_KEYS = {"chunk_s", "output_dtype", "output_scale", "layout_out", "compression",
-            "overwrite", "on_chunk", "format", "inputs"}
+            "overwrite", "on_chunk", "format", "inputs", "subject"}
 #: each format's output name for a recording's stem (a Kilosort output is a folder)
 OUTPUT_SUFFIX = {name: output_class(name).suffix for name in formats(listed=True)}
 
@@ -700,10 +700,10 @@ def preprocess_many(paths: Sequence[str] | str, out_dir: str, client: Any = None
         keywords (highpass, bandpass, reference, whiten, n_neighbors, backend, detect, ...;
         ``dtype_processing`` for its dtype) and `Pipeline.run` keywords (chunk_s,
         output_dtype, output_scale, compression, overwrite, format; ``layout_out`` for its
-        layout; ``inputs``, the other files the jobs read — ``{"--probe": "probe.json"}`` —
-        that no output may be; ``on_chunk``, called in the worker after each committed
-        chunk, pickled to it). A ``geometry`` given as a probe file is one of the files the
-        jobs read too.
+        layout; ``subject``, every NWB output's subject; ``inputs``, the other files the
+        jobs read — ``{"--probe": "probe.json"}`` — that no output may be; ``on_chunk``,
+        called in the worker after each committed chunk, pickled to it). A ``geometry``
+        given as a probe file is one of the files the jobs read too.
 
     Returns
     -------

@@ -140,8 +140,9 @@ def test_preprocess_many_writes_each_format(tmp_path, client, fmt):
     if fmt == "nwb":
         pytest.importorskip("pynwb")
     paths = [write_recording(tmp_path / f"k{i}.h5", c=8, seed=30 + i) for i in range(2)]
+    subject = {"subject": {"species": "Mus musculus", "age": "P90D"}} if fmt == "nwb" else {}
     res = dd.preprocess_many([str(p) for p in paths], tmp_path / "out", client=client,
-                             whiten="global", backend="cpu", chunk_s=0.5, format=fmt)
+                             whiten="global", backend="cpu", chunk_s=0.5, format=fmt, **subject)
     for p in paths:
         got = Path(res[str(p)])
         if fmt == "kilosort":
@@ -152,6 +153,10 @@ def test_preprocess_many_writes_each_format(tmp_path, client, fmt):
             assert (got / "traces.bin").read_bytes() == (single / "traces.bin").read_bytes()
         else:
             assert got == tmp_path / "out" / f"{p.stem}.nwb" and got.is_file()
+            import pynwb
+            with pynwb.NWBHDF5IO(str(got), "r") as io:
+                s = io.read().subject
+                assert (s.species, s.age) == ("Mus musculus", "P90D")
     with pytest.raises(dspk.pipeline.PipelineError, match="compression"):
         dd.preprocess_many([str(p) for p in paths], tmp_path / "o2", client=client,
                            format=fmt, compression="gzip")

@@ -40,7 +40,7 @@ from .job import Job, OnChunk, opened
 from .outputs import Output, output_class
 from .prepared import PreparedPipeline, fitted_states
 from .sinks import Detect
-from .stage import Context, Sink, Stage, check_needs
+from .stage import Context, Sink, check_needs, check_order, front_end
 from .stream import read_block
 
 __all__ = ["Pipeline", "preprocess", "fit_spans", "FIT_CHUNKS", "FIT_CHUNK_S"]
@@ -147,18 +147,7 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.steps = list(self.steps)
-        for s in self.steps:
-            if not isinstance(s, Stage):
-                raise PipelineError(f"steps: {s!r} is not a pipeline step "
-                                    f"({', '.join(registry.stage_classes())})")
-        fronts = [k for k, s in enumerate(self.steps) if getattr(s, "front_end", False)]
-        if fronts and fronts != [0]:
-            raise PipelineError(f"steps: {self.steps[fronts[-1]].describe()} must be the first "
-                                f"step (it changes the recording the other steps read), and "
-                                f"the only one of its kind")
-        kinds = [isinstance(s, Sink) for s in self.steps]
-        if kinds != sorted(kinds):
-            raise PipelineError("steps: Detect must be the last step (sinks after every step)")
+        check_order(self.steps, registry.stage_classes())
         if np.dtype(self.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise PipelineError(f"dtype: expected float32 or float64, got {self.dtype}")
         self.dtype = np.dtype(self.dtype)
@@ -421,12 +410,10 @@ class Pipeline:
         if fs is None:
             raise PipelineError("fs: unknown (fit the pipeline on a recording or pass fs=)")
         y = x.astype(self.dtype, copy=True)
-        if self.steps and getattr(self.steps[0], "front_end", False):   # Decimate: first
-            front = self.steps[0]
-            ctx = Context(fs=float(fs), n_channels=x.shape[0], xp=array_module(y),
-                          dtype=self.dtype)
-            q = front.prepare(ctx, self.states[0])
-            y, fs = front.apply(y, ctx, q), fs / q
+        front = front_end(self.steps)                       # Decimate: first
+        if front is not None:
+            y, fs = front.resample(y, Context(fs=float(fs), n_channels=x.shape[0],
+                                              xp=array_module(y), dtype=self.dtype))
         return self.apply(y, fs, 0, y.shape[1])
 
     def block(self, recording: Recording, s0: int, s1: int, upto: int | None = None,
@@ -543,9 +530,8 @@ class Pipeline:
         >>> Pipeline([Decimate(12), Reference("mean")]).source(rec).fs
         2500.0
         """
-        if self.steps and getattr(self.steps[0], "front_end", False):
-            return self.steps[0].source(recording, self.xp)
-        return recording
+        front = front_end(self.steps)
+        return recording if front is None else front.source(recording, self.xp)
 
     def set_fitted(self, k: int, state: dict) -> None:
         """Replace stage k's fitted state with ``state`` (what its ``fit`` returned).
@@ -632,12 +618,11 @@ class Pipeline:
         ...
         dspk.pipeline.PipelineError: reference='median': the recording has 1 channel; ...
         """
-        if self.steps and getattr(self.steps[0], "front_end", False):
-            self.steps[0].check(getattr(recording, "input_recording", recording))
+        front = front_end(self.steps)
+        if front is not None:
+            front.check(getattr(recording, "input_recording", recording))
             recording = self.source(recording)
-        for stage in self.steps:
-            if getattr(stage, "front_end", False):
-                continue
+        for stage in self.steps[front is not None:]:
             stage.check(recording)
             check_needs(stage, recording)
 

@@ -41,6 +41,7 @@ import numpy as np
 from .errors import PipelineError
 
 __all__ = ["Context", "Stage", "Step", "Sink", "Table", "FitBlocks", "Need", "NEEDS",
+           "check_order", "front_end",
            "check_needs"]
 
 
@@ -555,3 +556,45 @@ class FitBlocks(Sequence):
         """
         h = self.halo
         return (b[:, h:b.shape[1] - h] for b in self)
+
+
+def check_order(steps: Sequence["Stage"], names: Iterable[str] = ()) -> None:
+    """Refuse a list of steps a pipeline cannot run: something that is not a stage (``names``:
+    the registered ones, for the message), a front end (`Decimate`: it changes the recording
+    the others read) anywhere but first or twice, a sink (`Detect`) before a step.
+
+    Examples
+    --------
+    >>> from dspk.pipeline import Detect, Reference
+    >>> from dspk.pipeline.stage import check_order
+    >>> check_order([Reference("mean"), Detect()])
+    >>> check_order([Detect(), Reference("mean")])
+    Traceback (most recent call last):
+    ...
+    dspk.pipeline.PipelineError: steps: Detect must be the last step (sinks after every step)
+    """
+    for s in steps:
+        if not isinstance(s, Stage):
+            raise PipelineError(f"steps: {s!r} is not a pipeline step ({', '.join(names)})")
+    fronts = [k for k, s in enumerate(steps) if getattr(s, "front_end", False)]
+    if fronts and fronts != [0]:
+        raise PipelineError(f"steps: {steps[fronts[-1]].describe()} must be the first step (it "
+                            f"changes the recording the other steps read), and the only one of "
+                            f"its kind")
+    kinds = [isinstance(s, Sink) for s in steps]
+    if kinds != sorted(kinds):
+        raise PipelineError("steps: Detect must be the last step (sinks after every step)")
+
+
+def front_end(steps: Sequence["Stage"]) -> "Stage | None":
+    """The first step when it is a front end (``front_end = True``: `Decimate`, which changes
+    the recording the other steps read), else None.
+
+    Examples
+    --------
+    >>> from dspk.pipeline import Decimate, Reference
+    >>> from dspk.pipeline.stage import front_end
+    >>> front_end([Decimate(12), Reference("mean")]).q, front_end([Reference("mean")])
+    (12, None)
+    """
+    return steps[0] if steps and getattr(steps[0], "front_end", False) else None

@@ -608,6 +608,12 @@ CLI_CASES = [
      lambda t: many_cli(t, "ks", "--format", "kilosort", "--artifacts",
                         side(t, "ks/raw/stim.csv", "3000\n"), "--overwrite"), 2, "--artifacts: ",
      ["ks/raw/stim.csv"]),
+    # --subject: NWB's alone, KEY=VALUE (preprocess's in tests/pipeline/test_metadata_roundtrip)
+    ("cli-many-subject-without-nwb", lambda t: many_cli(t, "out", "--subject", "age=P1D"), 2,
+     "--subject: only --format nwb stores the subject", []),
+    ("cli-many-subject-without-key", lambda t: many_cli(t, "out", "--format", "nwb",
+                                                        "--subject", "P1D"), 2,
+     "--subject: expected KEY=VALUE", []),
 ]
 
 

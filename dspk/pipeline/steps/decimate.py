@@ -253,6 +253,28 @@ class Decimate(Step):
         q = self.factor(recording.fs)
         return recording if q == 1 else DecimatedRecording(recording, q, xp)
 
+    def resample(self, x: Any, ctx: Context) -> tuple[Any, float]:
+        """The whole array x decimated and its new rate (`dspk.Pipeline.transform`; a job
+        decimates its recording instead: `source`).
+
+        Parameters
+        ----------
+        x : array [channels, samples]
+        ctx : Context
+            Its rate (``ctx.fs``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dspk.pipeline import Context, Decimate
+        >>> ctx = Context(fs=3e4, n_channels=2, xp=np, dtype=np.dtype(np.float32))
+        >>> y, fs = Decimate(3).resample(np.zeros((2, 30), np.float32), ctx)
+        >>> y.shape, fs
+        ((2, 10), 10000.0)
+        """
+        q = self.factor(ctx.fs)
+        return self.apply(x, ctx, q), ctx.fs / q
+
     def prepare(self, ctx: Context, state: dict) -> int:
         """The factor at the array's rate (`dspk.Pipeline.transform`)."""
         return self.factor(ctx.fs)
