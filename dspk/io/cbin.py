@@ -58,6 +58,7 @@ import numpy as np
 
 from ..backend import blocked_transpose
 from .errors import RecordingError
+from .sync import SyncLedger
 
 __all__ = ["CbinReader", "read_ch", "ch_path", "decode_chunk", "write_cbin", "CBIN_SUFFIXES"]
 
@@ -355,7 +356,7 @@ class CbinReader:
         #: stored channels whose edges every decode keeps (`kept_edges`): SpikeGLX's sync
         #: words, so that a job's pass over the file gives them without a second decode
         self.keep_rows: np.ndarray | None = None
-        self._kept: dict = {}
+        self._kept = SyncLedger(limit=len(self.chunk_bounds))
 
     def __repr__(self) -> str:
         return (f"CbinReader({self.path!r}, {self.n_channels} channels x {self.n_samples} "
@@ -419,13 +420,7 @@ class CbinReader:
                                  f", bytes {a}..{b - 1}) cannot be decompressed ({exc}): the "
                                  f"file is damaged") from exc
         if self.keep_rows is not None and len(self.keep_rows):
-            from .sync import sync_edges  # noqa: PLC0415
-
-            rows = out[self.keep_rows]
-            summary = (rows[:, 0].copy(), rows[:, -1].copy(),
-                       sync_edges(rows, start=int(self.chunk_bounds[i])))
-            with self._lock:
-                self._kept[i] = summary
+            self._kept.add(int(self.chunk_bounds[i]), out[self.keep_rows])
         with self._lock:
             self.seconds += time.perf_counter() - t
         return out
@@ -451,22 +446,9 @@ class CbinReader:
         (None, [(3, 1), (7, -1)])
         >>> tmp.cleanup()
         """
-        from .sync import sync_edges  # noqa: PLC0415
-
-        n = len(self.chunk_bounds) - 1
-        with self._lock:
-            kept = dict(self._kept)
-        if self.keep_rows is None or len(kept) < n:
+        if self.keep_rows is None:
             return None
-        parts, last = [], None
-        for i in range(n):
-            first, end, edges = kept[i]
-            if last is not None:       # the edge between chunks: chunk i's first sample
-                parts.append(sync_edges(first[:, None], start=int(self.chunk_bounds[i]),
-                                        previous=last))
-            parts.append(edges)
-            last = end
-        return np.concatenate(parts)
+        return self._kept.edges(int(self.chunk_bounds[-1]))
 
     def _acquire(self, i: int, pin: bool) -> "_Entry":
         """Chunk i's entry (its decode submitted now unless kept), pinned when ``pin``: a

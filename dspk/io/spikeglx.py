@@ -30,6 +30,7 @@ import numpy as np
 from ..argnames import arg
 from .adc import neuropixels_sample_shifts
 from .cbin import CbinReader, ch_path
+from .sync import SyncLedger
 from .errors import RecordingError, RecordingWarning
 from .neuropixels import spikeglx_probe
 from .recording import (BinaryRecording, OpenOptions, RecordingSpec, resolved_metadata,
@@ -360,6 +361,10 @@ class SpikeGLXRecording(BinaryRecording):
         self.excluded_columns = np.setdiff1d(np.arange(n_saved), cols)
         if self._cbin is not None:          # the sync words' edges kept as chunks decode
             self._cbin.keep_rows = self.excluded_columns
+        # a .bin's: kept as blocks are read (the sync word lies between the channels, so a
+        # pass of its own would read the whole file again)
+        self._sync_ledger = SyncLedger() if self._cbin is None and \
+            self.excluded_columns.size else None
         if self.stream == "imec":
             self.sample_shifts = self._imec_sample_shifts(ids)
             self.shank_ids = self._imec_shanks(len(cols)) if probe is None else \
@@ -408,10 +413,14 @@ class SpikeGLXRecording(BinaryRecording):
         return len(self.excluded_columns)
 
     def decoded_sync_edges(self) -> np.ndarray | None:
-        """Every edge of the sync words, from a .cbin's chunks as they were decoded (a job's
-        pass over the whole file: no second decode, `dspk.io.cbin.CbinReader.kept_edges`);
-        None for a .bin or when some chunk has not been decoded (`read_sync` then)."""
-        return None if self._cbin is None else self._cbin.kept_edges()
+        """Every edge of the sync words, from the blocks read so far when they cover the
+        recording (a job's pass over the whole file): a .cbin's chunks as they were decoded
+        (`dspk.io.cbin.CbinReader.kept_edges`: no second decode), a .bin's blocks as they
+        were read (`dspk.io.sync.SyncLedger`: no second read of the file); None when some
+        part was not read (`read_sync` then)."""
+        if self._cbin is not None:
+            return self._cbin.kept_edges()
+        return None if self._sync_ledger is None else self._sync_ledger.edges(self.n_samples)
 
     def read_sync(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """The sync words of samples ``start:stop`` (imec: the SY word, bit 6 the sync pulse;
@@ -500,13 +509,21 @@ class SpikeGLXRecording(BinaryRecording):
 
     def _read(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
         if self._cbin is None:
+            self._keep_sync(start, stop)
             return super()._read(start, stop, idx)
         return self._cbin.read(start, stop, self.columns[idx])
 
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> np.ndarray:
         if self._cbin is None:
+            self._keep_sync(start, stop)
             return super()._read_native(start, stop, out)
         return self._cbin.read(start, stop, self.columns, out=out)
+
+    def _keep_sync(self, start: int, stop: int) -> None:
+        """A .bin block's sync words into the ledger (the pages the block's read touches)."""
+        if self._sync_ledger is not None and stop > start:
+            self._sync_ledger.add(start, self._map[start:stop, self.excluded_columns].T
+                                  .view(np.uint16))
 
     def close(self) -> None:
         """Release the memory map, or stop the .cbin reader's threads and close it."""

@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import numpy as np
 from ..argnames import arg
 from .errors import RecordingError
 
-__all__ = ["sync_edges", "sync_events", "EVENT_DTYPE", "SYNC_CHUNK"]
+__all__ = ["sync_edges", "sync_events", "SyncLedger", "EVENT_DTYPE", "SYNC_CHUNK"]
 
 #: one edge: its sample, the bit (16·word + bit for a recording of several words), +1
 #: rising or −1 falling (IBL's ``polarities``), and its time in seconds (`sync_events`)
@@ -135,6 +136,83 @@ def sync_edges(words: Any, bits: Any = None, *, start: int = 0, previous: Any = 
         out = out[np.lexsort((out["bit"], out["sample"]))]
     out["time"] = out["sample"] / float(fs) if fs else np.nan
     return out
+
+
+class SyncLedger:
+    """The edges of the sync words of every block a reader has read, kept as it reads them,
+    so that a job's pass over a SpikeGLX file gives its events without a second pass (over an
+    hour's .bin, a second read of the whole file: the sync word is interleaved with the
+    channels) or a second decode (.cbin).
+
+    Each block [a, b) keeps its edges at samples a+1 .. b−1 and its first and last words;
+    `edges` joins them — overlapping blocks (a job's halos) or touching ones (the word before
+    a block's first sample is the previous block's last) — when they cover the recording.
+
+    Parameters
+    ----------
+    limit : int
+        The most blocks kept (distinct ranges): beyond it the ledger stops and `edges` says
+        None (a reader used for many small random reads then decodes its sync words anew).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dspk.io.sync import SyncLedger
+    >>> sy = np.zeros((1, 10), np.uint16)
+    >>> sy[0, 4:7] = 64
+    >>> ledger = SyncLedger()
+    >>> ledger.add(0, sy[:, 0:4])
+    >>> ledger.edges(10) is None                           # samples 4..9 not read
+    True
+    >>> ledger.add(3, sy[:, 3:10])                         # overlapping, as a job's halos
+    >>> ledger.edges(10)[["sample", "bit", "polarity"]].tolist()
+    [(4, 6, 1), (7, 6, -1)]
+    """
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = int(limit)
+        self._blocks: dict = {}
+        self._full = False
+        self._lock = threading.Lock()
+
+    def add(self, start: int, words: Any) -> None:
+        """Keep the edges of ``words`` ([words, samples], the block's first sample at
+        ``start``)."""
+        w = np.asarray(words)
+        if w.ndim != 2 or w.shape[1] == 0 or self._full:
+            return
+        key = (int(start), int(start) + w.shape[1])
+        block = (w[:, 0].copy(), w[:, -1].copy(), sync_edges(w, start=int(start)))
+        with self._lock:
+            if key not in self._blocks and len(self._blocks) >= self.limit:
+                self._full = True
+                self._blocks.clear()
+                return
+            self._blocks[key] = block
+
+    def edges(self, n_samples: int) -> np.ndarray | None:
+        """Every edge of samples 1 .. n_samples−1 (``time`` NaN), or None where the blocks
+        kept do not cover them (or the ledger stopped at its limit)."""
+        with self._lock:
+            if self._full:
+                return None
+            blocks = sorted(self._blocks.items(), key=lambda kv: (kv[0][0], -kv[0][1]))
+        parts, covered, last = [], 0, None        # edges known at samples < covered
+        for (a, b), (first, end, edges) in blocks:
+            if b <= covered:
+                continue
+            if a > covered:
+                return None
+            if a == covered and a > 0:            # the edge between touching blocks
+                parts.append(sync_edges(first[:, None], start=a, previous=last))
+            parts.append(edges[edges["sample"] >= covered])
+            covered, last = b, end
+        if covered < n_samples:
+            return None
+        if not parts:
+            return np.zeros(0, EVENT_DTYPE)
+        out = np.concatenate(parts)
+        return out[np.lexsort((out["bit"], out["sample"]))]
 
 
 def sync_events(recording: Any, bits: Any = None, start: int = 0, stop: int | None = None,

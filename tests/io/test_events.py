@@ -12,6 +12,8 @@ import os
 import h5py
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dspk
 from dspk import cli
@@ -169,6 +171,70 @@ def test_bad_inputs(tmp_path):
     folder = oe_folder(tmp_path, [1, 0], [10, 20])
     with open_recording(folder) as rec, pytest.raises(RecordingError, match="state 0"):
         openephys_events(rec)
+
+
+def test_a_bin_jobs_events_come_from_its_own_reads(tmp_path, monkeypatch):
+    """A .bin's sync edges are kept as the job reads its blocks (halos overlapping): the
+    events hook reads no sync word again (the second pass read the whole file), and gives
+    the edges of a pass of its own; a read of part of the file gives none."""
+    from dspk.io.spikeglx import SpikeGLXRecording
+
+    path, _ = sglx_file(tmp_path, n=9000)
+    want = sync_events(path)
+    calls = []
+    real = SpikeGLXRecording.read_sync
+    monkeypatch.setattr(SpikeGLXRecording, "read_sync",
+                        lambda self, *a: calls.append(a) or real(self, *a))
+    with open_recording(path) as rec:
+        rec.read(0, 5000)
+        assert rec.decoded_sync_edges() is None                 # samples 5000.. not read
+        p = dspk.Pipeline.from_options(highpass=300.0, reference="mean", whiten="none",
+                                       backend="cpu")
+        out = p.run(rec, str(tmp_path / "o.h5"), progress=False, chunk_s=0.05)
+        assert calls == []
+        np.testing.assert_array_equal(sync_events(rec), want)
+    with h5py.File(out, "r") as f:
+        np.testing.assert_array_equal(read_events_hdf5(f)[["sample", "bit", "polarity"]],
+                                      want[["sample", "bit", "polarity"]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_ledger_joins_any_blocks_that_cover_the_words(data):
+    """`SyncLedger` over blocks of any bounds — overlapping, touching, in any order, some
+    read twice — gives the edges of one pass over the words, or None while a gap is left."""
+    from dspk.io.sync import SyncLedger, sync_edges
+
+    n = data.draw(st.integers(2, 120))
+    words = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    w = np.array(words, np.uint16)[None, :] << 5
+    cuts = sorted(data.draw(st.lists(st.integers(1, n - 1), max_size=6, unique=True)))
+    bounds = list(zip([0, *cuts], [*cuts, n]))
+    blocks = [(max(0, a - data.draw(st.integers(0, 3))), b) for a, b in bounds]
+    if data.draw(st.booleans()):
+        blocks.pop(data.draw(st.integers(0, len(blocks) - 1)))       # a gap, maybe
+    ledger = SyncLedger()
+    for a, b in data.draw(st.permutations(blocks + blocks[:1])):
+        ledger.add(a, w[:, a:b])
+    got = ledger.edges(n)
+    covered = np.zeros(n, bool)
+    for a, b in blocks:
+        covered[a:b] = True
+    if not covered.all():
+        assert got is None
+    else:
+        keys = ["sample", "bit", "polarity"]                   # (``time``: NaN, no rate)
+        np.testing.assert_array_equal(got[keys], sync_edges(w)[keys])
+
+
+def test_the_ledger_stops_at_its_limit():
+    from dspk.io.sync import SyncLedger
+
+    ledger = SyncLedger(limit=2)
+    w = np.zeros((1, 10), np.uint16)
+    for a in (0, 3, 5):
+        ledger.add(a, w[:, a:a + 5])
+    assert ledger.edges(10) is None
 
 
 def test_a_cbin_jobs_events_come_from_its_own_decode(tmp_path, monkeypatch):
