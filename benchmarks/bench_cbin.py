@@ -13,7 +13,11 @@ mtscomp itself, read forward in 1-s blocks, by
 - ``mtscomp decompress_chunks``: mtscomp's batch decompression on its thread pool of
   ``--threads`` (what ``mtsdecomp`` runs, without writing the file);
 - ``ibl spikeglx.Reader``: ibl-neuropixel's reader of the .cbin, 1-s reads (volts);
-- ``.bin read_native``: the uncompressed .bin of the same samples (page cache), for scale.
+- ``.bin read_native``: the uncompressed .bin of the same samples (page cache), for scale;
+- the whole ``--preset ibl`` job (local whitening, float32 HDF5 out) on ``--backend``, on the
+  .cbin and on the .bin alternately, one fitted pipeline for both (the same samples: the same
+  fit), so that only the run's reading differs (issue 47: the .cbin job at the .bin job's
+  speed).
 
 Each is a pass over the whole file (the first one a warm-up), median of ``--repeats``. The
 samples are a synthetic NP1.0 AP recording (band-limited noise of ~7 counts RMS, a common
@@ -112,7 +116,50 @@ def forward(read, n: int, step: int = FS) -> None:
         read(a, min(n, a + step))
 
 
-def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
+def job_rows(binpath: Path, cbin: Path, seconds: float, backend: str, repeats: int,
+             out_dir: Path) -> tuple[list, list]:
+    """The ``--preset ibl`` job's run on the .cbin and on the .bin, alternated."""
+    import dspk
+    from dspk.pipeline.registry import preset
+
+    pipe = dspk.Pipeline.from_options(**dict(preset("ibl"), whiten="local", backend=backend))
+    with dspk.open_recording(binpath) as rec:
+        pipe.fit(rec)
+    times: dict = {"bin": [], "cbin": []}
+    splits: dict = {"bin": [], "cbin": []}
+    for k in range(repeats + 1):                      # the first round a warm-up
+        for name, path in (("cbin", cbin), ("bin", binpath)):
+            out = out_dir / f"job-{name}.h5"
+            out.unlink(missing_ok=True)
+            with dspk.open_recording(path) as rec:
+                t0 = time.perf_counter()
+                pipe.run(rec, out, progress=False)
+                wall = time.perf_counter() - t0
+            out.unlink(missing_ok=True)
+            if k:
+                times[name].append(wall)
+                splits[name].append(pipe.last_run)
+    rows = []
+    for name, path in (("bin", binpath), ("cbin", cbin)):
+        t = statistics.median(times[name])
+        last = splits[name][len(splits[name]) // 2]
+        rows.append(dict(case=f"--preset ibl job ({backend}), 384 ch, float32 HDF5 out",
+                         impl=f"dspk Pipeline.run on the .{name}",
+                         what=f"read {last.get('read_s', 0):.2f} s (of it decompress "
+                              f"{last.get('decompress_s', 0):.2f} s), compute "
+                              f"{last.get('compute_s', 0):.2f} s, write "
+                              f"{last.get('write_s', 0):.2f} s, overlapped",
+                         seconds=round(t, 3), xrt=round(seconds / t, 2),
+                         mb_s=round(seconds * FS * N_CHANNELS * 2 / t / 1e6, 1),
+                         passes_s=[round(v, 3) for v in times[name]]))
+    ratio = statistics.median(times["cbin"]) / statistics.median(times["bin"])
+    return rows, [f"the --preset ibl job's run on the .cbin took {ratio:.2f}x its run on the "
+                  f".bin (medians of {repeats} alternated rounds after a warm-up round; one "
+                  f"fitted pipeline for both)"]
+
+
+def run(seconds: float, threads: int, repeats: int, backend: str = "cpu",
+        job: bool = True) -> tuple[list, list, dict]:
     import dspk
     from dspk.io.cbin import CbinReader
 
@@ -213,6 +260,10 @@ def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
                              seconds=round(t, 3), xrt=round(seconds / t, 2),
                              mb_s=round(n * N_CHANNELS * 2 / t / 1e6, 1),
                              passes_s=[round(v, 3) for v in times[name]]))
+        if job:
+            more, said = job_rows(binpath, cbin, seconds, backend, repeats, Path(tmp))
+            rows += more
+            notes += said
     load = os.getloadavg()
     writer = "dspk.io.cbin.write_cbin" if mtscomp is None else "mtscomp"
     notes += [f"{seconds:g} s of 385 channels at 30 kHz ({n * N_CHANNELS * 2 / 1e6:.0f} MB "
@@ -229,7 +280,8 @@ def run(seconds: float, threads: int, repeats: int) -> tuple[list, list, dict]:
 def markdown(rows: list, notes: list, backend: str, env: dict, machine: str) -> str:
     lines = [f"# bench_cbin — {backend} ({machine})", "",
              "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
-             "| reader | what | s per pass | × real time | MB/s (raw) |", "|---|---|---|---|---|"]
+             "| reader or job | what | s per pass | × real time | MB/s (raw) |",
+             "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['impl']} | {r['what']} | {r['seconds']} | {r['xrt']} | "
                      f"{r['mb_s']} |")
@@ -244,13 +296,14 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--machine", default="cpu-2core", help="the machine's name in the table")
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
-                    help="names the run (decoding is the host's either way)")
+                    help="the job rows' backend (decoding is the host's either way)")
+    ap.add_argument("--no-job", action="store_true", help="the readers alone, no job rows")
     ap.add_argument("--small", action="store_true", help="4 s, 1 repeat")
     ap.add_argument("--out", default=None, help="folder for bench_cbin-<backend>.{md,json} "
                     "or a FILE.md (its JSON beside it)")
     args = ap.parse_args(argv)
     seconds, repeats = (4.0, 1) if args.small else (args.seconds, args.repeats)
-    rows, notes, extra = run(seconds, args.threads, repeats)
+    rows, notes, extra = run(seconds, args.threads, repeats, args.backend, not args.no_job)
     env = environment(False)
     md = markdown(rows, notes, args.backend, env, args.machine)
     print(md)
