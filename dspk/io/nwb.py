@@ -70,7 +70,13 @@ def input_metadata(files: Sequence[Any]) -> dict:
       from this machine's zone, so that two machines write the same file). A ``.meta``
       without it, with an empty or unreadable one, or with the ``0000-00-00`` date that
       anonymised recordings carry gives no start: the output's session then starts when it
-      is written, as for an input that does not say it (logged as a warning).
+      is written, as for an input that does not say it (logged as a warning);
+    - an Open Ephys recording's ``sync_messages.txt``: the session's start from its
+      ``Software Time (milliseconds since midnight Jan 1st 1970 UTC)`` line (the GUI 0.6
+      and later: the recording's start, in UTC); else its experiment's ``settings.xml``
+      (`dspk.io.neuropixels.openephys_settings`) ``<INFO><DATE>`` (``"11 Sep 2025
+      9:57:24"``: when the settings were saved, local time, marked UTC as SpikeGLX's is —
+      what neuroconv takes).
 
     An empty dict when no file says anything.
 
@@ -97,17 +103,55 @@ def input_metadata(files: Sequence[Any]) -> dict:
     {'session_start': datetime.datetime(2024, 3, 1, 10, 0, tzinfo=datetime.timezone.utc)}
     >>> tmp.cleanup()
     """
+    files = [os.fspath(p) for p in files if os.path.isfile(os.fspath(p))]
     for path in files:
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            continue
         if path.lower().endswith(".meta"):
             return _spikeglx_metadata(path)
         if is_hdf5(path):
             found = _nwb_metadata(path)
             if found is not None:
                 return found
+    # Open Ephys: the recording's own start first, its experiment's settings' date else
+    oebins = [p for p in files if os.path.basename(p) == "structure.oebin"]
+    if oebins:
+        from .neuropixels import openephys_settings  # noqa: PLC0415
+
+        sync = os.path.join(os.path.dirname(oebins[0]), "sync_messages.txt")
+        when = _openephys_software_time(sync) if os.path.isfile(sync) else None
+        settings = openephys_settings(oebins[0])
+        if when is None and settings is not None:
+            when = _openephys_settings_date(settings)
+        if when is not None:
+            return {"session_start": when}
     return {}
+
+
+def _openephys_software_time(path: str) -> datetime | None:
+    """``sync_messages.txt``'s ``Software Time (milliseconds since midnight Jan 1st 1970
+    UTC): N`` (Open Ephys GUI 0.6 and later), as a UTC datetime; None where it has none
+    (the 0.5 GUI's ``Software time: N@1000Hz`` counts from the GUI's start)."""
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("Software Time") and "1970" in line:
+                try:
+                    ms = int(line.rsplit(":", 1)[1].strip())
+                except ValueError:
+                    return None
+                return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    return None
+
+
+def _openephys_settings_date(path: str) -> datetime | None:
+    """An Open Ephys ``settings.xml``'s ``<INFO><DATE>`` (``"11 Sep 2025 9:57:24"``, local
+    time), marked UTC; None where it has none or it does not read."""
+    import xml.etree.ElementTree as ET  # noqa: PLC0415
+
+    try:
+        date = ET.parse(path).getroot().findtext("INFO/DATE")
+        return None if not date else \
+            datetime.strptime(date.strip(), "%d %b %Y %H:%M:%S").replace(tzinfo=timezone.utc)
+    except (ET.ParseError, ValueError):
+        return None
 
 
 def _nwb_metadata(path: str) -> dict | None:

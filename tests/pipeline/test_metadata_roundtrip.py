@@ -298,6 +298,38 @@ def test_open_ephys_metadata_into_the_outputs(tmp_path):
             np.testing.assert_array_equal(back.sample_shifts, rec.sample_shifts)
 
 
+def test_an_open_ephys_session_starts_at_the_recordings_start(tmp_path):
+    """Open Ephys: sync_messages.txt's Software Time (ms since 1970, UTC: the GUI 0.6 and
+    later) first; without it (or with the 0.5 GUI's count from its own start) the
+    experiment's settings.xml <INFO><DATE>, local time marked UTC (neuroconv's choice)."""
+    rec_dir, _ = open_ephys(SETTINGS[0], tmp_path / "in")
+    assert SETTINGS[0].name.startswith("OE_Neuropix-PXI-NP1")       # <DATE>11 Sep 2025 9:57:24
+    dat = next(rec_dir.glob("continuous/*/continuous.dat"))
+    rand16(1000, 384).tofile(dat)
+    for name in ("sample_numbers.npy", "timestamps.npy"):
+        np.save(dat.parent / name, np.arange(1000))
+
+    def start():
+        with dspk.open_recording(tmp_path / "in") as rec:
+            return input_metadata(rec.files()).get("session_start")
+
+    settings_date = datetime(2025, 9, 11, 9, 57, 24, tzinfo=timezone.utc)
+    assert start() == settings_date
+    (rec_dir / "sync_messages.txt").write_text(
+        "Processor: Neuropix-PXI Id: 100 subProcessor: 0 start time: 137296@30000Hz\n"
+        "Software time: 22489364@1000Hz\n")                             # the 0.5 GUI's
+    assert start() == settings_date
+    (rec_dir / "sync_messages.txt").write_text(
+        "Software Time (milliseconds since midnight Jan 1st 1970 UTC): 1757584644500\n"
+        "Start Time for Neuropix-PXI (100) - ProbeA @ 30000 Hz: 1197760\n")
+    assert start() == datetime(2025, 9, 11, 9, 57, 24, 500000, tzinfo=timezone.utc)
+    out = pipeline().run(dspk.open_recording(tmp_path / "in"), tmp_path / "o.nwb",
+                         format="nwb", progress=False)
+    with pynwb.NWBHDF5IO(str(out), "r") as io:
+        assert io.read().session_start_time == \
+            datetime(2025, 9, 11, 9, 57, 24, 500000, tzinfo=timezone.utc)
+
+
 def test_an_input_without_the_metadata_writes_none_of_it(tmp_path):
     """An array (no ids, contacts or shifts): the HDF5 output holds only the channel indices,
     as before; dspk.json says null; the NWB electrodes table has no extra column."""
