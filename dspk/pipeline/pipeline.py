@@ -38,15 +38,12 @@ from . import record, registry
 from .errors import PipelineError
 from .job import Job, OnChunk, opened
 from .outputs import Output, output_class
-from .prepared import PreparedPipeline, fitted_states
+from .prepared import FIT_CHUNK_S, FIT_CHUNKS, PreparedPipeline, fitted_states
 from .sinks import Detect
 from .stage import Context, Sink, check_needs, check_order, front_end
 from .stream import read_block
 
 __all__ = ["Pipeline", "preprocess", "fit_spans", "FIT_CHUNKS", "FIT_CHUNK_S"]
-
-#: chunks drawn (seeded) over the recording to fit whitening, and their length in seconds
-FIT_CHUNKS, FIT_CHUNK_S = 16, 0.5
 
 
 def fit_spans(n: int, fs: float, seed: int = 0, n_chunks: int = FIT_CHUNKS,

@@ -30,7 +30,12 @@ from .stream import device_read_ahead
 
 log = logging.getLogger("dspk.pipeline")
 
-__all__ = ["PreparedPipeline", "fitted_states", "pass_blocks", "PASS_CHUNK_S"]
+__all__ = ["PreparedPipeline", "fitted_states", "pass_blocks", "PASS_CHUNK_S", "FIT_CHUNKS",
+           "FIT_CHUNK_S"]
+
+#: chunks drawn (seeded) over the recording to fit whitening, and their length in seconds
+#: (`dspk.pipeline.fit_spans`; the fit's out-of-memory message says them)
+FIT_CHUNKS, FIT_CHUNK_S = 16, 0.5
 
 
 class PreparedPipeline:
@@ -252,8 +257,6 @@ def _fit_out_of_memory(stages: Sequence[Any], fitting: list, ctx: Context,
                        spans: Sequence[tuple], said: str) -> str:
     """What `DeviceOutOfMemory` says when the fit ran out of device memory for good: what
     was fitted on what, and what to change (the options spelled as the user passes them)."""
-    from .pipeline import FIT_CHUNK_S, FIT_CHUNKS   # noqa: PLC0415 (it imports this module)
-
     names = ", ".join(type(stages[k]).__name__ for k in fitting)
     longest = max(s1 - s0 for s0, s1 in spans)
     return (f"the device ran out of memory fitting {names} on {len(spans)} fit chunks of "
