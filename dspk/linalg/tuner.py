@@ -84,11 +84,19 @@ __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_c
 TUNE_MODES = ("on", "off", "readonly")
 
 #: What importing a module costs a fresh process, in seconds (measured on the 2-core machine:
-#: scipy.fft 0.19 s, scipy.signal 0.76 s; others assumed 0.5 s). A first use leaves untimed a
-#: runner whose first run would import a module not yet imported; when the chosen runner then
-#: takes longer than that import, the import pays for itself and the runner is timed too.
+#: scipy.fft 0.19-0.28 s, scipy.signal 0.76 s; others assumed 0.5 s). A first use leaves
+#: untimed a runner whose first run would import a module not yet imported; when the chosen
+#: runner then takes `IMPORT_WORTH` times longer than that import, the runner is timed too.
 IMPORT_COST_S = {"scipy.fft": 0.2, "scipy.signal": 0.8}
 IMPORT_COST_DEFAULT_S = 0.5
+#: the chosen runner's whole time over the import's cost from which a deferred runner is
+#: timed. That time is the runner's first run in the process (cold: the default filter bank's
+#: Toeplitz products, 0.17 s warm, took 0.16-0.38 s on their first run), and the import and
+#: the deferred runner's timing should cost at most about half a call: 4. At 1 (the import
+#: paying for itself in one call) the filter bank's first call fell on either side by noise,
+#: and 4 runs in 7 paid the import and the FFTs' timing: 1.2-1.5 s instead of 0.17-0.21 s, to
+#: keep the Toeplitz products all the same (a thorough tuning: 181 ms against the FFTs' 321)
+IMPORT_WORTH = 4.0
 
 
 def tune_mode() -> str:
@@ -579,7 +587,7 @@ class Tuner:
         def cost(n: str) -> float:
             return sum(IMPORT_COST_S.get(m, IMPORT_COST_DEFAULT_S)
                        for m in imports.get(n, ()) if m not in sys.modules)
-        return {n for n in waiting if cost(n) < ms / 1e3}, result
+        return {n for n in waiting if IMPORT_WORTH * cost(n) < ms / 1e3}, result
 
     def stamp(self, gpu: bool, device_id: int | None) -> str:
         """The device/version stamp keys start with."""

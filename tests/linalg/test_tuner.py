@@ -804,11 +804,16 @@ def test_choose_leaves_a_runner_needing_a_slow_import_to_a_thorough_tuning(fresh
 
 def test_choose_times_a_runner_needing_an_import_when_the_choice_costs_more(fresh_cache):
     """Left untimed for its import, a runner is timed after all when the runner chosen
-    without it takes longer on the whole problem than that import (a 3001-tap FIR's Toeplitz
-    products took 0.94 s where whole-row FFTs, which import scipy.fft, take 0.15 s)."""
+    without it takes `IMPORT_WORTH` times longer on the whole problem than that import (a
+    3001-tap FIR's Toeplitz products took 0.94 s where whole-row FFTs, which import scipy.fft
+    (0.2 s), take 0.15 s); not when the choice costs less than that."""
     clock = FakeClock()
     t = clocked([], clock)
-    slow, fast = Op(clock, 2.0), Op(clock, 0.1)
+    near = {"slow": Op(clock, 1.5), "fast": Op(clock, 0.1)}              # 3x the import
+    assert t.choose_run(("op", 10), near, False, same,
+                        imports={"fast": ("dspk_test_module_never_imported",)})[0] == "slow"
+    assert near["fast"].calls == 0
+    slow, fast = Op(clock, 2.5), Op(clock, 0.1)                          # 5x
     imports = {"fast": ("dspk_test_module_never_imported",)}    # assumed to cost 0.5 s
     name, _, _ = t.choose_run(("op", 9), {"slow": slow, "fast": fast}, False, same,
                               imports=imports)
