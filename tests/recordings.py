@@ -158,3 +158,19 @@ def pi_json(path, probes):
     path.write_text(json.dumps({"specification": "probeinterface", "version": "0.2.24",
                                 "probes": probes}))
     return path
+
+
+class TinySIRecording:
+    """The methods of a SpikeInterface recording, and nothing else: 2 int16 channels of 10
+    zero samples at 30 kHz, no probe (what dspk reads of one without importing SpikeInterface)."""
+
+    def get_num_segments(self): return 1
+    def has_scaleable_traces(self): return False
+    def get_channel_locations(self): raise ValueError("no probe")
+    def get_sampling_frequency(self): return 3e4
+    def get_num_channels(self): return 2
+    def get_num_samples(self, segment_index=0): return 10
+    def get_dtype(self): return np.dtype(np.int16)
+    def get_channel_ids(self): return np.array(["a", "b"])
+    def get_traces(self, segment_index, start_frame, end_frame, channel_ids):
+        return np.zeros((end_frame - start_frame, len(channel_ids)), np.int16)

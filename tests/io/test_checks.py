@@ -23,7 +23,7 @@ from dspk.io import (ArrayRecording, BinaryRecording, HDF5Recording, OpenEphysRe
 from dspk.io.probe import probe_positions
 from dspk.io.recording import OpenOptions
 
-from tests.recordings import np1_meta, oe_stream, rand16, write_oe, write_sglx
+from tests.recordings import TinySIRecording, np1_meta, oe_stream, rand16, write_oe, write_sglx
 
 CLI = {"fs": "--fs", "n_channels": "--n-channels", "dtype": "--dtype", "dataset": "--dataset",
        "gain_to_uv": "--gain-to-uv", "geometry": "--probe FILE"}
@@ -403,24 +403,12 @@ def test_options_contradicting_a_flat_binary_or_spikeinterface_are_refused(tmp_p
                                              r"stream"):
         open_recording(tmp_path / "x.bin", n_channels=4, fs=3e4, dataset="a")
 
-    class Tiny:
-        def get_num_segments(self): return 1
-        def has_scaleable_traces(self): return False
-        def get_channel_locations(self): raise ValueError("no probe")
-        def get_sampling_frequency(self): return 3e4
-        def get_num_channels(self): return 2
-        def get_num_samples(self, segment_index=0): return 10
-        def get_dtype(self): return np.dtype(np.int16)
-        def get_channel_ids(self): return np.array(["a", "b"])
-        def get_traces(self, segment_index, start_frame, end_frame, channel_ids):
-            return np.zeros((end_frame - start_frame, len(channel_ids)), np.int16)
-
     with pytest.raises(RecordingError, match="layout: .* a SpikeInterface recording, stored "
                                              r"\[samples, channels\]"):
-        open_recording(Tiny(), layout="channels_samples")
+        open_recording(TinySIRecording(), layout="channels_samples")
     with pytest.raises(RecordingError, match="dataset: a SpikeInterface recording"):
-        open_recording(Tiny(), dataset="x")
-    assert isinstance(open_recording(Tiny(), n_channels=2), SpikeInterfaceRecording)
+        open_recording(TinySIRecording(), dataset="x")
+    assert isinstance(open_recording(TinySIRecording(), n_channels=2), SpikeInterfaceRecording)
 
 
 # -- dispatch ------------------------------------------------------------------------------------

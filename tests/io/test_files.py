@@ -10,7 +10,7 @@ import pytest
 
 from dspk.io import HDF5Recording, open_recording
 
-from tests.recordings import neuropixels_oe, np1_meta, rand16, write_sglx
+from tests.recordings import TinySIRecording, neuropixels_oe, np1_meta, rand16, write_sglx
 
 DATA = str(Path(__file__).resolve().parents[2] / "data")
 
@@ -29,19 +29,7 @@ def test_in_memory_recordings_hold_no_file():
     rec = open_recording(np.zeros((3000, 4), np.int16), fs=3e4)
     assert same_after_reopening(rec) == ()
 
-    class Tiny:                                  # SpikeInterface's recording methods
-        def get_num_segments(self): return 1
-        def has_scaleable_traces(self): return False
-        def get_channel_locations(self): raise ValueError("no probe")
-        def get_sampling_frequency(self): return 3e4
-        def get_num_channels(self): return 2
-        def get_num_samples(self, segment_index=0): return 10
-        def get_dtype(self): return np.dtype(np.int16)
-        def get_channel_ids(self): return np.array(["a", "b"])
-        def get_traces(self, segment_index, start_frame, end_frame, channel_ids):
-            return np.zeros((end_frame - start_frame, len(channel_ids)), np.int16)
-
-    assert open_recording(Tiny()).files() == ()
+    assert open_recording(TinySIRecording()).files() == ()
 
 
 def test_flat_binary_is_its_file(tmp_path):
