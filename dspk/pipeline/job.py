@@ -32,16 +32,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
 
 from ..argnames import arg
 from ..io import Recording, open_recording
 from .errors import PipelineError
+from .checksum import CHECKSUM, block_checksum, committed_blocks
 from .lock import OutputLock
 from .outputs import (HDF5Output, Output, PartialOutput, SpanOutput, check_output_options,
                       chunk_samples, int16_scale)
@@ -398,8 +397,8 @@ class Job:
         if done == start:
             output.discard()
             blocks = None
-        output.blocks = {"ends": [], "crc": [], "rows": [], "order": ""} if blocks is None \
-            else {k: blocks[k][:] for k in ("ends", "crc", "rows", "order")}
+        output.blocks = committed_blocks() if blocks is None else committed_blocks(
+            blocks["ends"], blocks["crc"], blocks["rows"], blocks["order"])
         self.done = done
         decompress0 = rec.decompress_s
         bar = None
@@ -516,7 +515,7 @@ class Job:
                 break
             if blocks["order"][k] != self.layout[0]:
                 stored = stored.T
-            if _crc(stored) != crc:
+            if block_checksum(stored) != crc:
                 bad, why = k, "do not match their checksum"
                 break
             s0 = s1
@@ -529,8 +528,8 @@ class Job:
         output.close()
         if redo == start:               # nothing kept: a new partial output, as a new job's
             output.discard()
-        output.blocks = {"ends": ends[:bad], "crc": crcs[:bad], "rows": blocks["rows"][:bad],
-                         "order": blocks["order"][:bad]}
+        output.blocks = committed_blocks(ends[:bad], crcs[:bad], blocks["rows"][:bad],
+                                         blocks["order"][:bad])
         return output.begin(self, redo, dict(rows))
 
     def _resume_point(self, start: int) -> tuple:
@@ -702,15 +701,18 @@ class Job:
             rows = output.rows_of(run, full, s0, s1, m)
             y = output_block(i, full[:, m:m + (s1 - s0)], staging, self.out_dtype,
                              self.scale) if output.traces else None
-            # the block's checksum here, while the writer thread writes the one before
-            return y, rows, None if y is None else _crc(y)
+            return y, rows
 
         order = self.block_order
 
         def write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
-            y, rows, crc = result
+            y, rows = result
             output.write(s0, s1, y, rows)
+            # the block's checksum on the writer thread, after the write (a staged block is
+            # then on the host): here in `compute` it waited for the device's copy of each
+            # chunk before the next could be queued, and cost the GPU job a third of its speed
+            crc = None if y is None else block_checksum(y)
             output.committed(self.job_record, s1, crc, order)   # a resume starts after s1
             self.done = s1
             if on_chunk is not None:
@@ -738,6 +740,9 @@ def _checked_blocks(record: dict, start: int, done: int) -> dict:
     blocks = record.get("blocks")
     if not isinstance(blocks, dict):
         raise ValueError("it records no checksums of its blocks")
+    if blocks.get("checksum") != CHECKSUM:
+        raise ValueError(f"its blocks' checksums are of another kind "
+                         f"({blocks.get('checksum')!r}, an older dspk's)")
     ends, crcs, rows, order = (blocks.get(k) for k in ("ends", "crc", "rows", "order"))
     if not (isinstance(ends, list) and isinstance(crcs, list) and isinstance(rows, list)
             and isinstance(order, str) and len(ends) == len(crcs) == len(rows) == len(order)
@@ -747,14 +752,8 @@ def _checked_blocks(record: dict, start: int, done: int) -> dict:
             [e for e in ends if e <= start] or sorted(set(ends)) != ends or \
             (ends and ends[-1] != done) or (not ends and done != start):
         raise ValueError(f"its blocks do not reach sample {done} in order")
-    return {"ends": ends, "crc": crcs, "rows": rows, "order": order,
+    return {"ends": ends, "crc": crcs, "rows": rows, "order": order, "checksum": CHECKSUM,
             "sizes": record.get("sizes") or {}}
-
-
-def _crc(block: Any) -> int:
-    """crc32 of a block's samples in its own (C) order (zlib, outside the GIL)."""
-    a = np.ascontiguousarray(block)
-    return zlib.crc32(a.reshape(-1).view(np.uint8))
 
 
 # -- progress ------------------------------------------------------------------------------------

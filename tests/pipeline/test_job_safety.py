@@ -307,6 +307,41 @@ def test_an_edited_record_with_its_checksum_redone_still_needs_tiling_blocks(tmp
     assert filecmp.cmp(got, whole(tmp_path), shallow=False)
 
 
+def test_a_record_of_another_checksum_starts_over_and_says_so(tmp_path, caplog):
+    """A record whose blocks were checksummed another way (an older dspk's one crc32 per
+    block) cannot be verified with this one: the job starts over rather than trusting it."""
+    from dspk.pipeline.outputs.partial import record_check
+    out = tmp_path / "o.h5"
+    partial_job(tmp_path, out)
+    progress = tmp_path / "o.h5.progress.json"
+    record = json.loads(progress.read_text())
+    del record["blocks"]["checksum"]
+    record["check"] = record_check(record)
+    progress.write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING, "dspk.pipeline"):
+        got = resume(tmp_path, out)
+    assert "checksums are of another kind" in caplog.text and "starting over" in caplog.text
+    assert filecmp.cmp(got, whole(tmp_path), shallow=False)
+
+
+def test_block_checksum_pieces_whatever_the_threads(monkeypatch):
+    """A block of many pieces: the same checksum computed on the pool or on one thread (the
+    pieces are fixed), and any changed byte changes it."""
+    import zlib
+    import dspk.pipeline.checksum as cs
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 3 * cs.PIECE // 4 + 11)).astype(np.float32)   # ~5.25 pieces
+    raw = a.reshape(-1).view(np.uint8)
+    crcs = [zlib.crc32(raw[i:i + cs.PIECE]) for i in range(0, raw.size, cs.PIECE)]
+    serial = zlib.crc32(np.asarray(crcs, "<u4").tobytes())
+    assert len(crcs) >= cs.POOL_FROM and cs.block_checksum(a) == serial
+    monkeypatch.setattr(cs, "POOL_FROM", 10 ** 9)                # one thread
+    assert cs.block_checksum(a) == serial
+    b = a.copy()
+    b[6, -1] = np.nextafter(b[6, -1], np.inf)
+    assert cs.block_checksum(b) != serial
+
+
 def test_a_damaged_block_is_redone_from_there(tmp_path, caplog):
     import h5py
     from dspk.io.rawio import raw_offset

@@ -32,6 +32,7 @@ import numpy as np
 
 from ...argnames import arg
 from ...io import Recording
+from ..checksum import committed_blocks
 from ..errors import PipelineError
 from ..record import read_fitted
 from .partial import FolderOutput, PartialOutput
@@ -164,9 +165,10 @@ class Output:
         Each table's rows written so far (what `committed` records).
     blocks : dict
         The committed chunks (what `committed` records and a resume verifies): ``ends``,
-        ``crc`` (crc32 of each chunk's traces as written), ``rows`` (each table's rows
-        after it) and ``order`` (one letter a chunk: "s" when its crc32 was computed over
-        [samples, channels], "c" over [channels, samples]).
+        ``crc`` (each chunk's traces' checksum as written: `dspk.pipeline.checksum`),
+        ``rows`` (each table's rows after it), ``order`` (one letter a chunk: "s" when its
+        checksum was computed over [samples, channels], "c" over [channels, samples]) and
+        ``checksum`` (its name: a record with another is not resumed).
     fsync : bool
         Whether `commit` flushes the output to the disk before naming it OUT (default).
 
@@ -246,7 +248,7 @@ class Output:
         # flush the output to the disk before it is named OUT (`dspk.pipeline.Job`'s fsync)
         self.fsync = True
         # the committed blocks (`committed`): each one's end, crc32 and tables' rows after it
-        self.blocks: dict = {"ends": [], "crc": [], "rows": [], "order": ""}
+        self.blocks: dict = committed_blocks()
 
     # -- before any work ---------------------------------------------------------------------------
     def said(self) -> str:
