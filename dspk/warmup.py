@@ -95,6 +95,8 @@ def _calls(fs: float) -> dict[str, Callable[[], Any]]:
         "learn_templates": lambda: dspk.learn_templates(sg, fs),
         "ncc": lambda: ncc(img, tpl),
         "Pipeline.transform": pipeline,
+        # a job on mtscomp's .cbin sums the inflated chunks on the device (`Staging`)
+        ".cbin decode": lambda: cp.cumsum(xi, axis=1, dtype=xi.dtype),
         "Neuropixels ops": neuropixels,
         "motion": motion,
     }

@@ -346,7 +346,7 @@ class CbinReader:
         self.capacity = 2 * self.threads + 4
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dspk-cbin")
         self._lock = threading.Lock()
-        self._chunks: OrderedDict[int, _Entry] = OrderedDict()
+        self._chunks: OrderedDict[tuple, _Entry] = OrderedDict()
         self._free: list[np.ndarray] = []            # recycled chunk buffers
         self._longest = int(np.diff(self.chunk_bounds).max())
         self._local = threading.local()               # each thread's inflate buffer
@@ -405,22 +405,27 @@ class CbinReader:
             self._local.scratch = buf
         return buf
 
-    def _decode(self, i: int, buf: np.ndarray) -> np.ndarray:
+    def _decode(self, i: int, buf: np.ndarray, differenced: bool = False) -> np.ndarray:
         t = time.perf_counter()
         a, b = int(self.chunk_offsets[i]), int(self.chunk_offsets[i + 1])
         raw = self._pread(a, b - a)
         n = int(self.chunk_bounds[i + 1] - self.chunk_bounds[i])
         out = buf[:n * self.n_channels].reshape(self.n_channels, n)
         try:
-            decode_chunk(raw, n, self.n_channels, self.dtype, self._order, self._time_diff,
-                         self._spatial_diff, out=out, scratch=self._scratch())
+            # differenced: inflated only (`read_differences`), the sums left to the reader
+            decode_chunk(raw, n, self.n_channels, self.dtype, self._order,
+                         self._time_diff and not differenced, self._spatial_diff, out=out,
+                         scratch=self._scratch())
         except (zlib.error, ValueError) as exc:
             raise RecordingError(f"{self.path}: chunk {i} (samples "
                                  f"{int(self.chunk_bounds[i])}..{int(self.chunk_bounds[i + 1]) - 1}"
                                  f", bytes {a}..{b - 1}) cannot be decompressed ({exc}): the "
                                  f"file is damaged") from exc
         if self.keep_rows is not None and len(self.keep_rows):
-            self._kept.add(int(self.chunk_bounds[i]), out[self.keep_rows])
+            kept = out[self.keep_rows]
+            if differenced:                          # (one row: the sums cost nothing)
+                kept = np.cumsum(kept, axis=1, dtype=self.dtype)
+            self._kept.add(int(self.chunk_bounds[i]), kept)
         with self._lock:
             self.seconds += time.perf_counter() - t
         return out
@@ -450,19 +455,21 @@ class CbinReader:
             return None
         return self._kept.edges(int(self.chunk_bounds[-1]))
 
-    def _acquire(self, i: int, pin: bool) -> "_Entry":
+    def _acquire(self, i: int, pin: bool, differenced: bool = False) -> "_Entry":
         """Chunk i's entry (its decode submitted now unless kept), pinned when ``pin``: a
-        pinned chunk's buffer is not recycled until `_release`. Called under the lock."""
-        entry = self._chunks.get(i)
+        pinned chunk's buffer is not recycled until `_release`. Called under the lock. A
+        chunk kept decoded and one kept differenced are two entries."""
+        key = (i, differenced)
+        entry = self._chunks.get(key)
         if entry is None:
             buf = self._free.pop() if self._free else \
                 np.empty(self._longest * self.n_channels, dtype=self.dtype)
             entry = _Entry(buf)
-            entry.future = self._pool.submit(self._decode, i, buf)
-            self._chunks[i] = entry
+            entry.future = self._pool.submit(self._decode, i, buf, differenced)
+            self._chunks[key] = entry
             self._evict()
         else:
-            self._chunks.move_to_end(i)
+            self._chunks.move_to_end(key)
         entry.pins += pin
         return entry
 
@@ -521,6 +528,70 @@ class CbinReader:
         array([[5, 7, 9]], dtype=int16)
         >>> tmp.cleanup()
         """
+        return self._gather(start, stop, columns, out, differenced=False)
+
+    @property
+    def differences_supported(self) -> bool:
+        """Whether `read_differences` can read this file: its chunks time-differenced, in
+        "F" order (channel after channel), not differenced across channels (mtscomp's
+        defaults, what IBL's files are)."""
+        return self._time_diff and self._order == "F" and not self._spatial_diff \
+            and self.dtype.kind in "iu"
+
+    def read_differences(self, start: int, stop: int, columns: Any = None,
+                         out: np.ndarray | None = None) -> np.ndarray:
+        """Samples ``start:stop`` as differences D along time whose cumulative sum in the
+        stored dtype (wrapping, as mtscomp's differences do) is `read`'s block, exactly:
+        ``numpy.cumsum(D, axis=1, dtype=D.dtype)``. The chunks are only inflated here (the
+        sums, ~20 % of a chunk's decode, hold NumPy's GIL): a GPU job sums them on the
+        device (`dspk.pipeline.stream.Staging`), and the reader's threads no longer take
+        turns with the job's own. D's first column is the first sample; where the block
+        crosses into a chunk, the difference to the sample before it.
+
+        Parameters
+        ----------
+        start, stop : int
+        columns : sequence of int, optional
+        out : numpy.ndarray, optional
+            As `read`'s.
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        RecordingError
+            As `read`; also a file whose chunks `differences_supported` says no to.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from dspk.io.cbin import CbinReader, write_cbin
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> x = np.arange(12, dtype=np.int16).reshape(6, 2) ** 2
+        >>> with CbinReader(write_cbin(os.path.join(tmp.name, "x.cbin"), x, 1e3, 4)) as r:
+        ...     d = r.read_differences(1, 6, columns=[1])
+        ...     x = r.read(1, 6, columns=[1])
+        >>> d
+        array([[ 9, 16, 24, 32, 40]], dtype=int16)
+        >>> np.cumsum(d, axis=1, dtype=d.dtype)
+        array([[  9,  25,  49,  81, 121]], dtype=int16)
+        >>> np.array_equal(np.cumsum(d, axis=1, dtype=d.dtype), x)
+        True
+        >>> tmp.cleanup()
+        """
+        if not self.differences_supported:
+            raise RecordingError(f"{self.path}: its chunks are not time-differenced channel "
+                                 f"by channel (do_time_diff, chunk_order 'F', no "
+                                 f"do_spatial_diff): read it with read()")
+        return self._gather(start, stop, columns, out, differenced=True)
+
+    def _gather(self, start: int, stop: int, columns: Any, out: np.ndarray | None,
+                differenced: bool) -> np.ndarray:
+        """`read` (decoded chunks) or `read_differences` (inflated chunks, their first
+        columns made differences across the block, `_anchor`)."""
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.n_samples:
             raise RecordingError(f"read: expected 0 <= start <= stop <= {self.n_samples}, "
@@ -550,22 +621,42 @@ class CbinReader:
         with self._lock:
             if self._fd is None:
                 raise RecordingError(f"{self.path}: closed")
-            entries = [self._acquire(i, pin=True) for i in range(first, last + 1)]
+            entries = [self._acquire(i, True, differenced) for i in range(first, last + 1)]
             # a forward reader (a pipeline, a benchmark, a conversion): the next chunks
             # decode while the caller works on these, one per thread
             if first in (self._last_chunk, self._last_chunk + 1):
                 for i in range(last + 1, min(last + 1 + self.threads, len(bounds) - 1)):
-                    self._acquire(i, pin=False)
+                    self._acquire(i, False, differenced)
             self._last_chunk = last
         try:
+            running = None                      # the block's last sample so far (differenced)
             for i, entry in zip(range(first, last + 1), entries):
                 chunk = entry.future.result()
-                a, b = max(start, int(bounds[i])), min(stop, int(bounds[i + 1]))
-                out[:, a - start:b - start] = \
-                    chunk[rows, a - int(bounds[i]):b - int(bounds[i])]
+                c0 = int(bounds[i])
+                a, b = max(start, c0), min(stop, int(bounds[i + 1]))
+                seg = out[:, a - start:b - start]
+                seg[...] = chunk[rows, a - c0:b - c0]
+                if differenced:
+                    running = self._anchor(seg, chunk[rows, :a - c0 + 1], running)
         finally:
             self._release(entries)
         return out
+
+    def _anchor(self, seg: np.ndarray, head: np.ndarray, running: Any) -> np.ndarray:
+        """Make the differences ``seg`` of one chunk's part continue the block: its first
+        column the sample there (a block starting inside the chunk: the sum of the chunk's
+        differences up to it, ``head``) or the difference to the block's previous sample
+        (``running``); returns the block's last sample after ``seg``. In the stored dtype,
+        wrapping as the differences do."""
+        dt = self.dtype
+        if running is None:
+            if head.shape[1] > 1:             # inside the chunk: the sample itself
+                seg[:, 0] = np.add.reduce(head, axis=1, dtype=dt)
+        else:                                 # a chunk's first sample, stored as is
+            seg[:, 0] -= running
+            first = seg[:, 0] + running
+            return first + np.add.reduce(seg[:, 1:], axis=1, dtype=dt)
+        return np.add.reduce(seg, axis=1, dtype=dt)
 
 
 class _Entry:

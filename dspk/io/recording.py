@@ -565,6 +565,55 @@ class Recording:
                                    np.arange(self.n_channels))
         return block
 
+    @property
+    def differences_supported(self) -> bool:
+        """Whether `read_native_differences` reads this source: one stored as differences
+        along time (mtscomp's ``.cbin``)."""
+        return False
+
+    def read_native_differences(self, start: int, stop: int,
+                                out: np.ndarray | None = None) -> Any:
+        """`read_native`'s block [channels, samples] as differences along time, whose
+        cumulative sum in the stored dtype (wrapping) is that block exactly, for a source
+        stored so (`differences_supported`): the decode's sums, which hold NumPy's GIL, are
+        then left to the caller (a GPU job sums on the device).
+
+        Parameters
+        ----------
+        start, stop : int
+        out : numpy.ndarray, optional
+            [channels, stop − start] of the stored dtype.
+
+        Raises
+        ------
+        RecordingError
+            A source not stored as differences, a range out of bounds.
+
+        Examples
+        --------
+        >>> import numpy as np, dspk
+        >>> rec = dspk.open_recording(np.zeros((100, 2), np.int16), fs=3e4)
+        >>> rec.differences_supported
+        False
+        """
+        self._check_open()
+        stop, start = int(stop), int(start)
+        if not self.differences_supported:
+            raise RecordingError(f"{self!r}: not stored as differences along time: "
+                                 f"read_native reads it")
+        if not 0 <= start <= stop <= self.n_samples:
+            raise RecordingError(f"read_native_differences: expected 0 <= start <= stop <= "
+                                 f"{self.n_samples}, got start={start}, stop={stop}")
+        shape = (self.n_channels, stop - start)
+        if out is not None and (out.shape != shape or out.dtype != self.dtype):
+            raise RecordingError(f"out: expected {shape} {self.dtype}, got {out.shape} "
+                                 f"{out.dtype}")
+        return self._read_native_differences(start, stop, out)
+
+    def _read_native_differences(self, start: int, stop: int,
+                                 out: np.ndarray | None) -> Any:
+        raise RecordingError(f"{self!r}: not stored as differences along time")
+
     def _read_native(self, start: int, stop: int, out: np.ndarray | None) -> Any:
         """Default: through `_read` (channels first) and back."""
         block = self._read(start, stop, np.arange(self.n_channels))

@@ -519,6 +519,15 @@ class SpikeGLXRecording(BinaryRecording):
             return super()._read_native(start, stop, out)
         return self._cbin.read(start, stop, self.columns, out=out)
 
+    @property
+    def differences_supported(self) -> bool:  # type: ignore[override]
+        """A ``.cbin`` of mtscomp's defaults (`dspk.io.cbin.CbinReader.differences_supported`)."""
+        return self._cbin is not None and self._cbin.differences_supported
+
+    def _read_native_differences(self, start: int, stop: int,
+                                 out: np.ndarray | None) -> np.ndarray:
+        return self._cbin.read_differences(start, stop, self.columns, out=out)
+
     def _keep_sync(self, start: int, stop: int) -> None:
         """A .bin block's sync words into the ledger (the pages the block's read touches)."""
         if self._sync_ledger is not None and stop > start:

@@ -278,6 +278,10 @@ class Staging:
         self._out = [] if out_shape is None else \
             [pinned_empty(out_shape[0] * c, out_dtype) for _ in range(3)]
         self.transfer_s = 0.0        # host <-> device copies (main thread)
+        # a source stored as differences along time (mtscomp's .cbin): read inflated only,
+        # summed on the device (`Recording.read_native_differences`), so that the reader's
+        # threads do not hold the GIL the job's own thread needs
+        self.differences = bool(getattr(rec, "differences_supported", False))
 
     def read(self, k: int, s0: int, s1: int, m: int) -> tuple:
         """(first sample, raw block) of [s0 - m, s1 + m) clipped to the recording, read into
@@ -286,6 +290,8 @@ class Staging:
         a, b = max(0, s0 - m), min(rec.n_samples, s1 + m)
         buf = self._in[k % len(self._in)][:(b - a) * rec.n_channels]
         shape = (b - a, rec.n_channels) if rec.samples_first else (rec.n_channels, b - a)
+        if self.differences:
+            return a, rec.read_native_differences(a, b, out=buf.reshape(shape))
         return a, rec.read_native(a, b, out=buf.reshape(shape))
 
     def to_device(self, raw: tuple, xp: Any) -> tuple:
@@ -303,6 +309,10 @@ class Staging:
         else:
             d = xp.asarray(block)
         rec = self.rec
+        if self.differences:
+            # the decode's sums, in the stored dtype (wrapping as the differences did: the
+            # samples to the bit)
+            d = xp.cumsum(d, axis=1, dtype=d.dtype)
         return a, to_uv(d.T if rec.samples_first else d, rec.gain_to_uv, rec.offset_to_uv)
 
     def to_host(self, i: int, y: Any, scale: float) -> np.ndarray:

@@ -107,6 +107,66 @@ def test_random_reads_match_mtscomp(shared_cbin, data, threads):
             np.testing.assert_array_equal(got, ref.T)
 
 
+def summed(d):
+    """What a GPU job does with `read_differences`' block: its cumulative sum in its dtype."""
+    return np.cumsum(d, axis=1, dtype=d.dtype)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), threads=st.integers(1, 3))
+def test_random_differenced_reads_sum_to_the_samples(shared_cbin, data, threads):
+    """`read_differences`, summed along time in int16 (wrapping: the file's full-scale
+    spikes make the differences wrap), is `read`'s block, in any range and channels; the
+    decoded and the differenced chunks are kept apart (reads of both kinds interleaved)."""
+    path, want = shared_cbin
+    n, c = want.shape
+    start = data.draw(st.integers(0, n), label="start")
+    stop = data.draw(st.integers(start, min(n, start + 900)), label="stop")
+    cols = data.draw(st.none() | st.lists(st.integers(0, c - 1), max_size=c, unique=True),
+                     label="columns")
+    ref = (want[start:stop] if cols is None else want[start:stop][:, cols]).T
+    with CbinReader(path, threads=threads) as r:
+        assert r.differences_supported
+        for _ in range(2):
+            d = r.read_differences(start, stop, cols)
+            assert d.dtype == np.int16 and d.shape == ref.shape
+            np.testing.assert_array_equal(summed(d), ref)
+            np.testing.assert_array_equal(r.read(start, stop, cols), ref)
+
+
+def test_differenced_reads_across_every_chunk_boundary_and_the_sync_edges(shared_cbin):
+    path, want = shared_cbin
+    with CbinReader(path, threads=2) as r, CbinReader(path, threads=2) as plain:
+        for b in r.chunk_bounds[1:-1]:
+            for a, z in ((b - 1, b + 1), (b - 50, b + 149), (b, b + 1), (b - 1, b)):
+                z = min(z, r.n_samples)
+                np.testing.assert_array_equal(summed(r.read_differences(a, z)), want[a:z].T)
+        # a forward pass in steps that never align, the edges of row 8 kept as it goes
+        r.keep_rows = plain.keep_rows = np.array([8])
+        out = np.empty((2, 333), np.int16)
+        for a in range(0, r.n_samples, 333):
+            z = min(r.n_samples, a + 333)
+            d = r.read_differences(a, z, columns=[8, 0], out=out[:, :z - a])
+            assert d is not None
+            np.testing.assert_array_equal(summed(d), want[a:z, [8, 0]].T)
+            plain.read(a, z)
+        fields = ["sample", "bit", "polarity"]
+        got, ref = r.kept_edges()[fields].tolist(), plain.kept_edges()[fields].tolist()
+        assert got == ref and len(ref) > 1000
+
+
+def test_differenced_reads_refused_where_the_chunks_are_not(tmp_path):
+    data = noise(500, 3)
+    for config in (dict(chunk_order="C"), dict(do_time_diff=False),
+                   dict(do_spatial_diff=True)):
+        path = compress(tmp_path / "x.cbin", data, rate=1000.0, **config)
+        with CbinReader(path) as r:
+            assert not r.differences_supported
+            with pytest.raises(RecordingError, match="read it with read()"):
+                r.read_differences(0, 10)
+
+
 def test_reads_across_every_chunk_boundary(shared_cbin):
     path, want = shared_cbin
     with CbinReader(path, threads=2) as r:
@@ -205,6 +265,53 @@ def test_spikeglx_cbin_pipeline_output_equals_the_bin(sglx_pair, tmp_path):
             p.run(rec, tmp_path / name, chunk_s=0.23, progress=False)
             outs.append(tmp_path / name)
     import h5py
+    with h5py.File(outs[0]) as fa, h5py.File(outs[1]) as fb:
+        np.testing.assert_array_equal(fa["traces"][:], fb["traces"][:])
+
+
+def test_a_gpu_job_stages_the_cbin_as_differences(sglx_pair, monkeypatch):
+    """`Staging` (a GPU job's reads; run here with NumPy for the device and plain buffers for
+    the pinned ones) reads a .cbin inflated only and sums it on the "device": the µV blocks
+    of the .bin, to the bit, in every chunk of a forward pass and across the .cbin's
+    chunks."""
+    import types
+    import dspk.pipeline.stream as stream
+    monkeypatch.setattr(stream, "pinned_empty", lambda n, dtype: np.empty(n, dtype))
+
+    class Device(np.ndarray):                  # CuPy's array, as far as Staging uses it
+        def set(self, host):
+            self[...] = host
+
+    dev = types.SimpleNamespace(empty=lambda shape, dtype: np.empty(shape, dtype).view(Device),
+                                cumsum=np.cumsum, asarray=np.asarray)
+    binpath, cbin, _ = sglx_pair
+    with open_recording(binpath) as a, open_recording(cbin) as b:
+        assert b.differences_supported and not a.differences_supported
+        sa, sb = stream.Staging(a, 6000 + 200, 3), stream.Staging(b, 6000 + 200, 3)
+        assert sb.differences and not sa.differences
+        for k, s0 in enumerate(range(0, 31000, 6000)):
+            s1 = min(31000, s0 + 6000)
+            ra, rb = sa.read(k, s0, s1, 100), sb.read(k, s0, s1, 100)
+            (x0, xa), (x1, xb) = sa.to_device(ra, dev), sb.to_device(rb, dev)
+            assert x0 == x1 and xa.dtype == np.float32
+            np.testing.assert_array_equal(xa, xb)
+
+
+@pytest.mark.gpu
+def test_a_gpu_job_on_the_cbin_equals_it_on_the_bin(sglx_pair, tmp_path):
+    """The device sums the .cbin's differences (`Staging`): the GPU job's output on the
+    .cbin is the bytes of its output on the .bin, and of the CPU job's on the .cbin's
+    samples within float32 rounding."""
+    pytest.importorskip("cupy")
+    import h5py
+    binpath, cbin, _ = sglx_pair
+    outs = []
+    for src, name in ((binpath, "a.h5"), (cbin, "b.h5")):
+        with open_recording(src) as rec:
+            p = dspk.Pipeline.from_options(highpass=300.0, reference="median",
+                                           whiten="none", backend="gpu").fit(rec)
+            p.run(rec, tmp_path / name, chunk_s=0.23, progress=False)
+            outs.append(tmp_path / name)
     with h5py.File(outs[0]) as fa, h5py.File(outs[1]) as fb:
         np.testing.assert_array_equal(fa["traces"][:], fb["traces"][:])
 

@@ -251,7 +251,8 @@ def test_a_cbin_jobs_events_come_from_its_own_decode(tmp_path, monkeypatch):
     decodes = []
     real = CbinReader._decode
     monkeypatch.setattr(CbinReader, "_decode",
-                        lambda self, i, buf: decodes.append(i) or real(self, i, buf))
+                        lambda self, i, buf, *rest: decodes.append(i) or real(self, i, buf,
+                                                                              *rest))
     with open_recording(cbin) as rec:
         assert rec.decoded_sync_edges() is None          # nothing decoded yet
         p = dspk.Pipeline.from_options(highpass=0, reference="mean", whiten="none",
