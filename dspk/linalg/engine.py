@@ -66,8 +66,8 @@ class Engine:
         read when the tuner uses it.
     mode : {"on", "off", "readonly"}, optional
         Tune unseen keys (``"on"``), take the first available candidate in a fixed order
-        (``"off"``), or use the cache without timing or writing (``"readonly"``); default
-        ``DSPK_TUNE``, read when used.
+        (``"off"``), or use the cache and the winners tables without timing or writing
+        (``"readonly"``); default ``DSPK_TUNE``, read when used.
     winners : str, os.PathLike or False, optional
         The folder of the winners tables the tuner looks a key up in after its cache
         (`dspk.linalg.winners`); False: none; default ``DSPK_WINNERS`` (unset: the package's

@@ -10,14 +10,31 @@ is kept in memory and in a versioned JSON cache (``$DSPK_CACHE_DIR``, default
 (a candidate's rounding may differ from another's: a shared choice is what keeps outputs
 bit-identical).
 
-Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
+A key neither in memory nor in the cache file is looked up in the *winners table* of the
+device's class (`dspk.linalg.winners`: one JSON file per class shipped with the package,
+``dspk/linalg/winners/<class>.json``, keyed without the version stamp): the ranking a thorough
+tuning made on a machine of that class. Where the table covers the problem — its tuning
+considered every candidate that can run it here, and its winner can — the winner is used
+without timing anything: its result is checked on the whole product against the sampled
+float64 reference (and its precision probe runs on the GPU, or when another dspk version made
+the table), then it is stored in the cache file with ``"tuned": "table"`` and where it was
+measured (`dspk.linalg.explain` says so), so that a job's chunks and the processes sharing
+the cache run it from the first call on. A winner that fails its check is rejected with a
+logged warning and the key is tuned on first use. `Tuner.choose` does the same for whole
+operations, checking the table's winner against the reference a first use would use. Bits
+can differ between a table's choice and a thorough tuning's on this machine when they pick
+different candidates (their roundings differ); within a run, and across processes sharing a
+cache, one candidate runs: only an explicit thorough tuning replaces a stored choice.
+
+Tuning is paid where it pays back. An unseen key the table does not cover is tuned *on first
+use*,
 within a budget of a fraction of the product's own time: each candidate timed on a slice of
 the product, then the fastest computes the whole product, checked (and on the CPU timed
 against a runner-up whose estimate beats its whole time): the same bits from the first call
 on. A *thorough* tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune``
 and `dspk.Pipeline.tune` are for) times every candidate on the whole product and replaces a
-choice tuned on first use; nothing else ever replaces a stored choice, so a job's chunks, and
-the processes that share a cache, run one candidate.
+choice tuned on first use or taken from a winners table; nothing else ever replaces a stored
+choice, so a job's chunks, and the processes that share a cache, run one candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
 the same way (`Tuner.choose_run` hands the chosen one's result back, saving the caller a run).
@@ -32,7 +49,10 @@ never the stored choice; when every candidate did, nothing is stored and
 smaller chunk are tuned).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
-fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
+fixed order (no cache, no winners table); ``readonly`` uses the cache, then the winners table
+(its choice checked as above and kept in memory for the process), but never times or writes
+(nor re-tunes thoroughly). ``DSPK_WINNERS`` (or the tuner's ``winners``) names another folder
+of tables, or ``off`` for none.
 
 This module is the policy: what to choose, when to tune, the modes. The rest is in modules of
 its own, whose names stay importable from here (a test patches a name where it is read):
@@ -43,6 +63,8 @@ its own, whose names stay importable from here (a test patches a name where it i
 - `dspk.linalg.tuner_products`: how a product's candidates are tried, on first use (on slices,
   within the budget) or thoroughly.
 - `dspk.linalg.tuner_operations`: the same for an operation's implementations.
+- `dspk.linalg.winners`: the shipped tables of known winners, device classes, and `export`
+  (a cache file's thorough entries into a table).
 """
 
 from __future__ import annotations

@@ -392,3 +392,21 @@ def test_device_classes():
     assert winners.table_key("fir|cpu:x|numpy1|dspk2|float32|3", "cpu:x|numpy1|dspk2",
                              "c") == "fir|c|float32|3"
     assert winners.table_key("cpu:x|numpy1|dspk2|float32", "cpu:y|numpy1|dspk2", "c") is None
+
+
+def test_the_command_line_says_where_choices_came_from(tables, capsys):
+    """`dspk info` names each device's class and its table; `dspk tune-cache show` says a
+    choice came from a table."""
+    from dspk import cli
+
+    folder, write = tables
+    clock = FakeClock()
+    t = clocked([Costed("fast", clock, 1e-9), Costed("slow", clock, 3e-9)], clock)
+    a, b, p = problem()
+    assert cli.main(["info"]) == 0
+    assert f"winners table (host): {winners.host_class() or 'no class'}: no table in " \
+        f"{folder}" in capsys.readouterr().out
+    write({tkey(t, p): entry(["slow", "fast"])})
+    assert t.select(p).tuned == "table"
+    assert cli.main(["tune-cache", "show"]) == 0
+    assert f"tuned: table {CLS}" in capsys.readouterr().out
