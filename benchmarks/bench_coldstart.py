@@ -13,6 +13,14 @@ integer products), a Neuropixels-1 geometry; detection on whitened-like unit-var
 with spikes; template matching on a 1024 x 1024 image with 32 templates of 16 x 16.
 
     python benchmarks/bench_coldstart.py [--backend cpu|gpu] [--out DIR] [--only NAME ...]
+
+``--thorough-export TABLE.json`` makes the winners table of this machine's class instead
+(`dspk.linalg.winners`): in one fresh process with an empty tuner cache, every call above,
+the `STANDARD_EXTRA` products and a job's keys for each of `STANDARD_PIPELINES` (384
+channels, chunks of 1 s: `dspk.Pipeline.tune`) are tuned thoroughly, and the cache's
+thorough entries for the device (GPU 0 with ``--backend gpu``, else the host) are exported
+into TABLE.json, merged with what it holds. Copy it to ``dspk/linalg/winners/<class>.json``
+(or give that path) to ship it.
 """
 
 from __future__ import annotations
@@ -104,6 +112,54 @@ CASES = {
         "p.transform(x)"),
 }
 
+#: products a job meets beyond the calls above, tuned thoroughly for the winners table: the
+#: covariance and W·X of 2 s (fit chunks of 60 000 samples: another size class of K)
+STANDARD_EXTRA = {
+    "covariance float32 2 s": ("x2 = xp.concatenate([x, x], axis=1)", "dspk.covariance(x2)"),
+    "covariance int16 2 s": (
+        "xi2 = xp.asarray(rng.integers(-2000, 2000, (C, 2 * N), dtype=np.int16))",
+        "dspk.covariance(xi2)"),
+    "matmul 384x384x60000": (
+        "w = xp.asarray(rng.standard_normal((C, C)).astype(np.float32))\n"
+        "x2 = xp.concatenate([x, x], axis=1)", "dspk.matmul(w, x2)"),
+}
+
+#: the pipelines whose job keys the winners table holds (`dspk.Pipeline.from_options`
+#: keywords): Kilosort's chain (the default options), with detection, and IBL's destripe
+STANDARD_PIPELINES = ({}, {"detect": True}, {"preset": "ibl"})
+
+#: the winners table's process: each call tuned thoroughly, then a job's keys, then export
+THOROUGH = PRELUDE + """
+from dspk.linalg import current_engine
+from dspk.linalg.tuner_cache import cache_path
+from dspk.linalg.winners import export
+engine = current_engine()
+for name, inputs, call in json.loads(os.environ["BENCH_CALLS"]):
+    t = time.perf_counter()
+    ns = dict(globals())
+    exec(inputs, ns)
+    with engine.thorough():
+        exec(call, ns)
+        sync()
+    print(f"thorough: {name}: {time.perf_counter() - t:.1f} s", flush=True)
+# a job's keys: int16 [samples, channels] as a probe's file, 3 s in chunks of 1 s; noise of
+# ~10 uV correlated over neighbouring channels, as a probe's (white noise on every channel
+# has IBL's bad-channel detection call every channel bad)
+noise = rng.standard_normal((3 * N, C + 8)).astype(np.float32)
+smooth = sum(noise[:, i:i + C] for i in range(9)) / 3.0
+raw = np.rint(4 * (smooth + 0.5 * rng.standard_normal((3 * N, C)))).astype(np.int16)
+noise = smooth = None
+for options in json.loads(os.environ["BENCH_PIPELINES"]):
+    t = time.perf_counter()
+    rec = dspk.open_recording(raw, fs=FS, geometry=geom, layout="samples_channels",
+                              gain_to_uv=2.34375)
+    dspk.Pipeline.from_options(backend=os.environ["BENCH_BACKEND"], **options).tune(rec, 1.0)
+    print(f"thorough: pipeline {options}: {time.perf_counter() - t:.1f} s", flush=True)
+got = export(cache_path(), os.environ["BENCH_EXPORT"],
+             gpu=xp.cuda.runtime.getDevice() if gpu else None)
+print("RESULT " + json.dumps(got))
+"""
+
 CHILD = PRELUDE + """
 {inputs}
 sync()
@@ -137,6 +193,28 @@ def run_case(name: str, backend: str, cache: Path, timeout: float) -> dict:
     return {**json.loads(line[0][7:]), "process_s": wall}
 
 
+def thorough_export(backend: str, out: Path, names: list[str], timeout: float) -> dict:
+    """The winners table of this machine's class (module docstring): one fresh process with
+    an empty tuner cache tunes ``names`` (and `STANDARD_EXTRA`, `STANDARD_PIPELINES`)
+    thoroughly and exports its thorough entries into ``out`` (merged)."""
+    calls = [(n, textwrap.dedent(CASES[n][0]), CASES[n][1]) for n in names] + \
+        [(n, textwrap.dedent(i), c) for n, (i, c) in STANDARD_EXTRA.items()]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, BENCH_BACKEND=backend, DSPK_CACHE_DIR=str(Path(tmp) / "dspk"),
+                   BENCH_CALLS=json.dumps(calls), BENCH_EXPORT=str(Path(out).resolve()),
+                   BENCH_PIPELINES=json.dumps(list(STANDARD_PIPELINES)),
+                   PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
+        # the table is made from a thorough tuning alone: never from another table's choices
+        env["DSPK_WINNERS"] = "off"
+        res = subprocess.run([sys.executable, "-c", THOROUGH], env=env, text=True,
+                             stdout=subprocess.PIPE, timeout=timeout)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    print("\n".join(ln for ln in res.stdout.splitlines() if not ln.startswith("RESULT ")))
+    if res.returncode or not line:
+        raise SystemExit(f"the thorough tuning failed (exit {res.returncode})")
+    return json.loads(line[0][7:])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
@@ -146,8 +224,19 @@ def main(argv=None) -> None:
     ap.add_argument("--split", action="store_true",
                     help="two more fresh processes per call, one cache emptied in each: the "
                          "tuner's (kernel caches kept) and the kernels' (tuner's kept)")
+    ap.add_argument("--thorough-export", default=None, metavar="TABLE.json",
+                    help="tune the calls (and a job's keys) thoroughly in one process and "
+                         "export the winners table of this machine's class into TABLE.json "
+                         "(merged), instead of timing first calls")
     args = ap.parse_args(argv)
     names = [n for n in CASES if not args.only or any(o in n for o in args.only)]
+    if args.thorough_export:
+        t = time.perf_counter()
+        got = thorough_export(args.backend, Path(args.thorough_export), names,
+                              max(args.timeout, 3600.0))
+        print(f"{got['exported']} entries exported into {got['path']} (class {got['class']}, "
+              f"{got['entries']} in the table) in {time.perf_counter() - t:.0f} s")
+        return
     calls = []
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:

@@ -160,7 +160,8 @@ def count_compiles() -> list:
 
 def count_tuner_time() -> list[float]:
     """From now on in this process, the seconds spent inside the engine's tuner (its `_tune`
-    and `_choose_now`: timing candidates and implementations) are added to the returned
+    and `_choose_now`: timing candidates and implementations; `_from_table` and
+    `_choose_from_table`: checking a winners table's choice) are added to the returned
     one-element list (a first call's share of tuning, for the benchmarks of first calls)."""
     from dspk.linalg.tuner import Tuner
 
@@ -175,7 +176,7 @@ def count_tuner_time() -> list[float]:
                 spent[0] += time.perf_counter() - t0
         return g
 
-    for name in ("_tune", "_choose_now"):
+    for name in ("_tune", "_choose_now", "_from_table", "_choose_from_table"):
         if hasattr(Tuner, name):
             setattr(Tuner, name, timed(getattr(Tuner, name)))
     return spent

@@ -54,6 +54,7 @@ from .kernels import kernel_origin_mode, loaded_from, precompile
 from .warmup import warm_gpu_calls
 from .kernels.build import declare_all
 from .linalg.tuner import cache_path, clear_cache, read_cache, tune_mode
+from .linalg.winners import gpu_class, host_class, load_table, table_folder
 from .motion import Motion as MotionEstimate
 from .pipeline import Detect, JobInterrupted, Pipeline, registry
 from .pipeline.outputs import DETECT_FILES, PeaksOutput, formats, output_class
@@ -165,7 +166,24 @@ def _info(args: argparse.Namespace) -> int:
     else:
         print(f"gpu: none ({reason})")
     print(f"tuner: DSPK_TUNE={tune_mode()}, cache {cache_path()}")
+    for line in _winners_lines([] if reason is not None else
+                               range(cupy_module().cuda.runtime.getDeviceCount())):
+        print(line)
     return 0
+
+
+def _winners_lines(gpus: Any) -> list[str]:
+    """The winners table of the host's class and of each GPU's (`dspk.linalg.winners`)."""
+    folder = table_folder()
+    if folder is None:
+        return ["winners tables: off (DSPK_WINNERS)"]
+    lines = []
+    for what, cls in [("host", host_class())] + [(f"gpu {i}", gpu_class(device_name(i)))
+                                                 for i in gpus]:
+        table = load_table(cls, folder)
+        found = f"{len(table.entries)} keys" if table is not None else f"no table in {folder}"
+        lines.append(f"winners table ({what}): {cls or 'no class'}: {found}")
+    return lines
 
 
 def _dataset_line(name: str, shape: tuple, dtype: Any) -> str:
@@ -658,8 +676,11 @@ def _cache(args: argparse.Namespace) -> int:
     for key, entry in sorted(entries.items()):
         times = entry.get("timings_ms", {})
         best = entry["ranking"][0] if entry["ranking"] else "?"
+        how = entry.get("tuned", "thorough")
+        if how == "table":
+            how = f"table {entry.get('table', {}).get('class', '?')}"
         print(f"{key}\n    -> {best} ({times.get(best, float('nan')):.4g} ms); "
-              f"ranking {json.dumps(entry['ranking'])}")
+              f"ranking {json.dumps(entry['ranking'])}; tuned: {how}")
     return 0
 
 

@@ -66,8 +66,12 @@ class Engine:
         read when the tuner uses it.
     mode : {"on", "off", "readonly"}, optional
         Tune unseen keys (``"on"``), take the first available candidate in a fixed order
-        (``"off"``), or use the cache without timing or writing (``"readonly"``); default
-        ``DSPK_TUNE``, read when used.
+        (``"off"``), or use the cache and the winners tables without timing or writing
+        (``"readonly"``); default ``DSPK_TUNE``, read when used.
+    winners : str, os.PathLike or False, optional
+        The folder of the winners tables the tuner looks a key up in after its cache
+        (`dspk.linalg.winners`); False: none; default ``DSPK_WINNERS`` (unset: the package's
+        tables), read when used.
 
     Attributes
     ----------
@@ -96,9 +100,10 @@ class Engine:
     MAX_PLANS = 256
 
     def __init__(self, cache_dir: str | os.PathLike | None = None,
-                 mode: str | None = None) -> None:
+                 mode: str | None = None,
+                 winners: str | os.PathLike | bool | None = None) -> None:
         self.tuner = Tuner(lambda gpu: candidates(gpu, self.tuner), cache_dir=cache_dir,
-                           mode=mode)
+                           mode=mode, winners=winners)
         self.plans: dict[str, dict] = {name: {} for name in PLAN_TABLES}
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()

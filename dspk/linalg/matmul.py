@@ -341,6 +341,8 @@ class Explanation:
             lines.append("tuned: " + _HOW_TUNED[c.tuned](c))
         if c.timings_ms:
             what = ("measured (median ms per call)" if c.tuned in ("thorough", "brief") else
+                    "measured on the table's machine (median ms per call)"
+                    if c.tuned == "table" else
                     "estimated for the whole product from the best sample on each slice (ms)")
             lines.append(f"{what}: " + ", ".join(
                 f"{n} {t:.4g}" for n, t in sorted(c.timings_ms.items(), key=lambda kv: kv[1])))
@@ -372,6 +374,11 @@ _HOW_TUNED = {
                         "of about its own time); a thorough tuning (dspk tune, "
                         "Engine.thorough) takes more"),
     "thorough": lambda c: "thoroughly: every candidate on the whole product, median of samples",
+    "table": lambda c: (f"from the shipped table for {c.table.get('class', '?')} (measured on "
+                        f"{c.table.get('device', '?')} {c.table.get('measured', '?')}, dspk "
+                        f"{c.table.get('dspk', '?')}): a thorough tuning's winner on a machine "
+                        f"of this class, not timed here, its result checked on first use; a "
+                        f"thorough tuning (dspk tune, Engine.thorough) times this machine's"),
 }
 
 
@@ -386,8 +393,10 @@ def _any_problem(a: Any, b: Any, out: Any) -> tuple:
 def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
     """Which candidate `matmul` (or `int_matmul`, for integer operands) runs, and why.
 
-    With ``tune=True`` an unseen key is tuned now (as `matmul` would); with ``tune=False``
-    nothing runs and an unseen key reports the candidate that would run without timing.
+    With ``tune=True`` an unseen key is tuned now (as `matmul` would: the winners table's
+    choice where it covers the key, else tuned on first use); with ``tune=False`` nothing runs
+    and an unseen key reports the winners table's choice (checked when a call first uses it),
+    else the candidate that would run without timing.
 
     Parameters
     ----------
@@ -403,8 +412,10 @@ def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
     -------
     Explanation
         ``str()`` of it: the product, the tuner key, ``DSPK_TUNE``, the candidate that runs
-        and why (tuned now, from the cache file...), the timings measured and why the other
-        candidates cannot run or were rejected.
+        and why (tuned now, from the cache file, from the shipped winners table...), how it
+        was tuned (``"from the shipped table for <class> (measured on <device> <date>..."``
+        for a table's choice), the timings measured and why the other candidates cannot run
+        or were rejected.
 
     Examples
     --------
@@ -423,6 +434,7 @@ def explain(a: Any, b: Any, out: Any = None, tune: bool = True) -> Explanation:
     if tune or tuner.mode == "off":
         choice = tuner.select(p, run=False)
     else:
-        choice = tuner.cached(p) or tuner.first_available(
-            p, "not tuned yet (explain(tune=False)): first available candidate")
+        choice = tuner.cached(p) or (tuner.table_choice(p) if tuner.mode != "off" else None) \
+            or tuner.first_available(p, "not tuned yet (explain(tune=False)): first available "
+                                        "candidate")
     return Explanation(choice, names, tuner.mode, (p.batches, p.m, p.n, p.k))

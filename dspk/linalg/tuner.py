@@ -10,14 +10,31 @@ is kept in memory and in a versioned JSON cache (``$DSPK_CACHE_DIR``, default
 (a candidate's rounding may differ from another's: a shared choice is what keeps outputs
 bit-identical).
 
-Tuning is paid where it pays back. An unseen key met by a call is tuned *on first use*,
+A key neither in memory nor in the cache file is looked up in the *winners table* of the
+device's class (`dspk.linalg.winners`: one JSON file per class shipped with the package,
+``dspk/linalg/winners/<class>.json``, keyed without the version stamp): the ranking a thorough
+tuning made on a machine of that class. Where the table covers the problem — its tuning
+considered every candidate that can run it here, and its winner can — the winner is used
+without timing anything: its result is checked on the whole product against the sampled
+float64 reference (and its precision probe runs on the GPU, or when another dspk version made
+the table), then it is stored in the cache file with ``"tuned": "table"`` and where it was
+measured (`dspk.linalg.explain` says so), so that a job's chunks and the processes sharing
+the cache run it from the first call on. A winner that fails its check is rejected with a
+logged warning and the key is tuned on first use. `Tuner.choose` does the same for whole
+operations, checking the table's winner against the reference a first use would use. Bits
+can differ between a table's choice and a thorough tuning's on this machine when they pick
+different candidates (their roundings differ); within a run, and across processes sharing a
+cache, one candidate runs: only an explicit thorough tuning replaces a stored choice.
+
+Tuning is paid where it pays back. An unseen key the table does not cover is tuned *on first
+use*,
 within a budget of a fraction of the product's own time: each candidate timed on a slice of
 the product, then the fastest computes the whole product, checked (and on the CPU timed
 against a runner-up whose estimate beats its whole time): the same bits from the first call
 on. A *thorough* tuning (`Tuner.thorough`, `dspk.linalg.Engine.thorough`: what ``dspk tune``
 and `dspk.Pipeline.tune` are for) times every candidate on the whole product and replaces a
-choice tuned on first use; nothing else ever replaces a stored choice, so a job's chunks, and
-the processes that share a cache, run one candidate.
+choice tuned on first use or taken from a winners table; nothing else ever replaces a stored
+choice, so a job's chunks, and the processes that share a cache, run one candidate.
 
 `Tuner.choose` picks among whole-operation implementations (FIR banks, spatial filters, NCC)
 the same way (`Tuner.choose_run` hands the chosen one's result back, saving the caller a run).
@@ -32,7 +49,10 @@ never the stored choice; when every candidate did, nothing is stored and
 smaller chunk are tuned).
 
 ``DSPK_TUNE=on`` (default) tunes unseen keys; ``off`` takes the first available candidate in a
-fixed order; ``readonly`` uses the cache but never times or writes (nor re-tunes thoroughly).
+fixed order (no cache, no winners table); ``readonly`` uses the cache, then the winners table
+(its choice checked as above and kept in memory for the process), but never times or writes
+(nor re-tunes thoroughly). ``DSPK_WINNERS`` (or the tuner's ``winners``) names another folder
+of tables, or ``off`` for none.
 
 This module is the policy: what to choose, when to tune, the modes. The rest is in modules of
 its own, whose names stay importable from here (a test patches a name where it is read):
@@ -43,6 +63,8 @@ its own, whose names stay importable from here (a test patches a name where it i
 - `dspk.linalg.tuner_products`: how a product's candidates are tried, on first use (on slices,
   within the budget) or thoroughly.
 - `dspk.linalg.tuner_operations`: the same for an operation's implementations.
+- `dspk.linalg.winners`: the shipped tables of known winners, device classes, and `export`
+  (a cache file's thorough entries into a table).
 """
 
 from __future__ import annotations
@@ -57,19 +79,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .problem import Candidate, Problem
-from .tuner_cache import (CACHE_SCHEMA, TUNED_BRIEF, TUNED_THOROUGH, _cache_lock, _entry,
-                          _gpu_stamp, _host_stamp, _how, _merge_into_cache, _signature, _stale,
-                          _stamp, cache_path, read_cache)
+from .._version import __version__
+from ..caches import shared
+from .tuner_cache import (CACHE_SCHEMA, STAMPS, TUNED_BRIEF, TUNED_TABLE, TUNED_THOROUGH,
+                          _cache_lock, _entry, _gpu_stamp, _host_stamp, _how, _known,
+                          _merge_into_cache, _signature, _stale, _stamp, cache_path, read_cache)
 from .tuner_operations import (_NOT_RUN, check_whole, choose_briefly, choose_on_slices,
                                choose_thoroughly)
-from .tuner_products import tune_on_first_use, tune_thoroughly
+from .tuner_products import check_table_choice, tune_on_first_use, tune_thoroughly
 from .tuner_timing import NonFiniteOperands, Stopwatch
+from .winners import device_class, forget_tables, load_table, table_folder, table_key
 
 # What the tuner's parts define stays importable from here, as before they were split off
 # (tests and benchmarks import some of it); a test patches a name in the module that reads it.
 from .tuner_cache import (  # noqa: F401
-    CACHE_FORMAT, STAMPS, TUNED_SLICE, _known, _process_lock, _replaces, _valid_cache,
-    clear_cache)
+    CACHE_FORMAT, TUNED_SLICE, _process_lock, _replaces, _valid_cache, clear_cache)
 from .tuner_products import _FirstUse, _Trial  # noqa: F401
 from .tuner_timing import (  # noqa: F401
     BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_RATIO, CLOSE, MAX_SAMPLES, MIN_SLICE_MACS, PROBE_BLOCK,
@@ -77,6 +101,7 @@ from .tuner_timing import (  # noqa: F401
     SLICE_SHARE, _aligned, _base, _cut, _cut_dim, _cycling, _dim_size, _macs, _make_probe,
     _median_time, _precision, _probe_for, _probe_values, _rotation, _Sampler, _shape,
     _slice_for, _warn_failed, log, precision_tolerance, tuning_budget, OUT_OF_MEMORY)
+from .tuner_timing import _failed
 
 __all__ = ["Tuner", "Choice", "TUNE_MODES", "cache_path", "read_cache", "clear_cache",
            "precision_tolerance"]
@@ -125,15 +150,36 @@ class Choice:
     ranking: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
-    tuned: str = ""  # "slice", "brief", "thorough", or "" when nothing was tuned
+    tuned: str = ""  # "slice", "brief", "thorough", "table", or "" when nothing was tuned
     timed_on: dict[str, list] = field(default_factory=dict)
     untimed: dict[str, str] = field(default_factory=dict)
+    table: dict[str, str] = field(default_factory=dict)  # tuned "table": class, device, date
 
 
 def _choice(c: Candidate, key: str, source: str, entry: dict) -> Choice:
     return Choice(c, key, source, list(entry["ranking"]), entry.get("timings_ms", {}),
                   entry.get("rejected", {}), _how(entry), entry.get("timed_on", {}),
-                  entry.get("untimed", {}))
+                  entry.get("untimed", {}), entry.get("table", {}))
+
+
+def _from_winners(entry: dict, source: dict, cls: str) -> dict:
+    """The cache entry of a winners table's choice: the table's ranking, timings and the
+    candidates it rejected (what its tuning considered: `_known`, so that only a thorough
+    tuning, or one that considers a candidate it did not, replaces it), ``"tuned": "table"``,
+    and which table, measured where and when."""
+    stored = _entry(entry.get("timings_ms", {}), dict(entry.get("rejected", {})), TUNED_TABLE,
+                    entry["ranking"])
+    if entry.get("untimed"):
+        stored["untimed"] = dict(entry["untimed"])
+    stored["table"] = {"class": cls, "device": source["device"],
+                       "measured": str(entry.get("when") or source["when"])[:10],
+                       "dspk": str(source.get("dspk", "?")),
+                       "commit": str(source.get("commit", "?"))}
+    return stored
+
+
+def _table_source(cls: str) -> str:
+    return f"shipped winners table for {cls}"
 
 
 class Tuner:
@@ -148,6 +194,10 @@ class Tuner:
         Folder of the JSON cache; default ``DSPK_CACHE_DIR`` (read when used).
     mode : {"on", "off", "readonly"}, optional
         Default ``DSPK_TUNE`` (read when used).
+    winners : str, os.PathLike or False, optional
+        The folder of the winners tables (`dspk.linalg.winners`) looked up after the cache
+        and before tuning on first use; False: none; default ``DSPK_WINNERS`` (read when
+        used: unset, the package's tables).
 
     Attributes
     ----------
@@ -157,13 +207,17 @@ class Tuner:
     """
 
     def __init__(self, candidates: Callable[[bool], list[Candidate]],
-                 cache_dir: str | os.PathLike | None = None, mode: str | None = None):
+                 cache_dir: str | os.PathLike | None = None, mode: str | None = None,
+                 winners: str | os.PathLike | bool | None = None):
         if mode is not None and mode not in TUNE_MODES:
             raise ValueError(f"mode: expected one of {TUNE_MODES} or None (DSPK_TUNE), got "
                              f"{mode!r}")
+        if winners is True:
+            raise ValueError("winners: a folder, False (no table) or None (DSPK_WINNERS)")
         self._candidates = candidates
         self._cache_dir = None if cache_dir is None else Path(cache_dir)
         self._mode = mode
+        self._winners = winners
         self._by_name: dict[bool, dict[str, Candidate]] = {}
         self._memory: dict[tuple, dict] = {}
         self._memory_of: tuple | None = None   # the cache the choices in memory belong to
@@ -290,6 +344,10 @@ class Tuner:
                 choice.candidate.run(p)
             return choice
         if mode == "readonly":
+            # the winners table's choice, checked, kept in memory (never written)
+            choice = self._from_table(p, key, names, run, store=False)
+            if choice is not None:
+                return choice
             return self._first_available(p, names.values(), key, "DSPK_TUNE=readonly and no cached "
                                          "choice: first available candidate", run)
         with _cache_lock(self.cache_file):
@@ -299,6 +357,10 @@ class Tuner:
                 if run:
                     choice.candidate.run(p)
                 return choice
+            if not thorough:
+                choice = self._from_table(p, key, names, run, store=True)
+                if choice is not None:
+                    return choice
             return self._tune(p, key, names, run, thorough)
 
     def _cached_for(self, p: Problem, key: tuple, thorough: bool) -> Choice | None:
@@ -332,6 +394,108 @@ class Tuner:
             if c is not None and c.unavailable(p) is None:
                 return _choice(c, self.key_str(key), source, entry)
         return None
+
+    # -- the winners tables ----------------------------------------------------------------
+    def winners_folder(self) -> Path | None:
+        """The folder of the winners tables this tuner reads (None: none): the one given,
+        else ``DSPK_WINNERS`` now (`dspk.linalg.winners.table_folder`)."""
+        if self._winners is None:
+            return table_folder()
+        return None if self._winners is False else Path(self._winners)
+
+    def _table_entry(self, key: tuple) -> tuple[dict, dict, str] | None:
+        """(the winners table's entry for ``key``, its source, the class), or None: no table
+        for this device's class, or no entry for the key. The key's stamp (an element that is
+        this host's stamp or a GPU's) is replaced by the class."""
+        folder = self.winners_folder()
+        if folder is None:
+            return None
+        stamps = {_host_stamp(), *shared(STAMPS, dict).values()}
+        stamp = next((k for k in key if isinstance(k, str) and k in stamps), None)
+        if stamp is None:
+            return None
+        cls = device_class(stamp)
+        table = load_table(cls, folder)
+        if table is None:
+            return None
+        found = table.lookup(table_key(self.key_str(key), stamp, cls))
+        return None if found is None else (*found, cls)
+
+    def _table_winner(self, p: Problem, key: tuple,
+                      names: dict[str, Candidate]) -> tuple[Candidate, dict, str] | None:
+        """(the winners table's winner for ``p``, the cache entry it makes, the class), when
+        the table covers ``p`` here: its tuning considered every candidate that can run ``p``
+        (a candidate added since was never measured against it) and its winner can run
+        ``p``; else None (tuned on first use). Nothing runs."""
+        found = self._table_entry(key)
+        if found is None:
+            return None
+        entry, source, cls = found
+        known = _known(entry)
+        missing = sorted(n for n, c in names.items()
+                         if n not in known and c.unavailable(p) is None)
+        winner = names.get(entry["ranking"][0])
+        why = (f"its tuning did not consider {', '.join(missing)}" if missing else
+               "its winner is not a candidate here" if winner is None else
+               winner.unavailable(p))
+        if why:
+            log.debug("dspk tuner: %s: the winners table for %s does not apply (%s); tuned on "
+                      "first use", self.key_str(key), cls, why)
+            return None
+        return winner, _from_winners(entry, source, cls), cls
+
+    def _from_table(self, p: Problem, key: tuple, names: dict[str, Candidate], run: bool,
+                    store: bool) -> Choice | None:
+        """The winners table's choice for ``p``, untimed: checked as a first use's winner is
+        (`check_table_choice`: the precision probe, then the whole product against the
+        sampled reference, which leaves its result in ``p.out`` — computed even when
+        ``run`` is False), then stored in the cache file (``store``; ``"readonly"``: kept in
+        memory only). None when the table does not cover ``p`` or its choice fails the check
+        (a logged warning): the caller tunes on first use."""
+        found = self._table_winner(p, key, names)
+        if found is None:
+            return None
+        winner, stored, cls = found
+        key_str = self.key_str(key)
+        self._stopwatch.tunings += 1     # (its checks spoil an enclosing run's timing)
+        # The precision probe (TF32 or any demotion; integers bit-exact over the full range)
+        # is a property of a candidate's code, which the table's thorough tuning probed: it
+        # runs again where that code may differ (another dspk version made the table), and
+        # on the GPU, where which kernel cuBLAS runs is the library's choice. A CPU
+        # candidate of this dspk has nothing to demote to: its probe (16-35 ms on 2 cores
+        # for the covariance's X·Xᵀ, a third of the product) is left out there.
+        probe = p.gpu or stored["table"]["dspk"] != __version__
+        bad = check_table_choice(p, winner, key_str, probe)
+        if bad:
+            log.warning("dspk tuner: the winners table's choice %s for %s (%s) is rejected: "
+                        "%s; tuned on first use instead", winner.name, key_str, cls, bad)
+            return None
+        if not store:
+            self._memo()[key] = stored
+            return _choice(winner, key_str, _table_source(cls), stored)
+        saved = self._save(key, stored)
+        if saved is stored:
+            return _choice(winner, key_str, _table_source(cls), stored)
+        # the file held an entry for the key that names no candidate available here, or
+        # that the cache did not give (another process's, kept: processes agree)
+        choice = self.cached(p, key)
+        if choice is None:
+            return _choice(winner, key_str, _table_source(cls), stored)
+        if run and choice.candidate is not winner:
+            choice.candidate.run(p)
+        return choice
+
+    def table_choice(self, p: Problem) -> Choice | None:
+        """What the winners table would choose for ``p`` here (None: it does not cover
+        ``p``), neither checked nor stored: nothing runs (`dspk.linalg.explain` with
+        ``tune=False``). A call checks it before it is used."""
+        key = self.key(p)
+        found = self._table_winner(p, key, self._names(p.gpu, p.dtype.kind))
+        if found is None:
+            return None
+        winner, stored, cls = found
+        return _choice(winner, self.key_str(key),
+                       f"{_table_source(cls)} (checked when a call first uses it)", stored)
 
     def first_available(self, p: Problem, why: str) -> Choice:
         """The first available candidate in the fixed order (no timing)."""
@@ -494,14 +658,86 @@ class Tuner:
         if name is not None:
             return name, "cache", _NOT_RUN
         if mode == "readonly":
+            # the winners table's choice, checked, kept in memory (never written)
+            got = self._choose_from_table(key, runners, gpu, agree, sliced, imports, jit,
+                                          keep, store=False)
+            if got is not None:
+                return got
             return names[0], "DSPK_TUNE=readonly and no cached choice", _NOT_RUN
         with _cache_lock(self.cache_file):
             # another process may have tuned it meanwhile
             name = self._cached_name(key, runners, thorough, None)
             if name is not None:
                 return name, "cache", _NOT_RUN
+            if not thorough:
+                got = self._choose_from_table(key, runners, gpu, agree, sliced, imports, jit,
+                                              keep, store=True)
+                if got is not None:
+                    return got
             return self._choose_now(key, runners, gpu, agree, sliced, keep, thorough, imports,
                                     jit)
+
+    def _choose_from_table(self, key: tuple, runners: dict[str, Callable[[], Any]], gpu: bool,
+                           agree: Callable[[Any, Any], str | None], sliced: Any, imports: Any,
+                           jit: Any, keep: bool, store: bool) -> tuple[str, str, Any] | None:
+        """`_choose`'s winners table: the table's winner for ``key`` when its tuning
+        considered every runner here and its winner is one of them, checked against the
+        reference a first use would use — the first other runner whose first run imports
+        nothing and (on the GPU) compiles nothing: on a slice (``sliced``), else on the whole
+        problem (the winner's result then kept, with ``keep``); none left, no check, as a
+        first use's lone runner — then stored (``store``; ``"readonly"``: in memory only).
+        None when the table does not cover ``key`` or its winner fails (a logged warning):
+        the caller tunes on first use."""
+        found = self._table_entry(key)
+        if found is None:
+            return None
+        entry, source, cls = found
+        key_str = self.key_str(key)
+        missing = sorted(n for n in runners if n not in _known(entry))
+        name = entry["ranking"][0]
+        why = (f"its tuning did not consider {', '.join(missing)}" if missing else
+               None if name in runners else f"its winner {name} is not an implementation here")
+        if why:
+            log.debug("dspk tuner: %s: the winners table for %s does not apply (%s); tuned on "
+                      "first use", key_str, cls, why)
+            return None
+
+        def deferred(n: str) -> bool:   # what a first use leaves untimed (see _choose_now)
+            return any(m not in sys.modules for m in (imports or {}).get(n, ())) or \
+                (gpu and n in jit)
+
+        ref = next((n for n in runners if n != name and not deferred(n)), None)
+        self._stopwatch.tunings += 1     # (its checks spoil an enclosing run's timing)
+        result, bad = _NOT_RUN, None
+        if ref is not None:
+            try:
+                small = sliced(1.0 / (2 * SLICE_SHARE * len(runners))) if sliced else {}
+                if name in small and ref in small:
+                    bad = agree(small[name](), small[ref]())
+                    bad = f"on a slice: {bad}" if bad else None
+                else:
+                    reference = runners[ref]()
+                    got = runners[name]()
+                    bad = agree(got, reference)
+                    if keep and not bad:
+                        result = got
+                    reference = got = None
+                small = None
+            except Exception as exc:  # a broken implementation (or one out of device memory)
+                bad = _failed(name, key_str, exc)
+        if bad:
+            log.warning("dspk tuner: the winners table's choice %s for %s (%s) is rejected: "
+                        "%s; tuned on first use instead", name, key_str, cls, bad)
+            return None
+        stored = _from_winners(entry, source, cls)
+        if not store:
+            self._memo()[key] = stored
+            return name, _table_source(cls), result
+        saved = self._save(key, stored)
+        ranking = [n for n in saved["ranking"] if n in runners] or [name]
+        if ranking[0] != name:
+            result = _NOT_RUN                     # another process's choice: run theirs
+        return ranking[0], _table_source(cls), result
 
     def _cached_name(self, key: tuple, runners: dict, thorough: bool,
                      entry: dict | None) -> str | None:
@@ -623,7 +859,9 @@ class Tuner:
         return entry
 
     def forget(self) -> None:
-        """Drop the in-memory choices and candidates (the file is read again on next use)."""
+        """Drop the in-memory choices and candidates (the file and the winners tables are
+        read again on next use)."""
+        forget_tables()
         self._memory.clear()
         self._memory_of = None
         self._file_seen = None

@@ -8,9 +8,11 @@ the same choices: a miss re-reads the file when another process has changed it (
 and tuning holds the file's lock (`_cache_lock`), so a process that needs a key another one is
 tuning waits and takes its ranking (a candidate's rounding may differ from another's: a shared
 choice is what keeps outputs bit-identical). A stored entry is replaced only by one that
-considered a candidate it did not, or by a thorough tuning of one tuned on first use
-(`_replaces`). Keys start with a stamp of the device and of the versions that decide what a
-candidate computes (`_stamp`), so a new driver, library or dspk tunes anew.
+considered a candidate it did not, or by a thorough tuning of one tuned on first use or
+taken from a winners table (`_replaces`). Keys start with a stamp of the device and of the
+versions that decide what a candidate computes (`_stamp`), so a new driver, library or dspk
+tunes anew (the shipped winners tables, `dspk.linalg.winners`, are keyed by a device class
+instead).
 
 `dspk.linalg.tuner.Tuner` decides what to look up, tune and store; this module only keeps the
 file.
@@ -43,6 +45,10 @@ CACHE_SCHEMA = 1
 #: problem with few samples on first use (`Tuner.choose` without slices, products too small to
 #: slice), or thoroughly (every candidate on the whole problem, median of several samples).
 TUNED_SLICE, TUNED_BRIEF, TUNED_THOROUGH = "slice", "brief", "thorough"
+#: an entry taken from a shipped winners table (`dspk.linalg.winners`: a thorough tuning on a
+#: machine of this device class), not timed here; its ``"table"`` field says which table and
+#: where it was measured. A thorough tuning replaces it, as it does a first use's.
+TUNED_TABLE = "table"
 
 
 def cache_path() -> Path:
@@ -99,7 +105,8 @@ def _entry(timings_ms: dict[str, float], rejected: dict[str, str], how: str,
 
 
 def _how(entry: dict) -> str:
-    """How a cache entry was tuned (`TUNED_SLICE`, `TUNED_BRIEF` or `TUNED_THOROUGH`)."""
+    """How a cache entry was tuned (`TUNED_SLICE`, `TUNED_BRIEF`, `TUNED_THOROUGH`, or
+    `TUNED_TABLE`)."""
     return entry.get("tuned", TUNED_THOROUGH)
 
 
@@ -120,8 +127,9 @@ def _stale(entry: dict, names: dict, p: Problem) -> bool:
 
 def _replaces(new: dict, old: dict) -> bool:
     """Whether ``new`` replaces ``old`` for one key: when ``old`` missed a candidate ``new``
-    considered, or when ``new`` is thorough and ``old`` was tuned on first use (an explicit
-    thorough tuning); never otherwise (another process stored it first)."""
+    considered, or when ``new`` is thorough and ``old`` was tuned on first use or taken from
+    a winners table (an explicit thorough tuning); never otherwise (another process stored it
+    first)."""
     return not _known(old) >= _known(new) or \
         (_how(new) == TUNED_THOROUGH and _how(old) != TUNED_THOROUGH)
 
@@ -144,9 +152,10 @@ def _valid_cache(doc: Any) -> bool:
 
 def read_cache(path: str | os.PathLike | None = None, warn: bool = True) -> dict[str, dict]:
     """The tuned choices stored in a cache file: key -> entry (``ranking``, ``timings_ms``,
-    ``rejected``, ``when``; ``tuned``: ``"slice"``, ``"brief"`` or ``"thorough"`` (entries
-    without it were tuned thoroughly), and for first uses ``timed_on`` (each candidate's
-    slice) and ``untimed`` (candidates not timed, and why)).
+    ``rejected``, ``when``; ``tuned``: ``"slice"``, ``"brief"``, ``"thorough"`` (entries
+    without it were tuned thoroughly) or ``"table"`` (from a shipped winners table, with
+    ``table``: its class, the device and date it was measured on), and for first uses
+    ``timed_on`` (each candidate's slice) and ``untimed`` (candidates not timed, and why)).
 
     Parameters
     ----------

@@ -111,6 +111,39 @@ def tune_thoroughly(p: Problem, usable: list[Candidate], rejected: dict[str, str
     return _entry(timings, rejected, TUNED_THOROUGH), False
 
 
+def check_table_choice(p: Problem, c: Candidate, key: str, probe: bool = True) -> str | None:
+    """A winners table's choice ``c`` (`dspk.linalg.winners`) checked as a first use checks
+    its winner, without timing anything: its precision probe (on the smallest slice of
+    ``p``'s geometry a first use times, cut further on the CPU: `_probe_for`), then the whole
+    product, its sampled entries against the float64 (int64) reference. Returns None, ``p.out``
+    holding ``c``'s result, or why ``c`` is rejected (the tuner then tunes on first use).
+    Operands that are not finite have no reference to check against: the probe decides, as it
+    does a first use's choice (`dspk.linalg.tuner.Tuner._tune`). Without ``probe`` only the
+    whole product is checked (see `dspk.linalg.tuner.Tuner._from_table` for when)."""
+    try:
+        if probe:
+            # on the smallest slice a first use would time (grown until c can run it): the
+            # check costs a fraction of the product, not a second product
+            dim = _cut_dim(p)
+            q = p if dim is None or _macs(p) <= MIN_SLICE_MACS[p.gpu] else \
+                _slice_for(p, dim, MIN_SLICE_MACS[p.gpu], c)
+            made, probe_sampler = _probe_for(q, c, {})
+            bad = _precision(lambda pr: prepared(c, pr)(), made, probe_sampler, p.dtype)
+            if bad:
+                return bad
+        try:
+            sampler = _Sampler(p, SAMPLED_COLS)
+        except NonFiniteOperands:
+            sampler = None
+        if sampler is not None:
+            sampler.poison()
+        prepared(c, p)()
+        bad = sampler.check_result() if sampler is not None else None
+        return f"wrong result on the whole product: {bad}" if bad else None
+    except Exception as exc:  # a candidate that breaks (or runs out of memory) is rejected
+        return _failed(c.name, key, exc)
+
+
 def tune_on_first_use(p: Problem, usable: list[Candidate], rejected: dict[str, str], key: str,
                       run: bool, watch: Stopwatch) -> tuple[dict, bool]:
     """First use: each candidate checked and timed on its slice within the budget (module
