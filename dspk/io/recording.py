@@ -547,16 +547,8 @@ class Recording:
         int16) and transposes and scales on the device. ``out`` (a host array of that shape
         and dtype, a pinned buffer say) receives the samples where the source can read into
         it; the array returned holds them either way."""
-        self._check_open()
-        stop, start = int(stop), int(start)
-        if not 0 <= start <= stop <= self.n_samples:
-            raise RecordingError(f"read_native: expected 0 <= start <= stop <= "
-                                 f"{self.n_samples}, got start={start}, stop={stop}")
-        shape = (stop - start, self.n_channels) if self.samples_first else \
-            (self.n_channels, stop - start)
-        if out is not None and (out.shape != shape or out.dtype != self.dtype):
-            raise RecordingError(f"out: expected {shape} {self.dtype}, got {out.shape} "
-                                 f"{out.dtype}")
+        start, stop = self._native_request("read_native", start, stop, out,
+                                           self.samples_first)
         block = self._read_native(start, stop, out)
         if block.dtype.kind == "f":
             xp = array_module(block)
@@ -596,19 +588,28 @@ class Recording:
         >>> rec.differences_supported
         False
         """
-        self._check_open()
-        stop, start = int(stop), int(start)
         if not self.differences_supported:
             raise RecordingError(f"{self!r}: not stored as differences along time: "
                                  f"read_native reads it")
+        start, stop = self._native_request("read_native_differences", start, stop, out,
+                                           False)
+        return self._read_native_differences(start, stop, out)
+
+    def _native_request(self, name: str, start: int, stop: int, out: np.ndarray | None,
+                        samples_first: bool) -> tuple[int, int]:
+        """(start, stop) of a stored-form read ``name``, checked: the recording open, the
+        range inside it, ``out`` of the block's shape and the stored dtype."""
+        self._check_open()
+        start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.n_samples:
-            raise RecordingError(f"read_native_differences: expected 0 <= start <= stop <= "
+            raise RecordingError(f"{name}: expected 0 <= start <= stop <= "
                                  f"{self.n_samples}, got start={start}, stop={stop}")
-        shape = (self.n_channels, stop - start)
+        shape = (stop - start, self.n_channels) if samples_first else \
+            (self.n_channels, stop - start)
         if out is not None and (out.shape != shape or out.dtype != self.dtype):
             raise RecordingError(f"out: expected {shape} {self.dtype}, got {out.shape} "
                                  f"{out.dtype}")
-        return self._read_native_differences(start, stop, out)
+        return start, stop
 
     def _read_native_differences(self, start: int, stop: int,
                                  out: np.ndarray | None) -> Any:
