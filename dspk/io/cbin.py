@@ -623,8 +623,11 @@ class CbinReader:
                 raise RecordingError(f"{self.path}: closed")
             entries = [self._acquire(i, True, differenced) for i in range(first, last + 1)]
             # a forward reader (a pipeline, a benchmark, a conversion): the next chunks
-            # decode while the caller works on these, one per thread
-            if first in (self._last_chunk, self._last_chunk + 1):
+            # decode while the caller works on these, one per thread. A read from the
+            # file's start counts as forward (a job's run begins there, whatever its fit
+            # read before): waiting for its second read left the job's first chunks
+            # decoding one after another (~0.14 s a chunk on the H100's host)
+            if first == 0 or first in (self._last_chunk, self._last_chunk + 1):
                 for i in range(last + 1, min(last + 1 + self.threads, len(bounds) - 1)):
                     self._acquire(i, False, differenced)
             self._last_chunk = last

@@ -12,6 +12,7 @@ from ..backend import array_module, blocked_transpose, cupy_module, is_cupy_arra
 from ..caches import LRU
 from ..linalg import matmul
 from ..linalg.threads import parallel_blocks, single_threaded_blas
+from ..linalg.eigh import device_eigh, device_eigh_supported
 from ..linalg.engine import current_engine
 from ..linalg.host_checks import identical, max_relative_difference, to_host
 from ..linalg.prepared import PreparedCache, buffer_identity
@@ -49,15 +50,20 @@ def _check_cov(cov: Any) -> Any:
     return xp
 
 
-def _zca(xp: Any, c: Any, eps: float | None, scale: Any, first_row: bool = False) -> Any:
+def _zca(xp: Any, c: Any, eps: float | None, scale: Any, first_row: bool = False,
+         eigh: Any = None) -> Any:
     """E·diag((d + ε)^-½)·Eᵀ for a stack of symmetric matrices c [..., k, k] (float64), with
     ε = eps·scale (scale: the mean eigenvalue of each real matrix, [..., 1]); with
     ``first_row``, only each matrix's first row [..., k] (local whitening keeps no other).
     LAPACK and BLAS on one thread: the same W in every process, whatever its thread count.
     A stack's eigendecompositions run in fixed blocks of `EIGH_BLOCK` matrices on the BLAS
     threads (`parallel_blocks`): each matrix's is LAPACK's alone, so the blocks change no bit,
-    and 384 neighbourhoods of 32 take 30 ms on one core (the local W's whole cost)."""
-    if xp is np and c.ndim == 3 and len(c) > EIGH_BLOCK:
+    and 384 neighbourhoods of 32 take 30 ms on one core (the local W's whole cost).
+    ``eigh``: another decomposition of the stack (a GPU caller's `dspk.linalg.eigh.
+    device_eigh`)."""
+    if eigh is not None:
+        d, e = eigh(c)
+    elif xp is np and c.ndim == 3 and len(c) > EIGH_BLOCK:
         parts = parallel_blocks(np.linalg.eigh, [c[i:i + EIGH_BLOCK]
                                                  for i in range(0, len(c), EIGH_BLOCK)])
         d = np.concatenate([p[0] for p in parts])
@@ -175,13 +181,22 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
     array([3, 3, 3, 3, 3, 3])
     """
     if is_cupy_array(cov):
-        # CuPy in, CuPy out, computed on the host: W is [channels, channels], made once per
-        # recording, and LAPACK's eigh takes milliseconds where cuSOLVER's batched eigh and
-        # the CuPy kernels around it cost 6-10 s of NVRTC compiles on a fresh machine (0.6 s
-        # with CuPy's cache filled; measured on an H100). The same W as for NumPy input.
+        # CuPy in, CuPy out, assembled on the host (W is [channels, channels], made once per
+        # recording: CuPy's kernels around it would cost 6-10 s of NVRTC compiles on a fresh
+        # machine), the neighbourhoods' eigendecompositions by cuSOLVER's batched Jacobi
+        # without CuPy kernels (`dspk.linalg.eigh`): 0.35 ms where LAPACK took 14 ms on the
+        # H100 host's 16 cores. W agrees with NumPy input's to ~1e-13 (not bit for bit).
         g = geometry_um.get() if is_cupy_array(geometry_um) else geometry_um
-        w = whitening_matrix(to_host(cov), eps, g, n_neighbors, radius_um)
+        w = _whitening_matrix(to_host(cov), eps, g, n_neighbors, radius_um, device=True)
         return cupy_module().asarray(w)
+    return _whitening_matrix(cov, eps, geometry_um, n_neighbors, radius_um)
+
+
+def _whitening_matrix(cov: Any, eps: float | None, geometry_um: Any, n_neighbors: int | None,
+                      radius_um: float | None, device: bool = False) -> Any:
+    """`whitening_matrix` of a host (or NumPy-like) cov; with ``device``, a local W's
+    eigendecompositions on the current CUDA device where cuSOLVER's batched Jacobi takes
+    them (neighbourhoods of at most 32 channels)."""
     xp = _check_cov(cov)
     dtype = cov.dtype if cov.dtype in FLOATS else np.dtype(np.float64)
     if eps is not None and not eps > 0:
@@ -217,7 +232,8 @@ def whitening_matrix(cov: Any, eps: float | None = None, geometry_um: Any = None
     # ε from each real neighbourhood's mean eigenvalue (its trace / its size), not the padding
     scale = (xp.diagonal(sub, axis1=1, axis2=2) * valid_d).sum(axis=1, keepdims=True) / \
         valid_d.sum(axis=1, keepdims=True)
-    rows = _zca(xp, sub, eps, scale, first_row=True) * valid_d          # own row (first)
+    eigh = device_eigh if device and device_eigh_supported(sub) else None
+    rows = _zca(xp, sub, eps, scale, first_row=True, eigh=eigh) * valid_d   # own row (first)
     w = xp.zeros((n, n), dtype=np.float64)
     r = xp.repeat(xp.arange(n), k).reshape(n, k)
     w[r[valid_d], idx_d[valid_d]] = rows[valid_d]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHECKSUM", "PIECE", "block_checksum", "committed_blocks"]
+__all__ = ["CHECKSUM", "PIECE", "PendingChecksum", "block_checksum", "committed_blocks"]
 
 #: bytes per piece; the name a resume record gives the checksum (a record with another is
 #: not verified against this one: the job starts over)
@@ -53,6 +53,47 @@ def _threads() -> ThreadPoolExecutor:
         return _pool
 
 
+class PendingChecksum:
+    """A block's checksum begun on the pool, to be taken with `result`: the writer thread
+    starts it, writes the block meanwhile (both only read the block, and the write's system
+    calls leave the GIL to the crc32s), then takes it — so the checksum costs the job nothing
+    where the pool has idle cores (a 1-s chunk of 384 int16 channels: 23 pieces).
+
+    The block must stay unchanged until `result` returns (the writer thread holds it).
+
+    Parameters
+    ----------
+    block : numpy.ndarray
+        A host array (a pinned staging buffer included).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.arange(3 << 20, dtype=np.int16)            # 6 pieces: on the pool
+    >>> PendingChecksum(a).result() == block_checksum(a)
+    True
+    """
+
+    __slots__ = ("_futures", "_pieces")
+
+    def __init__(self, block: Any) -> None:
+        a = np.ascontiguousarray(block).reshape(-1).view(np.uint8)
+        pieces = [a[i:i + PIECE] for i in range(0, a.size, PIECE)] or [a]
+        if len(pieces) < POOL_FROM:          # small: computed in `result`, no hand-over
+            self._pieces, self._futures = pieces, None
+        else:
+            pool = _threads()
+            self._pieces, self._futures = None, [pool.submit(zlib.crc32, p) for p in pieces]
+
+    def result(self) -> int:
+        """The checksum (an unsigned 32-bit number), waiting for the pool's pieces."""
+        if self._futures is None:
+            crcs = [zlib.crc32(p) for p in self._pieces]
+        else:
+            crcs = [f.result() for f in self._futures]
+        return zlib.crc32(np.asarray(crcs, dtype="<u4").tobytes())
+
+
 def block_checksum(block: Any) -> int:
     """The checksum of a block's samples in its own C order (see the module docstring).
 
@@ -72,13 +113,7 @@ def block_checksum(block: Any) -> int:
     >>> block_checksum(np.zeros((2, 3), np.float32)) == block_checksum(np.zeros(6, np.float32))
     True
     """
-    a = np.ascontiguousarray(block).reshape(-1).view(np.uint8)
-    pieces = [a[i:i + PIECE] for i in range(0, a.size, PIECE)] or [a]
-    if len(pieces) < POOL_FROM:
-        crcs = [zlib.crc32(p) for p in pieces]
-    else:
-        crcs = list(_threads().map(zlib.crc32, pieces))
-    return zlib.crc32(np.asarray(crcs, dtype="<u4").tobytes())
+    return PendingChecksum(block).result()
 
 
 def committed_blocks(ends: list | None = None, crc: list | None = None,

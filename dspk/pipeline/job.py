@@ -38,7 +38,8 @@ from typing import Any, Callable, Iterator
 
 from ..argnames import arg
 from ..io import Recording, open_recording
-from .checksum import CHECKSUM, block_checksum, committed_blocks
+from .checksum import CHECKSUM, PendingChecksum, block_checksum, committed_blocks
+from .flush import EarlyFlush, early_flush_default
 from .errors import PipelineError
 from .lock import OutputLock
 from .outputs import (HDF5Output, Output, PartialOutput, SpanOutput, check_output_options,
@@ -694,6 +695,11 @@ class Job:
                           self.layout) if self.staged else None
         stream = ChunkStream(rec, self.chunk, m, staging, xp)
         timing = stream.timing
+        # the partial output flushed to the disk while the job writes it, so that the
+        # commit's flush finds little left (`dspk.pipeline.flush`)
+        early = EarlyFlush(output.files.partial) if (
+            output.fsync and output.files is not None and output.traces and
+            early_flush_default()) else None
 
         def compute(i: int, raw: tuple, s0: int, s1: int) -> tuple:
             full = run.compute(stream.to_device(raw), s0, s1, m)
@@ -707,12 +713,16 @@ class Job:
         def write(s0: int, s1: int, result: tuple) -> None:
             t = time.perf_counter()
             y, rows = result
+            # the block's checksum on the writer thread's side (a staged block is then on
+            # the host): in `compute` it waited for the device's copy of each chunk before
+            # the next could be queued — the H100's int16 job fell from 116x to 40x real
+            # time there; taken after the write, it still added ~0.2 s of 0.66 to a 60-s
+            # job: now it runs on the pool during the write (both only read y)
+            pending = None if y is None else PendingChecksum(y)
             output.write(s0, s1, y, rows)
-            # the block's checksum on the writer thread, after the write (a staged block is
-            # then on the host): in `compute` it waited for the device's copy of each chunk
-            # before the next could be queued — the H100's int16 job fell from 116x to 40x
-            # real time when it was there
-            crc = None if y is None else block_checksum(y)
+            crc = None if pending is None else pending.result()
+            if early is not None and y is not None:
+                early.wrote(y.nbytes)
             output.committed(self.job_record, s1, crc, order)   # a resume starts after s1
             self.done = s1
             if on_chunk is not None:
@@ -724,9 +734,12 @@ class Job:
         try:
             stream.run(list(starts), end, compute, write)
         finally:
+            if early is not None:
+                early.close()
             transfer = staging.transfer_s if staging is not None else 0.0
             self.timing = {**timing, "compute_s": timing["compute_s"] - transfer,
-                           "transfer_s": transfer, "events": list(stream.events)}
+                           "transfer_s": transfer, "events": list(stream.events),
+                           "early_flush_s": 0.0 if early is None else early.seconds}
 
     def _finish(self, t0: float, samples: int, decompress_s: float) -> None:
         dt = time.perf_counter() - t0

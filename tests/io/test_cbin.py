@@ -182,6 +182,20 @@ def test_reads_across_every_chunk_boundary(shared_cbin):
             np.testing.assert_array_equal(r.read(a, z, columns=[8, 0]), want[a:z, [8, 0]].T)
 
 
+def test_a_read_from_the_start_decodes_ahead(shared_cbin):
+    # a job's run starts at sample 0 after its fit read chunks elsewhere: the chunks after
+    # its first read are submitted with it, one per thread, not after its second read
+    path, want = shared_cbin
+    with CbinReader(path, threads=3) as r:
+        np.testing.assert_array_equal(r.read(2000, 2100), want[2000:2100].T)   # the fit
+        np.testing.assert_array_equal(r.read(0, 100), want[:100].T)
+        assert {(1, False), (2, False), (3, False)} <= set(r._chunks)
+        assert (4, False) not in r._chunks
+        # a jump elsewhere is not forward: nothing decoded ahead of it
+        r.read(3000, 3100)
+        assert (31, False) not in r._chunks
+
+
 def test_concurrent_readers_share_the_chunks(shared_cbin):
     path, want = shared_cbin
     errors = []

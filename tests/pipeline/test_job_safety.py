@@ -435,6 +435,65 @@ def test_the_output_and_its_folder_are_flushed_before_and_after_the_rename(tmp_p
     assert synced == []
 
 
+def test_early_flushes_change_no_byte_and_only_follow_fsync(tmp_path, monkeypatch):
+    # the partial output flushed while the job writes it (`dspk.pipeline.flush`): the same
+    # bytes as without, flushes during the job (a small EVERY here), none without fsync
+    from dspk.pipeline import flush as flush_mod
+    from dspk.pipeline import job as job_mod
+    monkeypatch.delenv("DSPK_FSYNC", raising=False)
+    made = []
+
+    class Counting(flush_mod.EarlyFlush):
+        def __init__(self, path):
+            super().__init__(path, every=1 << 16)
+            made.append(self)
+
+    monkeypatch.setattr(job_mod, "EarlyFlush", Counting)
+    monkeypatch.setenv("DSPK_EARLY_FLUSH", "off")
+    plain = whole(tmp_path, "plain.h5")
+    assert made == []
+    monkeypatch.setenv("DSPK_EARLY_FLUSH", "on")
+    early = whole(tmp_path, "early.h5")
+    assert len(made) == 1 and made[0].flushes >= 1
+    assert made[0].path.name == "early.h5.partial"
+    np.testing.assert_array_equal(traces(early), traces(plain))
+    with rec_of(tmp_path) as rec:                    # no fsync: no early flush either
+        pipe().run(rec, tmp_path / "n.h5", progress=False, fsync=False)
+    assert len(made) == 1
+    # a folder output: its partial folder's files
+    with dspk.open_recording(str(raw_file(tmp_path)), fs=FS, n_channels=C,
+                             geometry=np.c_[np.zeros(C), 20.0 * np.arange(C)]) as rec:
+        pipe().run(rec, tmp_path / "ks", format="kilosort", progress=False, chunk_s=0.5)
+    assert len(made) == 2 and made[1].flushes >= 1 and made[1].path.name.endswith(".partial")
+
+
+def test_early_flush_outlives_a_vanished_file_and_says_its_default(tmp_path, monkeypatch):
+    from dspk.pipeline.flush import MIN_CPUS, EarlyFlush, early_flush_default
+    path = tmp_path / "gone.partial"
+    path.write_bytes(b"x" * 100)
+    with EarlyFlush(path, every=10) as flush:
+        flush.wrote(50)
+        for _ in range(500):
+            if flush.flushes:
+                break
+            time.sleep(0.01)
+        path.unlink()                                # a discarded partial: no error
+        flush.wrote(50)
+        for _ in range(500):
+            if flush.flushes == 2:
+                break
+            time.sleep(0.01)
+    assert flush.flushes == 2
+    for said, want in (("on", True), ("1", True), ("off", False), ("no", False)):
+        monkeypatch.setenv("DSPK_EARLY_FLUSH", said)
+        assert early_flush_default() is want
+    monkeypatch.setenv("DSPK_EARLY_FLUSH", "")
+    monkeypatch.setattr(os, "cpu_count", lambda: MIN_CPUS - 1)
+    assert early_flush_default() is False
+    monkeypatch.setattr(os, "cpu_count", lambda: MIN_CPUS)
+    assert early_flush_default() is True
+
+
 # -- 5. device memory: the chunk halved on out-of-memory (a fake one here) -------------------------
 class OutOfMemoryError(MemoryError):
     """What CuPy raises (by name)."""

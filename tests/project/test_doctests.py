@@ -26,7 +26,7 @@ MODULES = ["dspk.argnames", "dspk.backend", "dspk.finite", "dspk.linalg.view", "
            "dspk.pipeline.steps.channels", "dspk.pipeline.steps.reference",
            "dspk.pipeline.steps.whitening", "dspk.pipeline.steps.motion", "dspk.motion.spikes",
            "dspk.pipeline.pipeline", "dspk.pipeline.job", "dspk.pipeline.lock",
-           "dspk.pipeline.checksum",
+           "dspk.pipeline.checksum", "dspk.pipeline.flush", "dspk.linalg.eigh",
            "dspk.pipeline.stage", "dspk.pipeline.registry", "dspk.pipeline.sinks",
            "dspk.pipeline.prepared", "dspk.pipeline.output", "dspk.pipeline.stream",
            "dspk.cli", "dspk.io", "dspk.io.errors", "dspk.io.scaling", "dspk.io.recording",
