@@ -7,6 +7,10 @@ import threading
 from typing import Any, Sequence
 
 import numpy as np
+# numpy.median imports numpy.ma on its first call (its NaN check asks whether the array is
+# masked): 10-20 ms of a first median reference on 2 cores, imported here with the module
+# that calls it instead
+import numpy.ma  # noqa: F401
 
 from ..backend import array_module, blocked_transpose, cupy_module, is_cupy_array, to_numpy
 from ..caches import LRU

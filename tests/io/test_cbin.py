@@ -311,25 +311,6 @@ def test_a_gpu_job_stages_the_cbin_as_differences(sglx_pair, monkeypatch):
             np.testing.assert_array_equal(xa, xb)
 
 
-@pytest.mark.gpu
-def test_a_gpu_job_on_the_cbin_equals_it_on_the_bin(sglx_pair, tmp_path):
-    """The device sums the .cbin's differences (`Staging`): the GPU job's output on the
-    .cbin is the bytes of its output on the .bin, and of the CPU job's on the .cbin's
-    samples within float32 rounding."""
-    pytest.importorskip("cupy")
-    import h5py
-    binpath, cbin, _ = sglx_pair
-    outs = []
-    for src, name in ((binpath, "a.h5"), (cbin, "b.h5")):
-        with open_recording(src) as rec:
-            p = dspk.Pipeline.from_options(highpass=300.0, reference="median",
-                                           whiten="none", backend="gpu").fit(rec)
-            p.run(rec, tmp_path / name, chunk_s=0.23, progress=False)
-            outs.append(tmp_path / name)
-    with h5py.File(outs[0]) as fa, h5py.File(outs[1]) as fb:
-        np.testing.assert_array_equal(fa["traces"][:], fb["traces"][:])
-
-
 def test_spikeglx_cbin_agrees_with_ibl_reader(sglx_pair):
     spikeglx = pytest.importorskip("spikeglx")            # ibl-neuropixel
     _, cbin, data = sglx_pair
