@@ -79,7 +79,7 @@ def _forget_empties_everything(xp, tmp_path, expect: tuple) -> None:
 def test_forget_empties_every_cache_and_the_bits_stay(tmp_path):
     _forget_empties_everything(np, tmp_path, (
         "plans:matmul", "tuner", "prepared:spatial_filter_cpu", "prepared:ncc_banks",
-        "shared:cpu_gemm_batch_plans", "shared:blas_threads"))
+        "shared:cpu_gemm_batch_plans", "shared:blas_threads", "shared:whitening_neighbourhoods"))
     assert {"cpu_gemm_batch_plans", "blas_threads"} <= set(caches.shared_sizes())
 
 
@@ -90,7 +90,7 @@ def test_forget_empties_every_gpu_cache_and_the_bits_stay(tmp_path):
     _forget_empties_everything(cp, tmp_path, (
         "plans:matmul", "plans:int_gram", "tuner", "prepared:ncc_one_shot_banks",
         "prepared:pca_launches", "prepared:covariance_launches", "shared:cuda_kernels",
-        "shared:cuda_sources", "shared:tuner_gpu_stamps"))
+        "shared:cuda_sources", "shared:tuner_gpu_stamps", "shared:whitening_neighbourhoods"))
     made = set(caches.shared_sizes())
     assert {"cuda_kernels", "cuda_sources", "cublaslt", "fingerprint_hashers"} <= made, made
 
