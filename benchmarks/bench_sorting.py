@@ -249,8 +249,9 @@ def arm_kilosort4(rec: Path, geometry, work: Path, args) -> dict:
 #: runs a saved step list through `Pipeline.run` (``--dspk-steps``): the same job as the
 #: CLI's, in a fresh process, for chains the command line does not spell (another order)
 _DSPK_STEPS_JOB = """
-import json, sys
+import json, logging, sys
 import numpy as np, dspk
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")   # (the CLI's log)
 from dspk.pipeline import Pipeline, registry
 raw, out, n, fs, gain, probe, steps, backend = sys.argv[1:9]
 stages = [registry.stage_class(s.pop("step"))(**s) for s in json.loads(steps)]
@@ -275,17 +276,32 @@ def dspk_command(rec: Path, out: Path, n: int, args) -> list:
     return cmd + list(args.dspk_extra)
 
 
+def dspk_timing_lines(text: str) -> list:
+    """The lines of a dspk job's log that say where its time went: the fit (each stage's
+    share), the drift estimate, the chunk loop's split and the whole job.
+
+    >>> dspk_timing_lines("x\ndspk.pipeline: fit in 2.00 s: 10 chunks read ...\nother")
+    ['dspk.pipeline: fit in 2.00 s: 10 chunks read ...']
+    """
+    keys = ("fit in ", "motion (", " samples in ", "written in ")
+    return [line.strip() for line in text.splitlines() if any(k in line for k in keys)]
+
+
 def arm_dspk(rec: Path, geometry, work: Path, args) -> dict:
     out = work / "dspk"
     cmd = dspk_command(rec, out, len(geometry), args)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    # its log kept (work/dspk.log) and its timing lines in the row: where dspk's time goes
+    with open(work / "dspk.log", "w") as logfile:
+        subprocess.run(cmd, check=True, stdout=logfile, stderr=subprocess.STDOUT)
     preprocess_s = time.perf_counter() - t0
+    timing = dspk_timing_lines((work / "dspk.log").read_text())
     meta = json.loads((out / "dspk.json").read_text())
     shown = (f"Pipeline({args.dspk_steps}).run(format='kilosort')" if args.dspk_steps
              else "dspk " + " ".join(cmd[3:]))
     if args.preprocess_only:
-        return dict(preprocess_s=preprocess_s, sort_s=None, results=None, chain=shown)
+        return dict(preprocess_s=preprocess_s, sort_s=None, results=None, chain=shown,
+                    dspk_timing=timing)
     results = work / "ks4"
     device = torch_device(args.device)
     scale = float(meta["scale"])
@@ -300,7 +316,7 @@ def arm_dspk(rec: Path, geometry, work: Path, args) -> dict:
     traces = np.memmap(out / "traces.bin", np.int16, "r").reshape(-1, len(geometry))
     return dict(preprocess_s=preprocess_s, sort_s=sort_s, results=results, chain=chain,
                 traces=traces, scale=scale, dspk_units=meta.get("units"),
-                scratch=[out / "traces.bin"])
+                scratch=[out / "traces.bin"], dspk_timing=timing)
 
 
 def arm_spikeinterface(rec: Path, geometry, work: Path, args) -> dict:
@@ -554,6 +570,8 @@ def run_arm(arm: str, rec: Path, args) -> dict:
                variant=variant, preprocess_s=round(got["preprocess_s"], 2),
                sort_s=None if got["sort_s"] is None else round(got["sort_s"], 2),
                chain=got["chain"])
+    if got.get("dspk_timing"):
+        row["dspk_timing"] = got["dspk_timing"]
     if got["results"] is None:          # --preprocess-only: a timing, nothing sorted
         log(f"{arm} {variant} on {rec.name}: preprocess {row['preprocess_s']} s")
         return row

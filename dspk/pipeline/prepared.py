@@ -20,6 +20,7 @@ array([[ 0.5, -0.5],
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterator, Sequence
 
 from ..argnames import arg
@@ -287,10 +288,15 @@ def _fit_blocks(stages: Sequence[Any], out: list, ctx: Context, spans: Sequence[
     # the steps before the first stage that fits, chunk by chunk as the reads arrive; the
     # blocks keep their width (the chunk and m samples each side), as a job computes them
     head = PreparedPipeline(stages, out, ctx, upto=first)
+    t0 = time.perf_counter()
     blocks = [keep(head.compute(raw, s0, s1, m))
               for (s0, s1), raw in zip(spans, device_read_ahead(rec, list(spans), m, xp))]
+    # where a fit's time goes, in the log (a drift estimate's pass over the whole recording
+    # is most of it: its stage's share)
+    spent = [f"{len(spans)} chunks read and computed {time.perf_counter() - t0:.2f} s"]
     for k in range(first, last + 1):
         stage = stages[k]
+        t = time.perf_counter()
         if stage.fitted:     # the stages before it took their margins: its own is exact
             cut = m - margins[k]
             halo = stage.fit_pass(fs)
@@ -306,6 +312,8 @@ def _fit_blocks(stages: Sequence[Any], out: list, ctx: Context, spans: Sequence[
             one = PreparedPipeline([stage], [out[k]], ctx)
             blocks = [keep(one._apply(device(b), s0 - m, rec.n_samples))
                       for (s0, _), b in zip(spans, blocks)]
+        spent.append(f"{type(stage).__name__} {time.perf_counter() - t:.2f} s")
+    log.info("fit in %.2f s: %s", time.perf_counter() - t0, ", ".join(spent))
     return out
 
 

@@ -72,3 +72,22 @@ def test_a_steps_chain_is_labelled_by_what_it_changes():
     assert label == ["HighPass>Whiten>Motion", "HighPass>Whiten>Motion(white=True)"]
     assert bench_sorting._step_label({"step": "HighPass", "cutoff_hz": 150.0}) == \
         "HighPass(cutoff_hz=150.0)"
+
+
+def test_the_dspk_arm_keeps_the_jobs_timing_lines(tmp_path):
+    # the lines bench_sorting keeps of the dspk job's log (`dspk_timing_lines`) are those a
+    # real job writes: the fit's split and the job's (a message renamed here fails this)
+    import subprocess
+    import sys
+
+    x = (np.random.default_rng(0).standard_normal((60000, 8)) * 30).astype(np.int16)
+    x.tofile(tmp_path / "raw.bin")
+    done = subprocess.run([sys.executable, "-m", "dspk", "preprocess", str(tmp_path / "raw.bin"),
+                           str(tmp_path / "out.h5"), "--n-channels", "8", "--fs", "30000",
+                           "--whiten", "global", "--quiet", "--no-fsync"],
+                          capture_output=True, text=True, check=True)
+    lines = bench_sorting.dspk_timing_lines(done.stdout + done.stderr)
+    assert any(line.startswith("dspk.pipeline: fit in ") and "Whiten" in line
+               for line in lines), lines
+    assert any(" samples in " in line for line in lines), lines
+    assert any("written in" in line for line in lines), lines
