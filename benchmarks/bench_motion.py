@@ -583,6 +583,10 @@ def run_hour_job(args, backend: str) -> tuple:
             raise RuntimeError(done.stderr[-3000:])
         rows.append(dict(case=case, impl="CLI, fresh process, empty tuner cache", wall_s=wall,
                          xrt=seconds / wall, hour_s=wall * 3600.0 / seconds))
+        # where the CLI's time went, from its log: the fit's split, the drift, the loop's
+        keys = ("fit in ", "motion (", " samples in ")
+        notes += [f"CLI log: `{line.strip()}`" for line in (done.stdout + done.stderr)
+                  .splitlines() if any(k in line for k in keys)]
         print(f"CLI: {wall:.2f} s", flush=True)
         for attempt in range(2):
             pipe = dspk.Pipeline.from_options(motion="nonrigid", backend=backend)
