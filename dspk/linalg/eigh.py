@@ -20,9 +20,14 @@ False
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
+
+from ..caches import shared
+
+log = logging.getLogger("dspk")
 
 __all__ = ["MAX_SIZE", "device_eigh", "device_eigh_supported"]
 
@@ -48,7 +53,8 @@ def device_eigh(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``numpy.linalg.eigh(stack)`` computed on the current CUDA device (see the module
     docstring): eigenvalues ascending [batch, k], eigenvectors as columns [batch, k, k],
     returned on the host. A matrix Jacobi did not converge for (cuSOLVER's ``info`` > 0) is
-    decomposed again by LAPACK.
+    decomposed again by LAPACK, and so is the whole stack where this CuPy's cuSOLVER binding
+    (not a public API of CuPy's) cannot be called as here (a warning, once).
 
     Parameters
     ----------
@@ -68,6 +74,22 @@ def device_eigh(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not device_eigh_supported(stack):
         raise ValueError(f"stack: expected [batch, k, k] float64 with k <= {MAX_SIZE}, got "
                          f"{getattr(stack, 'shape', None)} {getattr(stack, 'dtype', None)}")
+    try:
+        return _jacobi(stack)
+    except (ImportError, AttributeError, TypeError) as exc:
+        # CuPy's cuSOLVER binding (cupy_backends) is not a public API: where this CuPy's
+        # differs, LAPACK's decomposition (the same matrices, slower), said once
+        said = shared("device_eigh_fallback", set)
+        if not said:
+            said.add(type(exc).__name__)
+            log.warning("dspk: cuSOLVER's batched Jacobi is not reachable through this "
+                        "CuPy (%s: %s); eigendecompositions on the host (LAPACK)",
+                        type(exc).__name__, exc)
+        return np.linalg.eigh(stack)
+
+
+def _jacobi(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`device_eigh` by cuSOLVER's ``dsyevjBatched`` (the stack already checked)."""
     import cupy  # noqa: PLC0415 (a GPU caller's)
     from cupy_backends.cuda.libs import cublas, cusolver  # noqa: PLC0415
 

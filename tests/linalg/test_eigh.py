@@ -28,8 +28,11 @@ def test_refused_stacks(stack):
 @pytest.mark.parametrize("b, k, rank", [(384, 32, None), (7, 1, None), (50, 17, None),
                                         (40, 32, 8)])       # rank-deficient: zero eigenvalues
 def test_device_eigh_agrees_with_lapack(b, k, rank):
+    from dspk.caches import forget_shared, shared
+    forget_shared()
     s = spd_stack(b, k, seed=k, rank=rank)
     d, e = device_eigh(s)
+    assert not shared("device_eigh_fallback", set), "LAPACK's, not cuSOLVER's Jacobi"
     d_ref, _ = np.linalg.eigh(s)
     scale = np.abs(d_ref).max()
     assert np.max(np.abs(d - d_ref)) <= 1e-12 * scale
@@ -60,3 +63,24 @@ def test_local_whitening_on_the_device_agrees_with_the_host():
             assert np.array_equal(w_dev, w_host)
         else:                                     # float64 to ~1e-13, then float32's step
             assert np.max(np.abs(w_dev - w_host)) <= 2.5e-7 * np.abs(w_host).max()
+
+
+def test_a_cupy_without_the_binding_falls_back_to_lapack(monkeypatch, caplog):
+    # cupy_backends' cuSOLVER binding is not CuPy's public API: where it cannot be called
+    # as dspk calls it, LAPACK decomposes the stack (the same answer), said once
+    import dspk.linalg.eigh as eigh_mod
+    from dspk.caches import forget_shared
+
+    def missing(stack):
+        raise ImportError("no cupy_backends here")
+
+    monkeypatch.setattr(eigh_mod, "_jacobi", missing)
+    forget_shared()
+    s = spd_stack(5, 4)
+    with caplog.at_level("WARNING", logger="dspk"):
+        d, e = device_eigh(s)
+        device_eigh(s)
+    d_ref, e_ref = np.linalg.eigh(s)
+    assert np.array_equal(d, d_ref) and np.array_equal(e, e_ref)
+    said = [r for r in caplog.records if "batched Jacobi is not reachable" in r.getMessage()]
+    assert len(said) == 1
