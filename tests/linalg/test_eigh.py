@@ -47,6 +47,8 @@ def test_local_whitening_on_the_device_agrees_with_the_host():
     import cupy as cp
 
     import dspk
+    from dspk.caches import forget_shared, shared
+    forget_shared()
     n = 384
     geom = np.c_[np.tile([16.0, 48.0, 0.0, 32.0], n // 4), 20.0 * (np.arange(n) // 2)]
     rng = np.random.default_rng(5)
@@ -59,6 +61,7 @@ def test_local_whitening_on_the_device_agrees_with_the_host():
         assert isinstance(w_dev, cp.ndarray) and w_dev.dtype == w_host.dtype
         w_dev = w_dev.get()
         assert np.array_equal(w_dev != 0, w_host != 0)
+        assert not shared("device_eigh_fallback", set)
         if "radius_um" in how:                  # 20-40 channels a neighbourhood: LAPACK's
             assert np.array_equal(w_dev, w_host)
         else:                                     # float64 to ~1e-13, then float32's step
