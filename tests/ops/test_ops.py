@@ -308,6 +308,23 @@ def test_gpu_pca_transform_in_one_pass(dtype, n, taps, k):
 
 
 @pytest.mark.gpu
+def test_gpu_pca_fit_of_usual_clips_is_the_hosts():
+    """CuPy clips up to HOST_FIT_ELEMENTS are fitted on the host (no CuPy kernel for NVRTC
+    in a first fit): the same mean and components as NumPy clips', on the device."""
+    import cupy as cp
+
+    from dspk.ops import pca as pca_mod
+
+    rng = np.random.default_rng(8)
+    clips = (rng.standard_normal((4000, 6)) @ rng.standard_normal((6, 61))).astype(np.float32)
+    host, dev = dspk.PCA(3).fit(clips), dspk.PCA(3).fit(cp.asarray(clips))
+    assert isinstance(dev.mean_, cp.ndarray) and isinstance(dev.components_, cp.ndarray)
+    assert np.array_equal(cp.asnumpy(dev.components_), host.components_)
+    assert np.array_equal(cp.asnumpy(dev.mean_), host.mean_)
+    assert clips.size <= pca_mod.HOST_FIT_ELEMENTS
+
+
+@pytest.mark.gpu
 def test_gpu_pca_transform_beyond_a_tile_takes_the_expression():
     """Taps too many for a shared-memory tile go through the centred copy and the engine."""
     import cupy as cp
