@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment  # noqa: E402
+from common import environment, job_timing_lines  # noqa: E402
 
 FS = 30000.0
 PRESETS = ("nonrigid_fast_and_accurate", "kilosort_like", "dredge_fast")
@@ -584,9 +584,7 @@ def run_hour_job(args, backend: str) -> tuple:
         rows.append(dict(case=case, impl="CLI, fresh process, empty tuner cache", wall_s=wall,
                          xrt=seconds / wall, hour_s=wall * 3600.0 / seconds))
         # where the CLI's time went, from its log: the fit's split, the drift, the loop's
-        keys = ("fit in ", "motion (", " samples in ")
-        notes += [f"CLI log: `{line.strip()}`" for line in (done.stdout + done.stderr)
-                  .splitlines() if any(k in line for k in keys)]
+        notes += [f"CLI log: `{line}`" for line in job_timing_lines(done.stdout + done.stderr)]
         print(f"CLI: {wall:.2f} s", flush=True)
         for attempt in range(2):
             pipe = dspk.Pipeline.from_options(motion="nonrigid", backend=backend)

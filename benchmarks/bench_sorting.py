@@ -69,6 +69,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import job_timing_lines as dspk_timing_lines  # noqa: E402
+
 FS = 30000.0
 #: µV per bit of Neuropixels 1.0's AP band at gain 500 (the int16 a SpikeGLX file holds)
 GAIN_UV = 2.34375
@@ -274,17 +277,6 @@ def dspk_command(rec: Path, out: Path, n: int, args) -> list:
     if args.backend:
         cmd += ["--backend", args.backend]
     return cmd + list(args.dspk_extra)
-
-
-def dspk_timing_lines(text: str) -> list:
-    """The lines of a dspk job's log that say where its time went: the fit (each stage's
-    share), the drift estimate, the chunk loop's split and the whole job.
-
-    >>> dspk_timing_lines("x\ndspk.pipeline: fit in 2.00 s: 10 chunks read ...\nother")
-    ['dspk.pipeline: fit in 2.00 s: 10 chunks read ...']
-    """
-    keys = ("fit in ", "motion (", " samples in ", "written in ")
-    return [line.strip() for line in text.splitlines() if any(k in line for k in keys)]
 
 
 def arm_dspk(rec: Path, geometry, work: Path, args) -> dict:

@@ -180,3 +180,14 @@ def count_tuner_time() -> list[float]:
         if hasattr(Tuner, name):
             setattr(Tuner, name, timed(getattr(Tuner, name)))
     return spent
+
+
+def job_timing_lines(text: str) -> list:
+    """The lines of a dspk job's log that say where its time went: the fit (each stage's
+    share), the drift estimate, the chunk loop's split and the whole job.
+
+    >>> job_timing_lines("x\\ndspk.pipeline: fit in 2.00 s: 10 chunks read ...\\nother")
+    ['dspk.pipeline: fit in 2.00 s: 10 chunks read ...']
+    """
+    keys = ("fit in ", "motion (", " samples in ", "written in ")
+    return [line.strip() for line in text.splitlines() if any(k in line for k in keys)]
